@@ -1,0 +1,1 @@
+//! The checkpointer actor: the dispatcher's durable checkpoint, stored in place and synced lazily.

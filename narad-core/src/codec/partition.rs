@@ -1,0 +1,1 @@
+//! The partition log's frame and keyed record envelope.

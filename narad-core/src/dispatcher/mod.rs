@@ -1,0 +1,1 @@
+//! The dispatcher actor: moves durable WAL records to their partition owners.

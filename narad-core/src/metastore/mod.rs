@@ -1,0 +1,1 @@
+//! The replicated metadata state machine: topics and incarnations, assignments, members.

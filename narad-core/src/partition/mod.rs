@@ -1,0 +1,1 @@
+//! The owner's partition log and its commit combiner.

@@ -1,0 +1,1 @@
+//! Partition pickers: the key hash, the keyless round-robin and the dead-owner-skipping picker.

@@ -1,0 +1,1 @@
+//! The ingress WAL actor: segmented append-only log with group commit (see `IngressWal`).

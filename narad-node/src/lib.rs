@@ -1,0 +1,2 @@
+//! The Narad node: drivers that host `narad-core`'s actors over real files (and, under `--cfg madsim`,
+//! over the simulator's disk and network).

@@ -1,0 +1,5 @@
+//! The `narad` binary.
+
+fn main() {
+    println!("narad");
+}
