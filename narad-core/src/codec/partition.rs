@@ -129,10 +129,7 @@ pub fn encode_frame(out: &mut Vec<u8>, base_offset: Offset, records: &[RecordVie
     let records_bytes: usize = records.iter().map(RecordView::framed_len).sum();
     assert!(!records.is_empty(), "a frame holds at least one record");
     assert!(records.len() <= i32::MAX as usize, "too many records");
-    assert!(
-        records_bytes <= FRAME_RECORDS_BYTES_MAX,
-        "frame too large"
-    );
+    assert!(records_bytes <= FRAME_RECORDS_BYTES_MAX, "frame too large");
     assert!(
         base_offset.0 + records.len() as u64 <= i64::MAX as u64,
         "offset out of range"
@@ -378,7 +375,10 @@ mod tests {
         assert_eq!(decode_frame(&bad_magic), Err(DecodeError::BadMagic));
         let mut compressed = good.clone();
         compressed[2] = 1;
-        assert_eq!(decode_frame(&compressed), Err(DecodeError::UnknownFormat(1)));
+        assert_eq!(
+            decode_frame(&compressed),
+            Err(DecodeError::UnknownFormat(1))
+        );
         let mut zero_count = good.clone();
         zero_count[3..7].copy_from_slice(&0u32.to_be_bytes());
         assert_eq!(decode_frame(&zero_count), Err(DecodeError::BadLength(0)));
@@ -472,7 +472,9 @@ mod tests {
     fn decoder_is_total_over_random_and_mutated_input() {
         for seed in 0..seeds() {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            let random: Vec<u8> = (0..rng.random_range(0..200)).map(|_| rng.random()).collect();
+            let random: Vec<u8> = (0..rng.random_range(0..200))
+                .map(|_| rng.random())
+                .collect();
             let _ = decode_frame(&random);
             let _ = decode_header(&random);
             let _ = decode_record(&random);
@@ -482,7 +484,11 @@ mod tests {
                 .collect();
             let payloads: Vec<Vec<u8>> = keys
                 .iter()
-                .map(|_| (0..rng.random_range(0..300)).map(|_| rng.random()).collect())
+                .map(|_| {
+                    (0..rng.random_range(0..300))
+                        .map(|_| rng.random())
+                        .collect()
+                })
                 .collect();
             let records: Vec<RecordView<'_>> = keys
                 .iter()

@@ -1,1 +1,18 @@
 //! The owner's partition log and its commit combiner.
+//!
+//! - [`log::PartitionLog`]: the storage engine for one partition — segmented, CRC-framed, with
+//!   `CommitDurable` (append, fdatasync, read back and CRC-check, then advance the high watermark) as the
+//!   only place a record becomes visible, recovery from the CRC-verified prefix, and reads below the high
+//!   watermark.
+//! - [`segment`]: segment names, the sparse offset index and the pure recovery scan.
+//! - [`driver`]: a small synchronous driver that runs the actors' I/O on a `&dyn Disk` (tests, simulator).
+
+pub mod driver;
+pub mod log;
+pub mod segment;
+
+pub use log::{
+    AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
+    LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,
+    ReadId, ReadRequest, RecoveryError, RecoveryReport,
+};
