@@ -11,6 +11,9 @@ pub mod driver;
 pub mod log;
 pub mod segment;
 
+#[cfg(test)]
+mod crash_tests;
+
 pub use log::{
     AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
     LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,

@@ -23,8 +23,12 @@
 //!   syncing the new size makes the region above the high watermark empty *durably*, so a later append
 //!   there writes fresh pages instead of trusting the ones the failed sync lost. A failed sync is never
 //!   retried to "confirm" data. If the repair itself fails the log **latches** ([`LogStatus::Latched`],
-//!   [`LogOutput::Latched`]): every commit is refused until the log is reopened (a new `PartitionLog` on
-//!   the same directory), whose recovery truncates whatever the tail holds.
+//!   [`LogOutput::Latched`]): every commit is refused until [`PartitionLog::retry_repair`] (the owner
+//!   spaces retries out) truncates and syncs successfully. A latched log is deliberately *not* reopened
+//!   in-process: recovery reads the page cache, which after a failed fsync still shows the lost run as
+//!   valid frames; adopting them and appending acknowledged commits behind them would lose those commits
+//!   at the next power loss. For the same reason a failed sync at the end of recovery is
+//!   [`RecoveryError::Sync`], which forbids reopening in this process.
 //! - **Reads** serve only offsets below the high watermark, and only bytes of the verified prefix of a
 //!   segment: `Read{offset}` below the oldest segment is [`ReadError::BelowOldestRetained`], at or past
 //!   the high watermark [`ReadError::AtOrPastHighWatermark`], both without I/O. A sparse index (one
@@ -269,9 +273,14 @@ pub struct RecoveryReport {
 /// Why a log could not be opened. The directory is left as it was (except a truncated tail).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RecoveryError {
-    /// An I/O operation of the recovery failed.
+    /// An I/O operation of the recovery failed before anything was changed; opening again may work.
     #[error("i/o during recovery: {0}")]
     Io(IoFault),
+    /// The final truncate-and-sync of the recovered tail failed. Which of the tail's bytes are durable
+    /// is now unknown while the page cache still shows them all (fsyncgate), so this process must not
+    /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
+    #[error("sync at the end of recovery failed: {0}")]
+    Sync(IoFault),
     /// A sealed (not last) segment has a bad frame: verified data is damaged.
     #[error("segment {segment} damaged at byte {byte}: {damage}")]
     Corrupt {
@@ -300,6 +309,19 @@ pub enum RecoveryError {
     },
 }
 
+impl RecoveryError {
+    /// True when opening the log again in this process is safe (nothing was left of unknown durability).
+    pub fn reopen_allowed(&self) -> bool {
+        match self {
+            RecoveryError::Io(_) => true,
+            RecoveryError::Sync(_)
+            | RecoveryError::Corrupt { .. }
+            | RecoveryError::Discontiguous { .. }
+            | RecoveryError::SegmentTooLarge { .. } => false,
+        }
+    }
+}
+
 /// Where the log is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogStatus {
@@ -311,7 +333,7 @@ pub enum LogStatus {
     Committing,
     /// Truncating a failed commit's tail.
     Repairing,
-    /// A repair failed: commits refused until reopened.
+    /// A repair failed: commits refused until [`PartitionLog::retry_repair`] succeeds.
     Latched,
     /// Recovery failed: nothing is served until reopened.
     OpenFailed,
@@ -428,9 +450,16 @@ enum Phase {
     Finalizing(IoId, RecoveryReport),
     Ready,
     Committing(Box<PendingCommit>),
-    Repairing(IoId),
-    Latched(IoFault),
+    Repairing(IoId, RepairTarget),
+    Latched(IoFault, RepairTarget),
     OpenFailed(RecoveryError),
+}
+
+/// Where a failed commit's segment must be cut back to: the last byte known durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RepairTarget {
+    segment: Offset,
+    position: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -545,7 +574,7 @@ impl PartitionLog {
     /// The fault that latched the log, while latched.
     pub fn latched_fault(&self) -> Option<&IoFault> {
         match &self.phase {
-            Phase::Latched(fault) => Some(fault),
+            Phase::Latched(fault, _) => Some(fault),
             _ => None,
         }
     }
@@ -585,6 +614,9 @@ impl PartitionLog {
         let phase = std::mem::replace(&mut self.phase, Phase::Ready);
         let replies = match completion.result {
             Ok(replies) => replies,
+            Err((_, fault)) if matches!(phase, Phase::Finalizing(..)) => {
+                return self.fail_open(RecoveryError::Sync(fault))
+            }
             Err((_, fault)) => return self.fail_open(RecoveryError::Io(fault)),
         };
         match phase {
@@ -946,25 +978,48 @@ impl PartitionLog {
                 },
             );
         }
-        let path = self.path(pending.segment);
+        self.repair(RepairTarget {
+            segment: pending.segment,
+            position: pending.position,
+        });
+    }
+
+    fn repair(&mut self, target: RepairTarget) {
+        let path = self.path(target.segment);
         let io = self.request(
             self.config.commit_lane,
             vec![
                 IoOp::SetLen {
                     path: path.clone(),
-                    len: pending.position,
+                    len: target.position,
                 },
                 IoOp::SyncData { path },
             ],
         );
-        self.phase = Phase::Repairing(io);
+        self.phase = Phase::Repairing(io, target);
     }
 
-    fn on_repair_io(&mut self, completion: IoCompletion) {
+    /// Tries the truncation of a latched log again (the caller spaces attempts out).
+    ///
+    /// Returns false when the log is not latched. This never re-reads or trusts the tail: it only cuts
+    /// the file back to the last position this process knows durable and syncs that, which is why a
+    /// latched log is repaired this way rather than reopened (a reopen would re-scan the page cache
+    /// and could adopt frames whose fsync failed, then build acknowledged commits on top of them).
+    pub fn retry_repair(&mut self) -> bool {
+        match self.phase {
+            Phase::Latched(_, target) => {
+                self.repair(target);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn on_repair_io(&mut self, target: RepairTarget, completion: IoCompletion) {
         match completion.result {
             Ok(_) => self.phase = Phase::Ready,
             Err((_, fault)) => {
-                self.phase = Phase::Latched(fault.clone());
+                self.phase = Phase::Latched(fault.clone(), target);
                 self.outputs.push_back(LogOutput::Latched(fault));
             }
         }
@@ -979,9 +1034,9 @@ impl PartitionLog {
             | Phase::Measuring(io, _)
             | Phase::Scanning(io, _)
             | Phase::Finalizing(io, _)
-            | Phase::Repairing(io) => Some(*io),
+            | Phase::Repairing(io, _) => Some(*io),
             Phase::Committing(pending) => Some(pending.io),
-            Phase::Ready | Phase::Latched(_) | Phase::OpenFailed(_) => None,
+            Phase::Ready | Phase::Latched(..) | Phase::OpenFailed(_) => None,
         };
         if phase_io != Some(completion.id) {
             // A completion for a read forgotten by `take_pending_reads`: nobody waits for it.
@@ -989,7 +1044,7 @@ impl PartitionLog {
         }
         match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Committing(pending) => self.on_commit_io(*pending, completion),
-            Phase::Repairing(_) => self.on_repair_io(completion),
+            Phase::Repairing(_, target) => self.on_repair_io(target, completion),
             phase => {
                 self.phase = phase;
                 self.on_recovery_io(completion);

@@ -393,7 +393,7 @@ fn a_failed_sync_is_never_retried_the_tail_is_truncated_and_synced_first() {
 }
 
 #[test]
-fn a_failed_repair_latches_the_log_until_it_is_reopened() {
+fn a_failed_repair_latches_the_log_until_a_retried_truncation_succeeds() {
     let mut log = ready_log_by_hand();
     log.handle(NOW, commit_request(1, &["a"], 1));
     let request = next_io(&mut log);
@@ -419,6 +419,26 @@ fn a_failed_repair_latches_the_log_until_it_is_reopened() {
         })
     );
     assert_eq!(log.poll_output(), None);
+    // The retry cuts back to the same durable position; it never re-reads the tail.
+    assert!(log.retry_repair());
+    let retry = next_io(&mut log);
+    assert_eq!(retry.ops, repair.ops);
+    log.handle(NOW, done(retry.id, vec![IoReply::Done, IoReply::Done]));
+    assert_eq!(log.status(), LogStatus::Ready);
+    assert!(!log.retry_repair());
+}
+
+#[test]
+fn a_failed_sync_at_the_end_of_recovery_forbids_reopening_in_this_process() {
+    let mut log = PartitionLog::open(config());
+    let list = next_io(&mut log);
+    log.handle(NOW, done(list.id, vec![IoReply::Done, IoReply::Names(vec![])]));
+    let finalize = next_io(&mut log);
+    log.handle(NOW, failed(finalize.id, 0, IoFault::Eio));
+    let error = RecoveryError::Sync(IoFault::Eio);
+    assert_eq!(log.poll_output(), Some(LogOutput::OpenFailed(error.clone())));
+    assert!(!error.reopen_allowed());
+    assert!(RecoveryError::Io(IoFault::Eio).reopen_allowed());
 }
 
 #[test]
