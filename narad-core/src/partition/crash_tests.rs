@@ -142,7 +142,11 @@ impl Run {
                 Ok(())
             };
             if outcome.is_err() {
-                log = self.reopen(true);
+                // Half the crashes are process crashes: the page cache keeps unsynced writes (and,
+                // after a failed fdatasync, pages marked clean that never reached the disk), which
+                // recovery must make durable before serving.
+                let coin = self.rng.random_bool(0.5);
+                log = self.reopen(coin);
             }
         }
         self.hook.crash_ppm = 0;
@@ -288,6 +292,7 @@ impl Run {
             crash = true;
             let mut log = PartitionLog::open(self.config.clone());
             let Ok(outputs) = run_to_idle(&mut log, NOW, &self.disk, &mut self.hook) else {
+                crash = self.rng.random_bool(0.5);
                 continue;
             };
             match outputs.as_slice() {
@@ -295,7 +300,10 @@ impl Run {
                     let report = report.clone();
                     match self.check_recovered(&mut log, &report) {
                         Ok(()) => return log,
-                        Err(Crashed) => continue,
+                        Err(Crashed) => {
+                            crash = self.rng.random_bool(0.5);
+                            continue;
+                        }
                     }
                 }
                 [LogOutput::OpenFailed(error)] => {
@@ -318,7 +326,12 @@ impl Run {
         report: &RecoveryReport,
     ) -> Result<(), Crashed> {
         let hwm = report.high_watermark.0;
-        let known_end = self.model.known.keys().next_back().map_or(0, |last| last + 1);
+        let known_end = self
+            .model
+            .known
+            .keys()
+            .next_back()
+            .map_or(0, |last| last + 1);
         assert!(
             hwm >= known_end,
             "recovered high watermark {hwm} lost acknowledged offsets up to {known_end}"

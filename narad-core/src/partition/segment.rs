@@ -106,6 +106,10 @@ pub struct SegmentScan {
     pub index: SparseIndex,
     /// The largest commit time among verified records.
     pub committed_at_ms_max: Option<u64>,
+    /// Byte position of the first of the trailing verified frames that share the last frame's commit
+    /// time: a superset of the last run written (every frame of a run carries one commit time, and
+    /// times never decrease). `verified_bytes` when no frame verified.
+    pub last_run_start: u64,
 }
 
 /// Scans a segment's bytes from the start: see the module documentation.
@@ -116,7 +120,9 @@ pub fn scan_segment(base: Offset, bytes: &[u8], interval_bytes: u64) -> SegmentS
         damage: None,
         index: SparseIndex::default(),
         committed_at_ms_max: None,
+        last_run_start: 0,
     };
+    let mut last_run_at_ms: Option<u64> = None;
     let mut position = 0usize;
     while position < bytes.len() {
         let frame = match decode_frame(&bytes[position..]) {
@@ -137,6 +143,11 @@ pub fn scan_segment(base: Offset, bytes: &[u8], interval_bytes: u64) -> SegmentS
         scan.index
             .note_frame(frame.header.base_offset, position as u64, interval_bytes);
         scan.committed_at_ms_max = max_committed_at(scan.committed_at_ms_max, &frame);
+        let frame_at_ms = frame.records.first().map(|record| record.committed_at_ms);
+        if frame_at_ms != last_run_at_ms {
+            last_run_at_ms = frame_at_ms;
+            scan.last_run_start = position as u64;
+        }
         scan.end_offset = frame.header.end_offset();
         position += frame.header.frame_len();
         scan.verified_bytes = position as u64;
@@ -193,6 +204,29 @@ mod tests {
         assert_eq!(scan.damage, None);
         assert_eq!(scan.committed_at_ms_max, Some(9));
         assert_eq!(scan.index.len(), 1);
+        assert_eq!(
+            scan.last_run_start,
+            frame_len_of(10, 3),
+            "the frame stamped 9 starts the last run"
+        );
+    }
+
+    fn frame_len_of(base: u64, count: usize) -> u64 {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, base, count, 0);
+        bytes.len() as u64
+    }
+
+    #[test]
+    fn the_last_run_covers_every_trailing_frame_with_the_last_commit_time() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 0, 1, 5);
+        let first = bytes.len() as u64;
+        frame(&mut bytes, 1, 1, 6);
+        frame(&mut bytes, 2, 1, 6);
+        let scan = scan_segment(Offset(0), &bytes, 4096);
+        assert_eq!(scan.last_run_start, first);
+        assert_eq!(scan_segment(Offset(0), &[], 4096).last_run_start, 0);
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //!   torn append, a failed commit's leftovers, rot of its last frames) is truncated; damage in an earlier
 //!   segment, or segments whose offsets do not continue each other, fail the open
 //!   ([`RecoveryError`]) — those bytes were verified and sealed, so losing them silently is not ours to
-//!   decide. Recovery ends with `[SetLen(verified) if damaged, SyncData(last), SyncDir]` so that bytes a
-//!   process crash left in the page cache are durable before anything is served from them; only then
-//!   [`LogOutput::Opened`].
+//!   decide. Recovery ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last),
+//!   SyncDir]` so that bytes a process crash left in the page cache are durable before anything is
+//!   served from them (the rewrite of the frames sharing the last commit time re-dirties pages a failed
+//!   fsync marked clean: see `finalize`); only then [`LogOutput::Opened`].
 //! - **CommitDurable.** [`LogInput::Commit`] encodes the run into frames (one frame per about
 //!   `frame_records_bytes_target`), and emits one request: `[Create (on roll)], WriteAt (the whole run,
 //!   one write), SyncData, [SyncDir (while the segment's name is not yet durable)], ReadAt (the run)`.
@@ -641,7 +642,7 @@ impl PartitionLog {
         };
         bases.sort();
         if bases.is_empty() {
-            return self.finalize(None, 0);
+            return self.finalize(None, 0, None);
         }
         let ops = bases
             .iter()
@@ -729,14 +730,29 @@ impl PartitionLog {
         );
         if is_last {
             let damage = result.damage.map(|(byte, damage)| (base, byte, damage));
-            return self.finalize(damage, file_len - result.verified_bytes);
+            let last_run =
+                bytes[result.last_run_start as usize..result.verified_bytes as usize].to_vec();
+            let rewrite = (!last_run.is_empty()).then_some((result.last_run_start, last_run));
+            return self.finalize(damage, file_len - result.verified_bytes, rewrite);
         }
         scan.next += 1;
         self.read_next_segment(scan);
     }
 
-    /// Truncates the last segment to its verified prefix and makes it, and the directory, durable.
-    fn finalize(&mut self, damage: Option<(Offset, u64, FrameDamage)>, truncated_bytes: u64) {
+    /// Truncates the last segment to its verified prefix, rewrites its last run, and makes it, and the
+    /// directory, durable.
+    ///
+    /// The rewrite closes the fsyncgate window of a process that died between a failed fdatasync and
+    /// the truncation that follows it: the lost run is then the file's last run, still in the page cache
+    /// as valid frames but marked clean, so a bare fdatasync would "succeed" without writing it. Writing
+    /// the same bytes again dirties those pages, so the sync below really persists them (or fails). It
+    /// costs one write of the frames of the last commit time, usually one run.
+    fn finalize(
+        &mut self,
+        damage: Option<(Offset, u64, FrameDamage)>,
+        truncated_bytes: u64,
+        rewrite: Option<(u64, Vec<u8>)>,
+    ) {
         let report = RecoveryReport {
             segments: self.segments.len(),
             oldest_offset: self.oldest_offset(),
@@ -751,6 +767,13 @@ impl PartitionLog {
                 ops.push(IoOp::SetLen {
                     path: path.clone(),
                     len: last.bytes,
+                });
+            }
+            if let Some((offset, data)) = rewrite {
+                ops.push(IoOp::WriteAt {
+                    path: path.clone(),
+                    offset,
+                    data,
                 });
             }
             ops.push(IoOp::SyncData { path });

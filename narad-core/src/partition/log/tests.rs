@@ -432,11 +432,17 @@ fn a_failed_repair_latches_the_log_until_a_retried_truncation_succeeds() {
 fn a_failed_sync_at_the_end_of_recovery_forbids_reopening_in_this_process() {
     let mut log = PartitionLog::open(config());
     let list = next_io(&mut log);
-    log.handle(NOW, done(list.id, vec![IoReply::Done, IoReply::Names(vec![])]));
+    log.handle(
+        NOW,
+        done(list.id, vec![IoReply::Done, IoReply::Names(vec![])]),
+    );
     let finalize = next_io(&mut log);
     log.handle(NOW, failed(finalize.id, 0, IoFault::Eio));
     let error = RecoveryError::Sync(IoFault::Eio);
-    assert_eq!(log.poll_output(), Some(LogOutput::OpenFailed(error.clone())));
+    assert_eq!(
+        log.poll_output(),
+        Some(LogOutput::OpenFailed(error.clone()))
+    );
     assert!(!error.reopen_allowed());
     assert!(RecoveryError::Io(IoFault::Eio).reopen_allowed());
 }
