@@ -289,7 +289,6 @@ impl Run {
                 self.disk.crash();
                 self.crashes += 1;
             }
-            crash = true;
             let mut log = PartitionLog::open(self.config.clone());
             let Ok(outputs) = run_to_idle(&mut log, NOW, &self.disk, &mut self.hook) else {
                 crash = self.rng.random_bool(0.5);

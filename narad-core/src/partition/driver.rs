@@ -1,6 +1,7 @@
 //! A small synchronous driver: runs I/O requests on a `&dyn Disk`, one op at a time, with a hook that
 //! may act on the disk before each op (rot bytes, crash the machine) — for tests and the simulator.
 
+use super::combiner::{Combiner, CombinerInput, CombinerOutput};
 use super::log::{LogInput, LogOutput, PartitionLog};
 use crate::actor::Actor;
 use crate::disk::{execute_op, Disk, IoCompletion, IoOp, IoRequest};
@@ -115,5 +116,24 @@ impl IoActor for PartitionLog {
 
     fn io_input(completion: IoCompletion) -> LogInput {
         LogInput::Io(completion)
+    }
+}
+
+impl IoActor for Combiner {
+    fn io_request(output: &CombinerOutput) -> Option<&IoRequest> {
+        match output {
+            CombinerOutput::Io(request) => Some(request),
+            CombinerOutput::Committed { .. }
+            | CombinerOutput::ReadDone { .. }
+            | CombinerOutput::HighWatermark { .. }
+            | CombinerOutput::LogOpened { .. }
+            | CombinerOutput::LogOpenFailed { .. }
+            | CombinerOutput::LogLatched { .. }
+            | CombinerOutput::LogRetired { .. } => None,
+        }
+    }
+
+    fn io_input(completion: IoCompletion) -> CombinerInput {
+        CombinerInput::Io(completion)
     }
 }

@@ -524,7 +524,7 @@ fn a_run_that_would_pass_the_segment_limit_rolls_to_a_new_segment_named_by_its_b
     );
     assert_eq!(
         payloads(&read(&mut log, &disk, 1, 10, 10_000).unwrap()),
-        [big.clone()]
+        std::slice::from_ref(&big)
     );
     // A run larger than a whole segment still goes into one (fresh) segment, in one write.
     let huge = "y".repeat(3000);
