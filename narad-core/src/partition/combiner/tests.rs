@@ -699,3 +699,222 @@ fn the_high_watermark_query_is_answered_at_once_when_no_commit_runs() {
         }]
     );
 }
+
+/// A seeded random walk: batches with matching, stale or no incarnation ids, abandons, deadlines,
+/// views that freeze, disown, delete and recreate the topic, write/sync faults, I/O completed in
+/// random order of arrival. Checks: exactly one outcome per batch; acknowledged ranges of one log are
+/// contiguous from 0 and never overlap; no record carrying an id lands in another incarnation's log;
+/// at the end every acknowledged batch reads back exactly from its incarnation's log.
+#[test]
+fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly() {
+    use crate::partition::driver::{run_to_idle, NoHook};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use std::collections::BTreeMap;
+
+    let first: u64 = std::env::var("NARAD_COMBINER_WALK_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let seeds: u64 = std::env::var("NARAD_COMBINER_WALK_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut acknowledged_total = 0;
+    for seed in first..first + seeds {
+        let rerun = format!(
+            "seed {seed}; rerun: NARAD_COMBINER_WALK_SEED={seed} NARAD_COMBINER_WALK_SEEDS=1 \
+             cargo test -p narad-core random_walks_commit"
+        );
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let dirs = |id: u64| format!("topics/t/{id}/p00000");
+        let mut incarnation = 1u64;
+        let mut version = 1u64;
+        let mut h = Harness::new(config(), view(version, live(Some(1), &dirs(1))));
+        h.disk = SimDisk::new(seed);
+        h.combiner = Combiner::new(config(), view(version, live(Some(1), &dirs(1))));
+        h.pending.clear();
+        h.outputs.clear();
+        h.collect();
+        for (kind, ppm) in [(FaultKind::SyncEio, 30_000), (FaultKind::WriteEio, 30_000)] {
+            h.disk.add_fault(FaultRule {
+                path_prefix: String::new(),
+                kind,
+                chance_ppm: rng.random_range(0..ppm),
+                remaining: None,
+            });
+        }
+        let mut submitted: BTreeMap<u64, (Option<u64>, Vec<Vec<u8>>)> = BTreeMap::new();
+        let mut answered: BTreeMap<u64, Result<CommittedRange, CommitError>> = BTreeMap::new();
+        let mut acked: BTreeMap<(String, u64), (u64, Vec<Vec<u8>>)> = BTreeMap::new();
+        let mut next_id = 0u64;
+        // The log a commit lands in is the one held when its step began: a commit never spans a
+        // change of log, but the step that completes it may retire the log afterwards.
+        let held = |h: &Harness| {
+            h.combiner.log().map(|log| {
+                let id = h.combiner.log_topic_id().unwrap().map(|t| t.0);
+                (log.config().dir.clone(), id)
+            })
+        };
+        for _ in 0..120 {
+            let before = held(&h);
+            h.now = h.now + Duration::from_millis(rng.random_range(0..300));
+            match rng.random_range(0..100) {
+                0..=44 => {
+                    let id_choice = rng.random_range(0..10);
+                    let topic_id = match id_choice {
+                        0..=5 => Some(incarnation),
+                        6..=7 => None,
+                        _ => Some(incarnation.saturating_sub(1).max(1) + 7),
+                    };
+                    let payloads: Vec<Vec<u8>> = (0..rng.random_range(1..4))
+                        .map(|_| format!("{seed}-{next_id}-{}", rng.random::<u16>()).into_bytes())
+                        .collect();
+                    let deadline = rng
+                        .random_bool(0.2)
+                        .then(|| h.now + Duration::from_millis(rng.random_range(0..500)));
+                    h.submit(CommitBatch {
+                        id: BatchId(next_id),
+                        records: payloads
+                            .iter()
+                            .map(|payload| BatchRecord {
+                                topic_id: topic_id.map(TopicId),
+                                key: None,
+                                payload: payload.clone(),
+                            })
+                            .collect(),
+                        deadline,
+                    });
+                    submitted.insert(next_id, (topic_id, payloads));
+                    next_id += 1;
+                }
+                45..=49 if next_id > 0 => {
+                    h.input(CombinerInput::Abandon(BatchId(
+                        rng.random_range(0..next_id),
+                    )));
+                }
+                50..=57 => {
+                    version += 1;
+                    let mut next = view(version, live(Some(incarnation), &dirs(incarnation)));
+                    match rng.random_range(0..6) {
+                        0 => next.frozen = true,
+                        1 => next.owned = false,
+                        2 => next.live = None,
+                        3 => {
+                            incarnation += 1;
+                            next.live = live(Some(incarnation), &dirs(incarnation));
+                        }
+                        _ => {}
+                    }
+                    h.input(CombinerInput::View(next));
+                }
+                _ if !h.pending.is_empty() => h.run_one(),
+                _ => {}
+            }
+            // Outcomes are recorded as they come, with the log they landed in.
+            for output in h.take() {
+                match output {
+                    CombinerOutput::Committed { id, result } => {
+                        let (topic_id, payloads) = &submitted[&id.0];
+                        if let Ok(range) = &result {
+                            let (dir, log_id) = before.clone().expect("a log was held");
+                            let log_id = log_id.expect("incarnations have ids here");
+                            assert!(
+                                topic_id.is_none_or(|t| t == log_id),
+                                "{rerun}: batch {} of incarnation {topic_id:?} landed in {log_id}",
+                                id.0
+                            );
+                            assert_eq!(range.count as usize, payloads.len(), "{rerun}");
+                            let previous =
+                                acked.insert((dir, range.base.0), (id.0, payloads.clone()));
+                            assert!(previous.is_none(), "{rerun}: offsets reused");
+                        }
+                        assert!(
+                            answered.insert(id.0, result).is_none(),
+                            "{rerun}: two outcomes"
+                        );
+                    }
+                    CombinerOutput::Io(_) => unreachable!("collected"),
+                    CombinerOutput::ReadDone { .. }
+                    | CombinerOutput::HighWatermark { .. }
+                    | CombinerOutput::LogOpened { .. }
+                    | CombinerOutput::LogOpenFailed { .. }
+                    | CombinerOutput::LogLatched { .. }
+                    | CombinerOutput::LogRetired { .. } => {}
+                }
+            }
+        }
+        // Settle: heal, let time pass so latched logs retry, finish every request.
+        h.disk.clear_faults();
+        h.now = h.now + Duration::from_secs(5);
+        while !h.pending.is_empty() {
+            let before = held(&h);
+            h.run_one();
+            for output in h.take() {
+                if let CombinerOutput::Committed { id, result } = output {
+                    if let Ok(range) = &result {
+                        let (dir, _) = before.clone().expect("a log was held");
+                        acked.insert((dir, range.base.0), (id.0, submitted[&id.0].1.clone()));
+                    }
+                    assert!(
+                        answered.insert(id.0, result).is_none(),
+                        "{rerun}: two outcomes"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            answered.len(),
+            submitted.len(),
+            "{rerun}: every batch answered"
+        );
+        // Every acknowledged batch reads back exactly from its incarnation's log.
+        let mut by_dir: BTreeMap<String, Vec<(u64, Vec<Vec<u8>>)>> = BTreeMap::new();
+        for ((dir, base), (_, payloads)) in &acked {
+            by_dir
+                .entry(dir.clone())
+                .or_default()
+                .push((*base, payloads.clone()));
+        }
+        for (dir, batches) in by_dir {
+            let mut log = PartitionLog::open(PartitionLogConfig {
+                dir: dir.clone(),
+                ..config().log
+            });
+            let _ = run_to_idle(&mut log, h.now, &h.disk, &mut NoHook).unwrap();
+            let mut expected_base = 0;
+            for (base, payloads) in batches {
+                assert_eq!(
+                    base, expected_base,
+                    "{rerun}: {dir} ranges contiguous from 0"
+                );
+                for (index, payload) in payloads.iter().enumerate() {
+                    log.handle(
+                        h.now,
+                        LogInput::Read(ReadRequest {
+                            id: ReadId(0),
+                            offset: Offset(base + index as u64),
+                            records_max: 1,
+                            bytes_max: 1,
+                        }),
+                    );
+                    let outputs = run_to_idle(&mut log, h.now, &h.disk, &mut NoHook).unwrap();
+                    match outputs.as_slice() {
+                        [LogOutput::ReadDone {
+                            result: Ok(read), ..
+                        }] => {
+                            assert_eq!(&read.records[0].payload, payload, "{rerun}: {dir}")
+                        }
+                        other => panic!("{rerun}: {dir} offset {}: {other:?}", base + index as u64),
+                    }
+                }
+                expected_base = base + payloads.len() as u64;
+                acknowledged_total += 1;
+            }
+        }
+    }
+    assert!(
+        acknowledged_total > seeds * 5,
+        "too few acknowledged batches: {acknowledged_total}"
+    );
+}
