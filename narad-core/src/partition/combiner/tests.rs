@@ -705,6 +705,9 @@ fn the_high_watermark_query_is_answered_at_once_when_no_commit_runs() {
 /// random order of arrival. Checks: exactly one outcome per batch; acknowledged ranges of one log are
 /// contiguous from 0 and never overlap; no record carrying an id lands in another incarnation's log;
 /// at the end every acknowledged batch reads back exactly from its incarnation's log.
+/// The payloads of one batch.
+type Payloads = Vec<Vec<u8>>;
+
 #[test]
 fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly() {
     use crate::partition::driver::{run_to_idle, NoHook};
@@ -746,7 +749,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
         }
         let mut submitted: BTreeMap<u64, (Option<u64>, Vec<Vec<u8>>)> = BTreeMap::new();
         let mut answered: BTreeMap<u64, Result<CommittedRange, CommitError>> = BTreeMap::new();
-        let mut acked: BTreeMap<(String, u64), (u64, Vec<Vec<u8>>)> = BTreeMap::new();
+        let mut acked: BTreeMap<(String, u64), (u64, Payloads)> = BTreeMap::new();
         let mut next_id = 0u64;
         // The log a commit lands in is the one held when its step began: a commit never spans a
         // change of log, but the step that completes it may retire the log afterwards.
@@ -758,7 +761,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
         };
         for _ in 0..120 {
             let before = held(&h);
-            h.now = h.now + Duration::from_millis(rng.random_range(0..300));
+            h.now += Duration::from_millis(rng.random_range(0..300));
             match rng.random_range(0..100) {
                 0..=44 => {
                     let id_choice = rng.random_range(0..10);
@@ -846,7 +849,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
         }
         // Settle: heal, let time pass so latched logs retry, finish every request.
         h.disk.clear_faults();
-        h.now = h.now + Duration::from_secs(5);
+        h.now += Duration::from_secs(5);
         while !h.pending.is_empty() {
             let before = held(&h);
             h.run_one();
@@ -869,7 +872,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
             "{rerun}: every batch answered"
         );
         // Every acknowledged batch reads back exactly from its incarnation's log.
-        let mut by_dir: BTreeMap<String, Vec<(u64, Vec<Vec<u8>>)>> = BTreeMap::new();
+        let mut by_dir: BTreeMap<String, Vec<(u64, Payloads)>> = BTreeMap::new();
         for ((dir, base), (_, payloads)) in &acked {
             by_dir
                 .entry(dir.clone())
