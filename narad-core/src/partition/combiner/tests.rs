@@ -700,14 +700,14 @@ fn the_high_watermark_query_is_answered_at_once_when_no_commit_runs() {
     );
 }
 
+/// The payloads of one batch.
+type Payloads = Vec<Vec<u8>>;
+
 /// A seeded random walk: batches with matching, stale or no incarnation ids, abandons, deadlines,
 /// views that freeze, disown, delete and recreate the topic, write/sync faults, I/O completed in
 /// random order of arrival. Checks: exactly one outcome per batch; acknowledged ranges of one log are
 /// contiguous from 0 and never overlap; no record carrying an id lands in another incarnation's log;
 /// at the end every acknowledged batch reads back exactly from its incarnation's log.
-/// The payloads of one batch.
-type Payloads = Vec<Vec<u8>>;
-
 #[test]
 fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly() {
     use crate::partition::driver::{run_to_idle, NoHook};
