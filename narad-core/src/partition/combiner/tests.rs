@@ -705,7 +705,7 @@ type Payloads = Vec<Vec<u8>>;
 
 /// A seeded random walk: batches with matching, stale or no incarnation ids, abandons, deadlines,
 /// views that freeze, disown, delete and recreate the topic, write/sync faults, I/O completed in
-/// random order of arrival. Checks: exactly one outcome per batch; acknowledged ranges of one log are
+/// between the other events. Checks: exactly one outcome per batch; acknowledged ranges of one log are
 /// contiguous from 0 and never overlap; no record carrying an id lands in another incarnation's log;
 /// at the end every acknowledged batch reads back exactly from its incarnation's log.
 #[test]
