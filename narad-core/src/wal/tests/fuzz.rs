@@ -1,0 +1,1 @@
+//! Decoders fed random bytes.
