@@ -28,7 +28,10 @@
 //!   checkpoint are deleted (never the active one); a fully dispatched active segment past
 //!   [`WalConfig::rotate_dispatched_active_after_bytes`] is rotated so it can go too.
 //! - **Reads** ([`WalInput::Read`]): durable frames only, raw payloads, from an in-memory copy of the last
-//!   group commit when it covers the range, else from disk via a sparse seq → offset index.
+//!   group commit when it covers the range, else from disk via a sparse seq → offset index. Until the
+//!   open repair has completed, reads answer empty: recovered bytes may still be only in the page cache
+//!   (after an fsync failure), and a checkpoint must never pass a record the WAL could still lose. The
+//!   repair's completion emits [`WalOutput::Durable`].
 //! - **Recovery** is a pure step before the actor exists: see [`recovery`] and [`WalRecovery`].
 //!
 //! # Driver protocol
@@ -223,6 +226,8 @@ pub struct IngressWal {
     buffers_created: u64,
     recent: Recent,
     latched: Option<IoFault>,
+    /// The open repair completed: recovered records are durable and may be read.
+    repaired: bool,
     prep: Prep,
     prep_failed_for: Option<Seq>,
     checkpoint_synced: Seq,
@@ -283,6 +288,7 @@ impl IngressWal {
                 buf: Vec::new(),
             },
             latched: None,
+            repaired: false,
             prep: Prep::Idle,
             prep_failed_for: None,
             checkpoint_synced: recovered.checkpoint,

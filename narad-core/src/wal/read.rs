@@ -121,7 +121,7 @@ impl ReadState {
 
 impl IngressWal {
     pub(super) fn on_read(&mut self, id: ReadId, from: Seq, max_records: usize, max_bytes: usize) {
-        if from >= self.durable_next || max_records == 0 {
+        if !self.repaired || from >= self.durable_next || max_records == 0 {
             return self.answer_read(id, Ok(Vec::new()));
         }
         let oldest = self.oldest_segment_first_seq();

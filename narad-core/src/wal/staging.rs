@@ -315,7 +315,13 @@ impl IngressWal {
         match result {
             Err((_, fault)) => self.latch(fault, step, request),
             Ok(_) => match step {
-                Step::Repair => {}
+                Step::Repair => {
+                    // What recovery read is durable now: the dispatcher may read it.
+                    self.repaired = true;
+                    self.outputs.push_back(WalOutput::Durable {
+                        next_seq: self.durable_next,
+                    });
+                }
                 Step::Flush(batch) => self.complete_flush(batch, request),
                 Step::Roll(roll) => self.complete_roll(roll),
             },
