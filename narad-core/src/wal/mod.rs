@@ -153,6 +153,8 @@ struct Batch {
     offset: u64,
     /// The frames; moved into the write request while in flight (and handed back with the completion).
     buf: Vec<u8>,
+    /// Bytes of frames, fixed when the flush starts (the buffer may be away in the request).
+    len: usize,
     seqs: SeqRange,
     /// Appends whose last record is in this batch, in staging order.
     waiters: Vec<(AppendId, SeqRange)>,
@@ -261,6 +263,7 @@ impl IngressWal {
                 prepared: tail.prepared,
                 offset: tail.end,
                 buf: Vec::new(),
+                len: 0,
                 seqs: SeqRange {
                     first: next_seq,
                     next: next_seq,

@@ -149,6 +149,7 @@ impl IngressWal {
             prepared: self.tail.prepared,
             offset: self.tail.end,
             buf,
+            len: 0,
             seqs: SeqRange {
                 first: self.next_seq,
                 next: self.next_seq,
@@ -241,6 +242,7 @@ impl IngressWal {
     fn flush_ops(&self, batch: &mut Batch) -> Vec<IoOp> {
         let path = self.config.segment_path(batch.segment);
         let run_bytes_max = self.config.prepared_write_run_bytes_max;
+        batch.len = batch.buf.len();
         if !batch.prepared || batch.buf.len() as u64 <= run_bytes_max {
             // The buffer travels in the request and comes back with the completion.
             let data = std::mem::take(&mut batch.buf);
@@ -346,6 +348,7 @@ impl IngressWal {
 
     fn complete_flush(&mut self, mut batch: Batch, request: IoRequest) {
         let buf = Self::flush_buffer(&mut batch, request);
+        assert_eq!(buf.len(), batch.len, "hand the write request back as it was emitted");
         let interval_bytes = self.config.index_interval_bytes;
         let segment = self
             .segments

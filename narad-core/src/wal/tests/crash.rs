@@ -75,11 +75,20 @@ fn run_seeds(test: &str, prealloc: bool) {
     eprintln!("{test}: {seed_count} seeds, {total:?}");
     if seed_count >= 500 {
         // A property that never meets the faults it is about proves nothing.
-        assert!(total.acked > 0 && total.crashes > 0 && total.torn_tails > 0, "{total:?}");
-        assert!(total.latches > 0 && total.sync_eio_latches > 0 && total.rolls > 0, "{total:?}");
+        assert!(
+            total.acked > 0 && total.crashes > 0 && total.torn_tails > 0,
+            "{total:?}"
+        );
+        assert!(
+            total.latches > 0 && total.sync_eio_latches > 0 && total.rolls > 0,
+            "{total:?}"
+        );
         assert!(total.recovered_unacked > 0, "{total:?}");
         if prealloc {
-            assert!(total.prepared_rolls > 0 && total.holes_truncated > 0, "{total:?}");
+            assert!(
+                total.prepared_rolls > 0 && total.holes_truncated > 0,
+                "{total:?}"
+            );
         }
     }
 }
@@ -217,7 +226,10 @@ impl Scenario {
         }
         let mut driver = SyncDriver::new(disk, opened.wal, self.now);
         driver.run_until_idle();
-        assert!(!driver.actor().is_latched(), "the repair ran on a healthy disk");
+        assert!(
+            !driver.actor().is_latched(),
+            "the repair ran on a healthy disk"
+        );
         let outputs = driver.take_outputs();
         self.absorb(outputs);
         self.verify(&mut driver);
@@ -320,8 +332,14 @@ impl Scenario {
     fn run_op(&mut self, driver: &mut SyncDriver<'_, IngressWal>, lane: IoLane) -> bool {
         let head = driver.head(lane).map(|request| request.id);
         if let Some(request) = driver.head(lane) {
-            let roll = request.ops.iter().any(|op| matches!(op, IoOp::Create { .. }));
-            let spare = request.ops.iter().any(|op| matches!(op, IoOp::Rename { .. }));
+            let roll = request
+                .ops
+                .iter()
+                .any(|op| matches!(op, IoOp::Create { .. }));
+            let spare = request
+                .ops
+                .iter()
+                .any(|op| matches!(op, IoOp::Rename { .. }));
             if lane == LANE_APPEND && (roll || spare) && self.counted.insert(request.id) {
                 self.coverage.rolls += 1;
                 self.coverage.prepared_rolls += u64::from(spare);
@@ -330,7 +348,10 @@ impl Scenario {
         let faults = self.disk.stats().faults;
         driver.run_op(lane);
         if lane == LANE_APPEND && self.disk.stats().faults > faults {
-            assert!(driver.actor().is_latched(), "a disk fault on the append path latches");
+            assert!(
+                driver.actor().is_latched(),
+                "a disk fault on the append path latches"
+            );
         }
         driver.head(lane).map(|request| request.id) == head
     }
@@ -338,7 +359,8 @@ impl Scenario {
     fn new_record(&mut self) -> usize {
         let number = self.records.len();
         let len = if self.rng.random_ratio(1, 5) {
-            self.rng.random_range(1_000..=self.config.record_bytes_max - 8)
+            self.rng
+                .random_range(1_000..=self.config.record_bytes_max - 8)
         } else {
             self.rng.random_range(0..200)
         };
@@ -459,27 +481,50 @@ impl Scenario {
     }
 
     /// One read, running only the read lane until it is answered.
-    fn read(&mut self, driver: &mut SyncDriver<'_, IngressWal>, from: Seq, max_records: usize) -> Vec<WalFrame> {
+    fn read(
+        &mut self,
+        driver: &mut SyncDriver<'_, IngressWal>,
+        from: Seq,
+        max_records: usize,
+    ) -> Vec<WalFrame> {
         let id = ReadId(from.0);
-        driver.handle(WalInput::Read { id, from, max_records, max_bytes: 64 * 1024 });
+        driver.handle(WalInput::Read {
+            id,
+            from,
+            max_records,
+            max_bytes: 64 * 1024,
+        });
         loop {
             let outputs = driver.take_outputs();
             self.absorb(outputs);
             if let Some(result) = self.reads.pop() {
-                let frames = result.unwrap_or_else(|error| panic!("read from {from} failed: {error}"));
-                assert!(!frames.is_empty(), "a read below the durable frontier returns a record");
+                let frames =
+                    result.unwrap_or_else(|error| panic!("read from {from} failed: {error}"));
+                assert!(
+                    !frames.is_empty(),
+                    "a read below the durable frontier returns a record"
+                );
                 return frames;
             }
-            assert!(driver.run_request(LANE_READ), "a read waits on the read lane");
+            assert!(
+                driver.run_request(LANE_READ),
+                "a read waits on the read lane"
+            );
         }
     }
 
     fn check_frames(&mut self, from: Seq, frames: &[WalFrame]) {
         for (offset, frame) in frames.iter().enumerate() {
-            assert_eq!(frame.seq, Seq(from.0 + offset as u64), "reads return dense seqs");
+            assert_eq!(
+                frame.seq,
+                Seq(from.0 + offset as u64),
+                "reads return dense seqs"
+            );
             let number = self.identify(&frame.payload, frame.seq);
             match self.fates[number] {
-                Fate::Withdrawn => panic!("record {number} was withdrawn but is at seq {}", frame.seq),
+                Fate::Withdrawn => {
+                    panic!("record {number} was withdrawn but is at seq {}", frame.seq)
+                }
                 Fate::Acked(seq) => assert_eq!(seq, frame.seq, "record {number} moved"),
                 Fate::Pending | Fate::Failed | Fate::MaybeWithdrawn => {}
             }
@@ -522,19 +567,27 @@ impl Scenario {
         }
         for (&seq, &number) in &self.durable {
             if seq < oldest {
-                assert!(seq < self.checkpoint, "durable seq {seq} lost below the oldest segment");
+                assert!(
+                    seq < self.checkpoint,
+                    "durable seq {seq} lost below the oldest segment"
+                );
                 continue;
             }
             let index = (seq.0 - oldest.0) as usize;
-            let frame = recovered
-                .get(index)
-                .unwrap_or_else(|| panic!("durable seq {seq} (record {number}) lost; next is {next}"));
-            assert_eq!(frame.payload, self.records[number], "durable seq {seq} changed");
+            let frame = recovered.get(index).unwrap_or_else(|| {
+                panic!("durable seq {seq} (record {number}) lost; next is {next}")
+            });
+            assert_eq!(
+                frame.payload, self.records[number],
+                "durable seq {seq} changed"
+            );
         }
         // What an open recovered and repaired is durable from now on.
         for frame in recovered {
             let number = self.identify(&frame.payload, frame.seq);
-            if !matches!(self.fates[number], Fate::Acked(_)) && !self.durable.contains_key(&frame.seq) {
+            if !matches!(self.fates[number], Fate::Acked(_))
+                && !self.durable.contains_key(&frame.seq)
+            {
                 self.coverage.recovered_unacked += 1;
             }
             self.note_durable(frame.seq, number);
