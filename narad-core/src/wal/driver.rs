@@ -243,3 +243,94 @@ impl<'d, A: IoActor> SyncDriver<'d, A> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::sim::SimDisk;
+    use crate::disk::IoOp;
+    use crate::wal::{AppendId, WalLanes};
+
+    fn config() -> WalConfig {
+        WalConfig {
+            dir: "wal".into(),
+            segment_bytes_max: 4096,
+            record_bytes_max: 100,
+            lanes: WalLanes::default(),
+            ..WalConfig::default()
+        }
+    }
+
+    #[test]
+    fn run_op_runs_one_op_at_a_time_and_feeds_the_completion_after_the_last() {
+        let disk = SimDisk::new(1);
+        let opened = open_wal(&disk, config(), Seq(0)).unwrap();
+        let mut driver = SyncDriver::new(&disk, opened.wal, Instant::ZERO);
+        driver.run_until_idle();
+        driver.take_outputs();
+        driver.handle(WalInput::Append {
+            id: AppendId(1),
+            record: b"abc".to_vec(),
+        });
+        let lane = IoLane(0);
+        assert!(matches!(
+            driver.head(lane).unwrap().ops[0],
+            IoOp::WriteAt { .. }
+        ));
+        assert!(driver.run_op(lane), "the write");
+        assert_eq!(
+            driver.take_outputs(),
+            vec![],
+            "no answer between the write and the sync"
+        );
+        assert_eq!(
+            disk.durable_image("wal/00000000000000000000.wal"),
+            Some(Vec::new())
+        );
+        assert!(driver.run_op(lane), "the sync");
+        assert_eq!(
+            driver.take_outputs().len(),
+            2,
+            "the ack and the durable frontier"
+        );
+        assert!(!driver.run_op(lane), "the lane is idle");
+        assert_eq!(
+            disk.durable_image("wal/00000000000000000000.wal")
+                .unwrap()
+                .len(),
+            23
+        );
+    }
+
+    #[test]
+    fn advance_to_feeds_a_tick_only_once_the_timeout_has_passed() {
+        let disk = SimDisk::new(2);
+        let opened = open_wal(&disk, config(), Seq(0)).unwrap();
+        let mut driver = SyncDriver::new(&disk, opened.wal, Instant::ZERO);
+        driver.handle(WalInput::Append {
+            id: AppendId(1),
+            record: b"abc".to_vec(),
+        });
+        // The repair is still queued: the record waits, and the backstop is armed 10 ms out.
+        assert_eq!(
+            driver.actor().poll_timeout(),
+            Some(Instant::from_millis(10))
+        );
+        driver.advance_to(Instant::from_millis(9));
+        assert_eq!(
+            driver.actor().poll_timeout(),
+            Some(Instant::from_millis(10))
+        );
+        driver.advance_to(Instant::from_millis(10));
+        assert_eq!(
+            driver.actor().poll_timeout(),
+            Some(Instant::from_millis(20)),
+            "re-armed"
+        );
+        assert_eq!(
+            driver.pending_requests(),
+            1,
+            "the tick cannot pass the repair"
+        );
+    }
+}

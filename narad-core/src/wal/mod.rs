@@ -7,7 +7,10 @@
 //! - **Group commit.** Appends are staged into a shared buffer. A flush is one `WriteAt` and one
 //!   `SyncData` on the append lane. The WAL flushes as soon as no flush is in flight (a wake per append);
 //!   a backstop re-checks every [`WalConfig::sync_interval_ms`] while records wait. A caller is answered
-//!   only when its own bytes are durable; once staged, a record waits for the true outcome.
+//!   only when its own bytes are durable; once staged, a record waits for the true outcome. Buffers are
+//!   reused, never allocated per flush: the staging buffer and the one in flight (the write request
+//!   carries it and [`WalInput::IoDone`] hands it back) plus the copy kept for reads rotate, each trimmed
+//!   to [`WalConfig::staging_bytes_max`] of capacity when it returns to the pool.
 //! - **Batches** ([`WalInput::AppendMany`]): every size is checked before anything is staged; the records
 //!   take consecutive sequence numbers with nothing interleaved and one answer once the last is durable.
 //!   A batch that outgrows the active segment rolls it between two records: the records staged so far

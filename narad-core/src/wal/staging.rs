@@ -348,7 +348,11 @@ impl IngressWal {
 
     fn complete_flush(&mut self, mut batch: Batch, request: IoRequest) {
         let buf = Self::flush_buffer(&mut batch, request);
-        assert_eq!(buf.len(), batch.len, "hand the write request back as it was emitted");
+        assert_eq!(
+            buf.len(),
+            batch.len,
+            "hand the write request back as it was emitted"
+        );
         let interval_bytes = self.config.index_interval_bytes;
         let segment = self
             .segments
