@@ -563,10 +563,10 @@ fn snapshots_round_trip_and_refuse_broken_states() {
             "topic a has id 1 out of range".to_string()
         ))
     );
-    assert_eq!(
-        MetaState::decode_snapshot(&bytes[..bytes.len() - 1]).is_err(),
-        true
-    );
+    assert!(matches!(
+        MetaState::decode_snapshot(&bytes[..bytes.len() - 1]),
+        Err(EncodingError::Malformed(_))
+    ));
 }
 
 /// Seeds to run for randomized tests: `NARAD_TEST_SEEDS` (default 64).
