@@ -124,8 +124,9 @@ impl std::fmt::Debug for Proposal {
 }
 
 impl Metastore {
-    /// Opens the metastore files on `disk`, restores the state and starts the host task. The task ends
-    /// when every handle is dropped.
+    /// Opens the metastore files on `disk`, restores the state and starts the host task, which replays
+    /// the log and then adds this node to the member set if it is not there. The task ends when every
+    /// handle is dropped. Use [`Metastore::wait_caught_up`] before trusting reads.
     pub async fn open(
         disk: Arc<dyn Disk>,
         options: MetastoreOptions,
@@ -144,7 +145,8 @@ impl Metastore {
         let view = host.view_tx.subscribe();
         tokio::spawn(host.run(mailbox));
         let metastore = Metastore { requests, view };
-        metastore.join_as_member(&options).await;
+        let joining = metastore.clone();
+        tokio::spawn(async move { joining.join_as_member(&options).await });
         Ok(metastore)
     }
 
