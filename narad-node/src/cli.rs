@@ -9,7 +9,11 @@ use crate::config::{FlagOverrides, LogFormat};
 
 /// The `narad` binary.
 #[derive(Debug, Parser)]
-#[command(name = "narad", version, about = "Narad: a durable HTTP message broker")]
+#[command(
+    name = "narad",
+    version,
+    about = "Narad: a durable HTTP message broker"
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -38,7 +38,7 @@ pub enum LogFormat {
 }
 
 /// The whole node configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Development mode: single node, auth off, loopback only. Set by `--dev`, never by the file.
@@ -105,20 +105,6 @@ pub struct LogConfig {
 pub struct SecurityConfig {
     /// Basic auth on `/v1` (on by default, as in the Go release; not built yet, see the module doc).
     pub enabled: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            dev: false,
-            source: None,
-            http: HttpConfig::default(),
-            cluster: ClusterConfig::default(),
-            storage: StorageConfig::default(),
-            log: LogConfig::default(),
-            security: SecurityConfig::default(),
-        }
-    }
 }
 
 impl Default for HttpConfig {
@@ -239,10 +225,13 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
         config.storage.ingress_wal_prealloc = parse_bool(value)?;
         Ok(())
     }),
-    ("NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS", |config, value| {
-        config.storage.ingress_wal_sync_interval_ms = parse_number(value)?;
-        Ok(())
-    }),
+    (
+        "NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS",
+        |config, value| {
+            config.storage.ingress_wal_sync_interval_ms = parse_number(value)?;
+            Ok(())
+        },
+    ),
     ("NARAD_LOG_LEVEL", |config, value| {
         config.log.level = value.to_string();
         Ok(())
@@ -478,7 +467,9 @@ mod tests {
             ..dev_flags()
         };
         let error = Config::load(&flags, &env_of(&[])).unwrap_err();
-        assert!(matches!(error, ConfigError::Read { ref path, .. } if path == "/nonexistent/narad.toml"));
+        assert!(
+            matches!(error, ConfigError::Read { ref path, .. } if path == "/nonexistent/narad.toml")
+        );
     }
 
     #[test]

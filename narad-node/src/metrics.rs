@@ -269,7 +269,37 @@ mod tests {
 
     #[test]
     fn every_issue_4_metric_is_exposed() {
-        let text = Metrics::new().encode();
+        let metrics = Metrics::new();
+        // Labelled families appear once they have a series (as in every Prometheus client).
+        let partition = PartitionLabels {
+            topic: "t".to_string(),
+            partition: "0".to_string(),
+        };
+        metrics.messages_produced.get_or_create(&partition).inc();
+        metrics.bytes_produced.get_or_create(&partition).inc();
+        metrics
+            .produce_rejections
+            .get_or_create(&RejectionLabels {
+                topic: "t".to_string(),
+                reason: "schema".to_string(),
+            })
+            .inc();
+        let http = HttpLabels {
+            route: "GET /healthz".to_string(),
+            method: "GET".to_string(),
+            status: "200".to_string(),
+        };
+        metrics.http_requests.get_or_create(&http).inc();
+        metrics
+            .http_request_duration_seconds
+            .get_or_create(&http)
+            .observe(0.1);
+        let route = RouteLabels {
+            route: "GET /healthz".to_string(),
+        };
+        metrics.http_request_bytes_in.get_or_create(&route).inc();
+        metrics.http_response_bytes_out.get_or_create(&route).inc();
+        let text = metrics.encode();
         for name in [
             "narad_ingress_dispatch_backlog_records",
             "narad_ingress_dispatch_backlog_bytes",
@@ -296,7 +326,9 @@ mod tests {
                 "{name} missing from:\n{text}"
             );
         }
-        assert!(text.contains("narad_errors_total{component=\"http\",kind=\"5xx\"} 0\n"));
-        assert!(text.contains("narad_ingress_wal_failed 0\n"));
+        let fresh = Metrics::new().encode();
+        assert!(fresh.contains("narad_errors_total{component=\"http\",kind=\"5xx\"} 0\n"));
+        assert!(fresh.contains("narad_ingress_wal_failed 0\n"));
+        assert!(fresh.contains("narad_ingress_dispatch_backlog_records 0\n"));
     }
 }

@@ -15,17 +15,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use narad_core::codec::wal::ProduceRecord;
 use narad_core::disk::Disk;
 use narad_core::ids::{NodeId, Offset, PartitionId};
-use narad_core::codec::wal::ProduceRecord;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::config::Config;
 use crate::http::{self, App};
 use crate::http::{
-    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink,
-    ReadError, ReadOutcome, TopicKey,
+    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink, ReadError,
+    ReadOutcome, TopicKey,
 };
 use crate::metastore::interim_disk::InterimDisk;
 use crate::metastore::{Metastore, MetastoreOptions};
@@ -76,12 +76,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shutting_down = app.clone();
-    let server = axum::serve(listener, http::router::router(app)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        shutting_down.set_shutting_down();
-        tracing::info!("shutting down: no new connections, finishing requests in flight");
-        let _ = stop_tx.send(true);
-    });
+    let server =
+        axum::serve(listener, http::router::router(app)).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            shutting_down.set_shutting_down();
+            tracing::info!("shutting down: no new connections, finishing requests in flight");
+            let _ = stop_tx.send(true);
+        });
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     let mut stopped = stop_rx;
     tokio::select! {

@@ -34,28 +34,30 @@ async fn replay(app: &App, topic_name: &str, query: Option<&str>) -> Result<Repl
         .single("offset")?
         .map(|value| parse_index("offset", value))
         .transpose()?;
-    let (partition, offset) = match (partition, offset) {
-        (Some(partition), Some(offset)) => (partition, offset),
-        (None, Some(_)) => {
-            return Err(Reply::error(
-                400,
-                "partition required for replay-mode consume",
-            ))
-        }
-        (_, None) => {
-            return Err(Reply::error(
+    let (partition, offset) =
+        match (partition, offset) {
+            (Some(partition), Some(offset)) => (partition, offset),
+            (None, Some(_)) => {
+                return Err(Reply::error(
+                    400,
+                    "partition required for replay-mode consume",
+                ))
+            }
+            (_, None) => return Err(Reply::error(
                 501,
                 "queue-mode consume is not supported yet; pass partition= and offset= to replay",
-            ))
-        }
-    };
+            )),
+        };
     let view = app.metastore.view();
     let topic = view
         .state
         .topic(topic_name)
         .ok_or_else(|| Reply::error(404, "topic not found"))?;
     if partition >= u64::from(topic.partitions()) {
-        return Err(Reply::error(400, "invalid argument: partition out of range"));
+        return Err(Reply::error(
+            400,
+            "invalid argument: partition out of range",
+        ));
     }
     let key = TopicKey {
         name: topic.name.clone(),

@@ -36,8 +36,8 @@ use crate::metrics::Metrics;
 
 pub use reply::Reply;
 pub use seams::{
-    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink,
-    ReadError, ReadOutcome, StoredRecord, TopicKey,
+    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink, ReadError,
+    ReadOutcome, StoredRecord, TopicKey,
 };
 
 /// Largest raw body of a single produce, and of every JSON request body: 1 MiB.

@@ -74,7 +74,10 @@ impl fmt::Display for MessageError {
                 write!(f, "payload too large (max {PAYLOAD_BYTES_MAX} bytes)")
             }
             MessageError::PayloadEncoding(encoding) => {
-                write!(f, "unsupported payload_encoding {encoding:?} (only \"base64\")")
+                write!(
+                    f,
+                    "unsupported payload_encoding {encoding:?} (only \"base64\")"
+                )
             }
             MessageError::PayloadNotBase64 => write!(f, "payload is not valid base64"),
             MessageError::Schema(reason) => {
@@ -162,7 +165,12 @@ fn topic_not_found() -> Reply {
 }
 
 /// The answer to an append: 202 once durable, 500 otherwise.
-fn append_reply(app: &App, outcome: Result<(), AppendError>, accepted: usize, batch: bool) -> Reply {
+fn append_reply(
+    app: &App,
+    outcome: Result<(), AppendError>,
+    accepted: usize,
+    batch: bool,
+) -> Reply {
     match outcome {
         Ok(()) => {
             app.metrics.ingress_accepted_records.inc_by(accepted as u64);
@@ -302,7 +310,10 @@ fn encoding(header: Option<&str>) -> Result<Encoding, Reply> {
 }
 
 fn not_valid(name: &str, error: impl fmt::Display) -> Reply {
-    Reply::error(400, &format!("invalid argument: body is not valid {name}: {error}"))
+    Reply::error(
+        400,
+        &format!("invalid argument: body is not valid {name}: {error}"),
+    )
 }
 
 fn decoded_too_large() -> Reply {
@@ -428,7 +439,10 @@ async fn produce_many(
     let mut checked = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
         let message = check_batch_message(app, topic, message).map_err(|error| {
-            Reply::error(400, &format!("invalid argument: messages[{index}]: {error}"))
+            Reply::error(
+                400,
+                &format!("invalid argument: messages[{index}]: {error}"),
+            )
         })?;
         checked.push(message);
     }
@@ -453,7 +467,10 @@ fn parse_batch(bytes: &[u8]) -> Result<BatchRequest<'_>, Reply> {
                     &format!("invalid argument: too many messages (max {BATCH_MESSAGES_MAX})"),
                 )
             } else {
-                Reply::error(400, &format!("invalid argument: invalid JSON body: {error}"))
+                Reply::error(
+                    400,
+                    &format!("invalid argument: invalid JSON body: {error}"),
+                )
             }
         })
 }

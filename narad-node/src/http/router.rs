@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::{consume, ops, produce, topics, App, Body, Reply, BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX};
+use super::{
+    consume, ops, produce, topics, App, Body, Reply, BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX,
+};
 use crate::metrics::{HttpLabels, RouteLabels};
 
 type AppState = State<Arc<App>>;
@@ -131,9 +133,9 @@ async fn produce_batch(
         .get(header::CONTENT_ENCODING)
         .map(|value| value.to_str().unwrap_or("(not ASCII)").to_string());
     match read_body(body, BATCH_BODY_BYTES_MAX).await {
-        Ok(body) => into_response(
-            produce::produce_batch(&app, &topic, encoding.as_deref(), body).await,
-        ),
+        Ok(body) => {
+            into_response(produce::produce_batch(&app, &topic, encoding.as_deref(), body).await)
+        }
         Err(response) => response,
     }
 }
@@ -204,7 +206,10 @@ async fn observe(State(app): AppState, request: Request, next: Next) -> Response
         .get_or_create(&labels)
         .observe(elapsed);
     let route = RouteLabels { route };
-    metrics.http_request_bytes_in.get_or_create(&route).inc_by(bytes_in);
+    metrics
+        .http_request_bytes_in
+        .get_or_create(&route)
+        .inc_by(bytes_in);
     metrics
         .http_response_bytes_out
         .get_or_create(&route)

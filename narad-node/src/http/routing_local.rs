@@ -61,7 +61,10 @@ impl KeylessRotations {
     /// The next partition of `topic`'s rotation.
     pub fn next(&self, topic: TopicId, partitions: u32) -> PartitionId {
         assert!(partitions > 0, "topics have at least one partition");
-        let mut inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         inner.uses += 1;
         let uses = inner.uses;
         if !inner.topics.contains_key(&topic) {

@@ -33,9 +33,11 @@ pub fn compile(text: &str) -> Result<Validator, String> {
 
 /// Checks a payload against a compiled schema; the message names the first violation.
 pub fn check_payload(validator: &Validator, payload: &[u8]) -> Result<(), String> {
-    let value: Value = serde_json::from_slice(payload)
-        .map_err(|error| format!("payload is not JSON: {error}"))?;
-    validator.validate(&value).map_err(|error| error.to_string())
+    let value: Value =
+        serde_json::from_slice(payload).map_err(|error| format!("payload is not JSON: {error}"))?;
+    validator
+        .validate(&value)
+        .map_err(|error| error.to_string())
 }
 
 /// Whether `new` may replace `old` (see the module doc).
@@ -125,7 +127,10 @@ impl SchemaCache {
         schema_version: u32,
         text: &str,
     ) -> Result<Arc<Validator>, String> {
-        let mut inner = self.inner.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         inner.clock += 1;
         let now = inner.clock;
         if let Some(entry) = inner.entries.get_mut(&topic) {
@@ -161,7 +166,8 @@ impl SchemaCache {
 mod tests {
     use super::*;
 
-    const ORDER: &str = r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}"#;
+    const ORDER: &str =
+        r#"{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}"#;
 
     #[test]
     fn payloads_are_checked_against_the_schema() {
@@ -185,7 +191,8 @@ mod tests {
 
     #[test]
     fn compatible_changes_pass_and_breaking_ones_are_named() {
-        let loosened = r#"{"type":"object","properties":{"id":{"type":"integer"},"note":{"type":"string"}}}"#;
+        let loosened =
+            r#"{"type":"object","properties":{"id":{"type":"integer"},"note":{"type":"string"}}}"#;
         assert_eq!(check_compatible(ORDER, loosened), Ok(()));
         assert_eq!(
             check_compatible(ORDER, r#"{"type":"array"}"#),

@@ -67,14 +67,21 @@ fn parse_json<T: DeserializeOwned>(body: Body) -> Result<T, Reply> {
     let value = T::deserialize(&mut deserializer)
         .and_then(|value| deserializer.end().map(|()| value))
         .map_err(|error| {
-            Reply::error(400, &format!("invalid argument: invalid JSON body: {error}"))
+            Reply::error(
+                400,
+                &format!("invalid argument: invalid JSON body: {error}"),
+            )
         })?;
     Ok(value)
 }
 
 fn non_negative(name: &str, value: i64) -> Result<u64, Reply> {
-    u64::try_from(value)
-        .map_err(|_| Reply::error(400, &format!("invalid argument: {name} must not be negative")))
+    u64::try_from(value).map_err(|_| {
+        Reply::error(
+            400,
+            &format!("invalid argument: {name} must not be negative"),
+        )
+    })
 }
 
 fn count(name: &str, value: i64) -> Result<u32, Reply> {
@@ -132,12 +139,17 @@ async fn create(app: &App, body: Body) -> Result<Reply, Reply> {
         ));
     }
     let partitions = match non_negative("partitions", request.partitions)? {
-        value if value > u64::from(u32::MAX) => return Err(topic_error(&TopicError::PartitionsOutOfRange)),
+        value if value > u64::from(u32::MAX) => {
+            return Err(topic_error(&TopicError::PartitionsOutOfRange))
+        }
         value => value as u32,
     };
     let settings = TopicSettings {
         retention_ms: non_negative("retention_ms", request.retention_ms)?,
-        visibility_timeout_ms: non_negative("visibility_timeout_ms", request.visibility_timeout_ms)?,
+        visibility_timeout_ms: non_negative(
+            "visibility_timeout_ms",
+            request.visibility_timeout_ms,
+        )?,
         max_in_flight_per_partition: count(
             "max_in_flight_per_partition",
             request.max_in_flight_per_partition,
@@ -228,7 +240,9 @@ fn list(app: &App, query: Option<&str>) -> Result<Reply, Reply> {
     let limit = match query.single("limit")? {
         None => LIST_LIMIT_DEFAULT,
         Some(value) => match value.parse::<i64>() {
-            Ok(limit) if limit >= 1 => usize::try_from(limit).unwrap_or(usize::MAX).min(LIST_LIMIT_MAX),
+            Ok(limit) if limit >= 1 => usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .min(LIST_LIMIT_MAX),
             _ => {
                 return Err(Reply::error(
                     400,
@@ -296,7 +310,10 @@ async fn alter(app: &App, name: &str, body: Body) -> Result<Reply, Reply> {
     };
     if let (Some(old), Some(new)) = (&current.schema, &change.schema) {
         schema::check_compatible(old, new).map_err(|reason| {
-            Reply::error(400, &format!("invalid argument: incompatible schema: {reason}"))
+            Reply::error(
+                400,
+                &format!("invalid argument: incompatible schema: {reason}"),
+            )
         })?;
     }
     match app.metastore.propose(Command::AlterTopic(change)).await {
@@ -320,7 +337,10 @@ pub async fn delete_topic(app: &App, name: &str) -> Reply {
 
 /// A topic command answered with another command's outcome: a bug in the host, answered 500.
 fn unreachable_applied(applied: Applied) -> Result<Reply, Reply> {
-    tracing::error!(?applied, "metastore answered a topic command with another outcome");
+    tracing::error!(
+        ?applied,
+        "metastore answered a topic command with another outcome"
+    );
     Err(Reply::error(500, "topic update failed"))
 }
 

@@ -157,9 +157,17 @@ impl Metastore {
 
     /// Waits until the replica has applied everything its log held at start-up (or failed).
     pub async fn wait_caught_up(&self) -> Result<(), ProposeError> {
+        self.wait_until(|view| view.caught_up).await
+    }
+
+    /// Waits until the view satisfies `predicate`; fails if the metastore latched or stopped first.
+    pub async fn wait_until(
+        &self,
+        mut predicate: impl FnMut(&MetaView) -> bool,
+    ) -> Result<(), ProposeError> {
         let mut view = self.view.clone();
         let result = view
-            .wait_for(|view| view.caught_up || view.failed.is_some())
+            .wait_for(|view| predicate(view) || view.failed.is_some())
             .await;
         match result {
             Ok(view) => match &view.failed {
@@ -300,7 +308,8 @@ impl Host {
         let mut node = RawNode::new(&config, storage, &slog_bridge::logger())
             .map_err(|error| corrupt(error.to_string()))?;
         if voters == [id] {
-            node.campaign().map_err(|error| corrupt(error.to_string()))?;
+            node.campaign()
+                .map_err(|error| corrupt(error.to_string()))?;
         }
         let mut boot_rng = ChaCha8Rng::from_os_rng();
         let caught_up = snapshot_index >= last_index;
@@ -424,7 +433,10 @@ impl Host {
     /// Single voter: raft never has messages to send. The cluster issue routes them to peers.
     fn send_messages(&self, messages: Vec<raft::eraftpb::Message>) {
         for message in messages {
-            tracing::error!(to = message.to, "metastore has no transport for a raft message yet");
+            tracing::error!(
+                to = message.to,
+                "metastore has no transport for a raft message yet"
+            );
         }
     }
 
@@ -436,7 +448,10 @@ impl Host {
         if entries.is_empty() && hard_state.is_none() {
             return Ok(());
         }
-        let mut disk = self.disk.take().expect("the host owns its disk between turns");
+        let mut disk = self
+            .disk
+            .take()
+            .expect("the host owns its disk between turns");
         let (disk, result) = tokio::task::spawn_blocking(move || {
             let result = disk.append(&entries).and_then(|()| match &hard_state {
                 Some(hard_state) => disk.store_hard_state(hard_state),
@@ -535,7 +550,10 @@ impl Host {
             learners: conf_state.learners.clone(),
             state: self.state.encode_snapshot(),
         };
-        let mut disk = self.disk.take().expect("the host owns its disk between turns");
+        let mut disk = self
+            .disk
+            .take()
+            .expect("the host owns its disk between turns");
         let (disk, result) = tokio::task::spawn_blocking(move || {
             let result = disk.store_snapshot(&snapshot, &above);
             (disk, result)

@@ -266,13 +266,14 @@ fn decode_entry(body: &[u8]) -> Option<Entry> {
     let data = reader.u32_prefixed().ok()?.to_vec();
     let context = reader.u32_prefixed().ok()?.to_vec();
     reader.finish().ok()?;
-    let mut entry = Entry::default();
-    entry.term = term;
-    entry.index = index;
-    entry.entry_type = entry_type;
-    entry.data = data.into();
-    entry.context = context.into();
-    Some(entry)
+    Some(Entry {
+        term,
+        index,
+        entry_type,
+        data: data.into(),
+        context: context.into(),
+        ..Entry::default()
+    })
 }
 
 /// Reads the log's frames: the entries above `snapshot_index`, and the length of the good prefix.
@@ -288,7 +289,9 @@ fn replay_log(bytes: &[u8], snapshot_index: u64) -> Result<(Vec<Entry>, u64), Me
         if let Some(position) = entries.iter().position(|kept| kept.index >= entry.index) {
             entries.truncate(position);
         }
-        let expected = entries.last().map_or(snapshot_index + 1, |last| last.index + 1);
+        let expected = entries
+            .last()
+            .map_or(snapshot_index + 1, |last| last.index + 1);
         if entry.index != expected {
             return Err(corrupt(
                 "log",
@@ -325,11 +328,12 @@ fn decode_hard_state(bytes: &[u8]) -> Result<HardState, String> {
     if crc32fast::hash(&bytes[..24]) != crc {
         return Err("checksum mismatch".to_string());
     }
-    let mut hard_state = HardState::default();
-    hard_state.term = term;
-    hard_state.vote = vote;
-    hard_state.commit = commit;
-    Ok(hard_state)
+    Ok(HardState {
+        term,
+        vote,
+        commit,
+        ..HardState::default()
+    })
 }
 
 fn encode_snapshot(snapshot: &StoredSnapshot) -> Vec<u8> {
@@ -389,12 +393,13 @@ mod tests {
     use super::*;
 
     fn entry(term: u64, index: u64, data: &[u8]) -> Entry {
-        let mut entry = Entry::default();
-        entry.term = term;
-        entry.index = index;
-        entry.data = data.to_vec().into();
-        entry.context = vec![index as u8].into();
-        entry
+        Entry {
+            term,
+            index,
+            data: data.to_vec().into(),
+            context: vec![index as u8].into(),
+            ..Entry::default()
+        }
     }
 
     fn open(disk: &SimDisk) -> (MetaDisk, Recovered) {
@@ -402,11 +407,12 @@ mod tests {
     }
 
     fn hard_state(term: u64, vote: u64, commit: u64) -> HardState {
-        let mut hs = HardState::default();
-        hs.term = term;
-        hs.vote = vote;
-        hs.commit = commit;
-        hs
+        HardState {
+            term,
+            vote,
+            commit,
+            ..HardState::default()
+        }
     }
 
     #[test]
@@ -463,7 +469,10 @@ mod tests {
         assert_eq!(disk.len("metastore/log").unwrap(), good);
         meta.append(&[entry(1, 2, b"c")]).unwrap();
         let (_meta, recovered) = open(&disk);
-        assert_eq!(recovered.entries, vec![entry(1, 1, b"a"), entry(1, 2, b"c")]);
+        assert_eq!(
+            recovered.entries,
+            vec![entry(1, 1, b"a"), entry(1, 2, b"c")]
+        );
     }
 
     #[test]
@@ -486,7 +495,10 @@ mod tests {
             .unwrap();
         meta.append(&[entry(2, 2, b"B")]).unwrap();
         let (_meta, recovered) = open(&disk);
-        assert_eq!(recovered.entries, vec![entry(1, 1, b"a"), entry(2, 2, b"B")]);
+        assert_eq!(
+            recovered.entries,
+            vec![entry(1, 1, b"a"), entry(2, 2, b"B")]
+        );
     }
 
     #[test]
@@ -542,7 +554,8 @@ mod tests {
             learners: vec![],
             state: b"s".to_vec(),
         };
-        meta.replace("snapshot", &encode_snapshot(&snapshot)).unwrap();
+        meta.replace("snapshot", &encode_snapshot(&snapshot))
+            .unwrap();
         let (_meta, recovered) = open(&disk);
         assert_eq!(recovered.entries, entries[2..].to_vec());
     }

@@ -30,6 +30,10 @@ async fn open(disk: &SimDisk, options: MetastoreOptions) -> Metastore {
         .unwrap();
     metastore.wait_caught_up().await.unwrap();
     metastore
+        .wait_until(|view| view.state.members().contains_key(&NodeId(1)))
+        .await
+        .unwrap();
+    metastore
 }
 
 fn created_id(result: Result<Applied, ProposeError>) -> TopicId {
@@ -75,7 +79,10 @@ async fn topics_survive_a_restart_and_ids_keep_counting() {
     disk.crash();
     let metastore = open(&disk, options()).await;
     let view = metastore.view();
-    assert_eq!(view.state.topic("a").map(|topic| topic.id), Some(TopicId(1)));
+    assert_eq!(
+        view.state.topic("a").map(|topic| topic.id),
+        Some(TopicId(1))
+    );
     assert_eq!(view.state.topic("b"), None);
     assert_eq!(created_id(metastore.propose(create("b")).await), TopicId(3));
 }
@@ -96,8 +103,14 @@ async fn a_snapshot_keeps_the_state_and_shortens_the_log() {
     let metastore = open(&disk, options).await;
     let view = metastore.view();
     assert_eq!(view.state.topic_count(), 12);
-    assert_eq!(view.state.topic("t11").map(|topic| topic.id), Some(TopicId(12)));
-    assert_eq!(created_id(metastore.propose(create("t12")).await), TopicId(13));
+    assert_eq!(
+        view.state.topic("t11").map(|topic| topic.id),
+        Some(TopicId(12))
+    );
+    assert_eq!(
+        created_id(metastore.propose(create("t12")).await),
+        TopicId(13)
+    );
 }
 
 #[tokio::test]
