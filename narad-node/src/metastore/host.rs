@@ -131,9 +131,7 @@ impl Metastore {
         disk: Arc<dyn Disk>,
         options: MetastoreOptions,
     ) -> Result<Metastore, MetaStorageError> {
-        let (meta_disk, recovered) = tokio::task::spawn_blocking(move || MetaDisk::open(disk))
-            .await
-            .expect("metastore open does not panic")?;
+        let (meta_disk, recovered) = blocking(move || MetaDisk::open(disk)).await?;
         if recovered.torn_bytes > 0 {
             tracing::warn!(
                 torn_bytes = recovered.torn_bytes,
@@ -213,6 +211,22 @@ impl Metastore {
         };
         if let Err(error) = self.propose(command).await {
             tracing::error!(%error, "could not add this node to the metastore members");
+        }
+    }
+}
+
+/// Runs disk work off the async workers: on the blocking pool, or inline under madsim (whose disk is in
+/// memory, and which has no blocking pool).
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    #[cfg(madsim)]
+    {
+        work()
+    }
+    #[cfg(not(madsim))]
+    {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(value) => value,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
         }
     }
 }
@@ -452,15 +466,14 @@ impl Host {
             .disk
             .take()
             .expect("the host owns its disk between turns");
-        let (disk, result) = tokio::task::spawn_blocking(move || {
+        let (disk, result) = blocking(move || {
             let result = disk.append(&entries).and_then(|()| match &hard_state {
                 Some(hard_state) => disk.store_hard_state(hard_state),
                 None => Ok(()),
             });
             (disk, result)
         })
-        .await
-        .expect("metastore persist does not panic");
+        .await;
         self.disk = Some(disk);
         result.map_err(|fault| format!("metastore disk failure: {fault}"))
     }
@@ -554,12 +567,11 @@ impl Host {
             .disk
             .take()
             .expect("the host owns its disk between turns");
-        let (disk, result) = tokio::task::spawn_blocking(move || {
+        let (disk, result) = blocking(move || {
             let result = disk.store_snapshot(&snapshot, &above);
             (disk, result)
         })
-        .await
-        .expect("metastore snapshot does not panic");
+        .await;
         self.disk = Some(disk);
         match result {
             Ok(()) => {
