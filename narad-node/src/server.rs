@@ -4,7 +4,7 @@
 //!
 //! Start-up order: bind the listener (so `/readyz` answers 503 while recovering instead of refusing
 //! connections), open the metastore, serve, and mark ready once the metastore replica has applied its
-//! whole log again. The produce path's recovery (WAL, checkpoint, partition logs) joins that readiness
+//! whole log again and lists this node as a member (so every partition has an owner). The produce path's recovery (WAL, checkpoint, partition logs) joins that readiness
 //! condition at integration.
 //!
 //! INTERIM until the produce path is merged: the metastore runs over [`InterimDisk`] (the node's
@@ -64,8 +64,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         "http listening"
     );
     let recovering = app.clone();
+    let node_id = NodeId(config.cluster.node_id);
     tokio::spawn(async move {
-        match recovering.metastore.wait_caught_up().await {
+        let recovered = recovering
+            .metastore
+            .wait_until(|view| view.caught_up && view.state.members().contains_key(&node_id))
+            .await;
+        match recovered {
             Ok(()) => {
                 recovering.set_ready();
                 tracing::info!("ready");
