@@ -315,6 +315,9 @@ mod sim {
         if !r.unseen.is_empty() {
             println!("  unseen ids: {}", ids(&r.unseen));
         }
+        for detail in &outcome.details {
+            println!("  {detail}");
+        }
         for anomaly in r.phantoms.iter().take(DETAILS_MAX) {
             println!("  phantom {anomaly}");
         }

@@ -52,6 +52,8 @@ pub struct RunOutcome {
     pub crashes: u64,
     /// Records whose produce got a 202.
     pub accepted: u64,
+    /// What the ledger knows about the first lost and unseen records.
+    pub details: Vec<String>,
 }
 
 impl RunOutcome {

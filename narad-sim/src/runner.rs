@@ -8,7 +8,8 @@
 //!    it is sent), a churn task deletes and recreates churning topics, and the injector applies the
 //!    schedule: crash (`Handle::kill` and [`SimDisk::crash`] in one instant, restart later), pause, disk
 //!    error episodes ([`SimDisk`] fault rules on the node's path prefixes), slow-disk episodes
-//!    ([`SimIo`]), bit rot ([`SimDisk::rot_random`], whose victims are excused in the ledger);
+//!    ([`SimIo`]), bit rot ([`SimDisk::rot`] at a place the harness draws; its victims are excused in the
+//!    ledger);
 //! 4. **liveness phase**: every fault heals (rules cleared, node resumed or restarted); once the node's
 //!    backlog is 0 — or at the liveness deadline at the latest — every partition is read;
 //! 5. a **final crash** and restart, a settle period, and a second read;
@@ -50,6 +51,8 @@ const ADMIN_RETRY: Duration = Duration::from_millis(100);
 const READ_RECORDS_MAX: usize = 1000;
 /// Read calls per partition before the harness gives up on it (a bound on a node serving forever).
 const READ_CALLS_MAX: usize = 100_000;
+/// Records of each failure category described in a run's details.
+const DETAILS_MAX: usize = 10;
 /// A connection to a node that is down is refused after this long.
 const REFUSED_DELAY: Duration = Duration::from_millis(1);
 
@@ -263,6 +266,10 @@ struct World<N: SimNode> {
     produce_calls: Mutex<u64>,
     /// Disk fault episodes in force: (episode id, rule).
     disk_rules: Mutex<Vec<(u64, FaultRule)>>,
+    /// Chooses where bit rot strikes.
+    rot_rng: Mutex<ChaCha8Rng>,
+    /// Every (file, offset) bit rot struck.
+    rot_spots: Mutex<Vec<(String, u64)>>,
 }
 
 impl<N: SimNode> World<N> {
@@ -489,6 +496,7 @@ impl<N: SimNode> World<N> {
                     self.probe.event("fault", format_args!("skip: node is down"));
                     return;
                 }
+                self.excuse_behind_rot();
                 self.server.crash("scheduled");
                 let generation = lock(&self.server.state).generation;
                 tokio::spawn(async move {
@@ -577,28 +585,66 @@ impl<N: SimNode> World<N> {
     }
 
     /// Flips a bit of synced data and excuses the records it may destroy: the struck payload and
-    /// every payload after it in that file (a reader or recovery may stop at the damaged frame).
+    /// every payload after it in that file (a reader or recovery may stop at the damaged frame). The
+    /// victims are found in the image *before* the flip, so a flip inside a payload header cannot hide
+    /// its own record.
     fn rot(&self, target: Target) {
         let prefix = self.prefix(target);
-        let Some((path, offset)) = self.server.disk.rot_random(&prefix) else {
+        let disk = &self.server.disk;
+        let candidates: Vec<(String, Vec<u8>)> = disk
+            .paths()
+            .into_iter()
+            .filter(|path| path.starts_with(prefix.as_str()))
+            .filter_map(|path| {
+                let image = disk.durable_image(&path)?;
+                (!image.is_empty()).then_some((path, image))
+            })
+            .collect();
+        if candidates.is_empty() {
             self.probe
                 .event("fault", format_args!("bit-rot: no synced data under {prefix:?}"));
             return;
+        }
+        let (path, image, offset, bit) = {
+            let mut rng = lock(&self.rot_rng);
+            let (path, image) = &candidates[rng.random_range(0..candidates.len())];
+            let offset = rng.random_range(0..image.len() as u64);
+            (path.clone(), image, offset, rng.random_range(0..8u8))
         };
-        let image = self.server.disk.durable_image(&path).unwrap_or_default();
-        let victims: Vec<u64> = payload::scan(&image)
+        let victims: Vec<u64> = payload::scan(image)
             .into_iter()
             .filter(|found| found.end > offset)
             .map(|found| found.id)
             .collect();
+        let flipped = disk.rot(&path, offset, bit);
+        lock(&self.rot_spots).push((path.clone(), offset));
         self.probe.event(
             "fault",
             format_args!(
-                "bit-rot {path}@{offset}: {} records excused",
+                "bit-rot {path}@{offset} bit {bit} (flipped: {flipped}): {} records excused",
                 victims.len()
             ),
         );
         lock(&self.ledger).rotted(victims);
+    }
+
+    /// Excuses records written after a rot spot in its file since it struck: a reader or a recovery
+    /// that stops at the damaged frame never reaches them. Runs before every crash (recovery may
+    /// truncate the file at the damage) and before every observation. Lenient on purpose: a file
+    /// truncated at the damage and appended again has its new records excused too.
+    fn excuse_behind_rot(&self) {
+        let spots = lock(&self.rot_spots).clone();
+        for (path, offset) in spots {
+            let Some(image) = self.server.disk.durable_image(&path) else {
+                continue;
+            };
+            let victims: Vec<u64> = payload::scan(&image)
+                .into_iter()
+                .filter(|found| found.end > offset)
+                .map(|found| found.id)
+                .collect();
+            lock(&self.ledger).rotted(victims);
+        }
     }
 
     /// Ends every fault: the liveness phase starts.
@@ -694,6 +740,7 @@ impl<N: SimNode> World<N> {
             }
             tokio::time::sleep(STATUS_POLL).await;
         }
+        self.excuse_behind_rot();
         let observation = self.read_all().await;
         let missing = lock(&self.ledger).missing(&observation);
         let now = sim_now_ns();
@@ -705,6 +752,7 @@ impl<N: SimNode> World<N> {
             return observation;
         }
         tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;
+        self.excuse_behind_rot();
         let observation = self.read_all().await;
         self.probe.event(
             "harness",
@@ -766,6 +814,8 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
         errors: Mutex::new(Vec::new()),
         produce_calls: Mutex::new(0),
         disk_rules: Mutex::new(Vec::new()),
+        rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
+        rot_spots: Mutex::new(Vec::new()),
         spec,
     });
 
@@ -804,6 +854,7 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
 
     // Final crash: what was visible must also be durable.
     let after_final = if world.spec.scenario.phases.final_crash {
+        world.excuse_behind_rot();
         server.crash("final");
         server.restart();
         let settle_deadline_ns =
@@ -826,6 +877,25 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
             report.reroutes
         ),
     );
+    let details = {
+        let ledger = lock(&world.ledger);
+        let mut details = Vec::new();
+        for (kind, ids) in [("lost", &report.lost), ("unseen", &report.unseen)] {
+            for &id in ids.iter().take(DETAILS_MAX) {
+                if let Some(entry) = ledger.record(id) {
+                    details.push(format!(
+                        "{kind} record {id}: {}#{} aimed at {:?}, call #{} {}",
+                        entry.topic,
+                        entry.topic_id,
+                        entry.aimed_at.map(|p| p.0),
+                        entry.attempt.0,
+                        ledger.outcome_of(id).map_or("?", Outcome::name)
+                    ));
+                }
+            }
+        }
+        details
+    };
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
     RunOutcome {
@@ -841,5 +911,6 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
         sim_ns: sim_now_ns(),
         produce_calls,
         crashes: u64::from(server.crashes.load(Ordering::Relaxed)),
+        details,
     }
 }
