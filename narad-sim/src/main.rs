@@ -143,7 +143,11 @@ fn resolve_scenario(arg: &str) -> Result<PathBuf, String> {
         return Ok(direct);
     }
     let dir = root().join("scenarios");
-    for candidate in [dir.join(arg), dir.join(format!("{arg}.toml"))] {
+    for candidate in [
+        root().join(arg),
+        dir.join(arg),
+        dir.join(format!("{arg}.toml")),
+    ] {
         if candidate.is_file() {
             return Ok(candidate);
         }
@@ -152,6 +156,15 @@ fn resolve_scenario(arg: &str) -> Result<PathBuf, String> {
 }
 
 #[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
+/// A path as replay commands show it: relative to the repository root when it is inside it.
+#[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
+fn shown(path: &Path) -> String {
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
 /// Every `*.toml` directly in `dir`, sorted.
 fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let entries =
@@ -217,7 +230,7 @@ mod sim {
     };
 
     use super::{
-        resolve_scenario, root, toml_files, NodeKind, ReplayArgs, RunArgs, ShrinkArgs, SweepArgs,
+        resolve_scenario, root, shown, toml_files, NodeKind, ReplayArgs, RunArgs, ShrinkArgs, SweepArgs,
     };
 
     /// How many ids of each failure category a run report lists.
@@ -352,7 +365,7 @@ mod sim {
             .ok_or("--seed is required (the scenario is not a regression file)")?;
         let spec = RunSpec {
             scenario,
-            scenario_path: path.display().to_string(),
+            scenario_path: shown(&path),
             seed,
             plant_bug: args.plant_bug,
             trace: args.trace,
@@ -407,7 +420,7 @@ mod sim {
                     scenario: index,
                     spec: RunSpec {
                         scenario: scenario.clone(),
-                        scenario_path: path.display().to_string(),
+                        scenario_path: shown(path),
                         seed,
                         plant_bug: args.plant_bug,
                         trace: false,
@@ -470,7 +483,7 @@ mod sim {
         let (path, scenario) = load(&args.scenario)?;
         let base = RunSpec {
             scenario: scenario.clone(),
-            scenario_path: path.display().to_string(),
+            scenario_path: shown(&path),
             seed: args.seed,
             plant_bug: args.plant_bug,
             trace: false,
@@ -534,7 +547,7 @@ mod sim {
         });
         let text = format!(
             "# Written by `narad-sim shrink`; replay with `ci/sim replay {}`.\n{}",
-            out.display(),
+            shown(&out),
             regression.to_toml()
         );
         Scenario::parse(&text).map_err(|e| format!("the regression file does not parse: {e}"))?;
@@ -550,7 +563,7 @@ mod sim {
         });
         println!(
             "wrote {} (re-run: {})",
-            out.display(),
+            shown(&out),
             if check.failed() { "fails as expected" } else { "PASSES: not a reproduction" }
         );
         Ok(if check.failed() {
@@ -581,7 +594,7 @@ mod sim {
             }
             let spec = RunSpec {
                 scenario,
-                scenario_path: path.display().to_string(),
+                scenario_path: shown(&path),
                 seed: regression.seed,
                 plant_bug: bug,
                 trace: false,
@@ -601,7 +614,7 @@ mod sim {
                 println!(
                     "{} {} seed={} plant_bug={}: {} (expected {})",
                     if ok { "ok  " } else { "MISMATCH" },
-                    path.display(),
+                    shown(path),
                     spec.seed,
                     plant_bug.map_or("none", PlantedBug::name),
                     if outcome.failed() {

@@ -359,11 +359,17 @@ impl<N: SimNode> World<N> {
         let topic = &self.topics[rng.random_range(0..self.topics.len())];
         let mode = pick_weighted(rng, &self.knobs.mode_weights).expect("weights are not all 0");
         let batch = pick_weighted(rng, &self.knobs.shape_weights) == Some(1);
-        let count = if batch {
+        let mut count = if batch {
             self.knobs.batch_records.draw(rng)
         } else {
             1
         };
+        if let Some(max) = self.spec.scenario.workload.records_max {
+            count = count.min(max.saturating_sub(lock(&self.ledger).len() as u64));
+            if count == 0 {
+                return;
+            }
+        }
         let _gate = topic.gate.read().await;
         let Some(topic_id) = *lock(&topic.current) else {
             return;
@@ -419,6 +425,14 @@ impl<N: SimNode> World<N> {
         );
     }
 
+    fn records_exhausted(&self) -> bool {
+        self.spec
+            .scenario
+            .workload
+            .records_max
+            .is_some_and(|max| lock(&self.ledger).len() as u64 >= max)
+    }
+
     async fn producer(self: Arc<Self>, index: u64) {
         let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(
             self.spec.seed,
@@ -428,7 +442,7 @@ impl<N: SimNode> World<N> {
         loop {
             let unit: f64 = rng.random_range(f64::EPSILON..1.0);
             tokio::time::sleep(Duration::from_nanos((-unit.ln() * mean_gap_ns) as u64)).await;
-            if sim_now_ns() >= self.safety_end_ns {
+            if sim_now_ns() >= self.safety_end_ns || self.records_exhausted() {
                 return;
             }
             self.produce_once(&mut rng).await;

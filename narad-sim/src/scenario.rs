@@ -158,6 +158,9 @@ pub struct Workload {
     pub churn_every_ms: Span,
     /// A client gives up on a call after this long (an ambiguous outcome).
     pub timeout_ms: u64,
+    /// Stop producing once this many records were sent (the safety phase still runs its length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_max: Option<u64>,
 }
 
 fn default_churn_every_ms() -> Span {
@@ -314,7 +317,7 @@ impl Scenario {
 
     /// Serializes the scenario back to TOML (used to write regression files).
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("a scenario always serializes")
+        toml::to_string(self).expect("a scenario always serializes")
     }
 
     /// Checks every limit and relation the harness relies on.
