@@ -217,7 +217,10 @@ impl Ledger {
         topic_id: TopicId,
         aimed_at: Option<PartitionId>,
     ) -> u64 {
-        assert!((attempt.0 as usize) < self.attempts.len(), "unknown attempt");
+        assert!(
+            (attempt.0 as usize) < self.attempts.len(),
+            "unknown attempt"
+        );
         self.records.push(RecordEntry {
             attempt,
             topic: topic.to_string(),

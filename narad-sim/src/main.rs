@@ -152,10 +152,12 @@ fn resolve_scenario(arg: &str) -> Result<PathBuf, String> {
             return Ok(candidate);
         }
     }
-    Err(format!("no scenario file {arg:?} (looked in . and {})", dir.display()))
+    Err(format!(
+        "no scenario file {arg:?} (looked in . and {})",
+        dir.display()
+    ))
 }
 
-#[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
 /// A path as replay commands show it: relative to the repository root when it is inside it.
 #[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
 fn shown(path: &Path) -> String {
@@ -166,9 +168,10 @@ fn shown(path: &Path) -> String {
 }
 
 /// Every `*.toml` directly in `dir`, sorted.
+#[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
 fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries =
-        std::fs::read_dir(dir).map_err(|error| format!("cannot list {}: {error}", dir.display()))?;
+    let entries = std::fs::read_dir(dir)
+        .map_err(|error| format!("cannot list {}: {error}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|entry| entry.ok().map(|entry| entry.path()))
         .filter(|path| path.is_file() && path.extension().is_some_and(|ext| ext == "toml"))
@@ -190,9 +193,11 @@ fn main() -> ExitCode {
 
 #[cfg(not(madsim))]
 fn execute(_cli: Cli) -> Result<ExitCode, String> {
-    Err("this binary was built without the simulator: build and run it with `ci/sim ARGS...` \
+    Err(
+        "this binary was built without the simulator: build and run it with `ci/sim ARGS...` \
          (RUSTFLAGS=\"--cfg madsim\", target dir target/sim, profile sim)"
-        .into())
+            .into(),
+    )
 }
 
 #[cfg(madsim)]
@@ -230,7 +235,8 @@ mod sim {
     };
 
     use super::{
-        resolve_scenario, root, shown, toml_files, NodeKind, ReplayArgs, RunArgs, ShrinkArgs, SweepArgs,
+        resolve_scenario, root, shown, toml_files, NodeKind, ReplayArgs, RunArgs, ShrinkArgs,
+        SweepArgs,
     };
 
     /// How many ids of each failure category a run report lists.
@@ -323,7 +329,11 @@ mod sim {
             shown.join(",")
         };
         if !r.lost.is_empty() {
-            println!("  lost ids: {} (vanished after the final crash: {})", ids(&r.lost), r.vanished.len());
+            println!(
+                "  lost ids: {} (vanished after the final crash: {})",
+                ids(&r.lost),
+                r.vanished.len()
+            );
         }
         if !r.unseen.is_empty() {
             println!("  unseen ids: {}", ids(&r.unseen));
@@ -379,8 +389,12 @@ mod sim {
                 trace: false,
                 ..spec.clone()
             });
-            if again.trace_hash == outcome.trace_hash && again.trace_events == outcome.trace_events {
-                println!("determinism: ok (trace_hash={:016x}, twice)", outcome.trace_hash);
+            if again.trace_hash == outcome.trace_hash && again.trace_events == outcome.trace_events
+            {
+                println!(
+                    "determinism: ok (trace_hash={:016x}, twice)",
+                    outcome.trace_hash
+                );
             } else {
                 println!(
                     "determinism: MISMATCH trace_hash {:016x} ({} events) then {:016x} ({} events)",
@@ -539,11 +553,17 @@ mod sim {
             shrunk_from: display_name(&path),
         });
         let out = args.out.clone().unwrap_or_else(|| {
-            let mut name = format!("{}-seed{}", display_name(&path).replace('/', "-"), args.seed);
+            let mut name = format!(
+                "{}-seed{}",
+                display_name(&path).replace('/', "-"),
+                args.seed
+            );
             if let Some(bug) = args.plant_bug {
                 name.push_str(&format!("-{bug}"));
             }
-            root().join("scenarios/regress").join(format!("{name}.toml"))
+            root()
+                .join("scenarios/regress")
+                .join(format!("{name}.toml"))
         });
         let text = format!(
             "# Written by `narad-sim shrink`; replay with `ci/sim replay {}`.\n{}",
@@ -564,7 +584,11 @@ mod sim {
         println!(
             "wrote {} (re-run: {})",
             shown(&out),
-            if check.failed() { "fails as expected" } else { "PASSES: not a reproduction" }
+            if check.failed() {
+                "fails as expected"
+            } else {
+                "PASSES: not a reproduction"
+            }
         );
         Ok(if check.failed() {
             ExitCode::SUCCESS
@@ -594,7 +618,7 @@ mod sim {
             }
             let spec = RunSpec {
                 scenario,
-                scenario_path: shown(&path),
+                scenario_path: shown(path),
                 seed: regression.seed,
                 plant_bug: bug,
                 trace: false,
@@ -658,10 +682,37 @@ mod tests {
     #[test]
     fn every_subcommand_parses() {
         for argv in [
-            &["narad-sim", "run", "--scenario", "basic", "--seed", "7", "--trace", "--check-determinism"][..],
-            &["narad-sim", "run", "--scenario", "basic", "--seed", "7", "--plant-bug", "ack-before-fsync"],
+            &[
+                "narad-sim",
+                "run",
+                "--scenario",
+                "basic",
+                "--seed",
+                "7",
+                "--trace",
+                "--check-determinism",
+            ][..],
+            &[
+                "narad-sim",
+                "run",
+                "--scenario",
+                "basic",
+                "--seed",
+                "7",
+                "--plant-bug",
+                "ack-before-fsync",
+            ],
             &["narad-sim", "sweep", "--seeds", "1..300", "--jobs", "2"],
-            &["narad-sim", "sweep", "--scenario", "a", "--scenario", "b", "--seeds", "1..=3"],
+            &[
+                "narad-sim",
+                "sweep",
+                "--scenario",
+                "a",
+                "--scenario",
+                "b",
+                "--seeds",
+                "1..=3",
+            ],
             &["narad-sim", "shrink", "--scenario", "basic", "--seed", "9"],
             &["narad-sim", "replay"],
         ] {

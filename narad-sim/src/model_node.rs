@@ -300,8 +300,7 @@ impl Shared {
         let mut by_partition: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
         let mut frames_by_partition: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (index, record) in records.into_iter().enumerate() {
-            if self.bug == Some(PlantedBug::RollDropsBatchTail) && count > 1 && index == count - 1
-            {
+            if self.bug == Some(PlantedBug::RollDropsBatchTail) && count > 1 && index == count - 1 {
                 continue;
             }
             let target = match (partition, &record.key) {
@@ -435,8 +434,7 @@ impl Shared {
         self.write_meta(&meta).await.map_err(|f| failed(&f))?;
         state.meta = meta;
         let removed = state.topics.remove(name);
-        self.probe
-            .event("node", format_args!("delete {name}#{id}"));
+        self.probe.event("node", format_args!("delete {name}#{id}"));
         if self.bug == Some(PlantedBug::StaleIncarnationIntoRecreatedTopic) {
             return Ok(());
         }
@@ -475,7 +473,11 @@ impl Shared {
             let (at, len) = log.frames[offset];
             let bytes = self
                 .disk
-                .read_at(&log.path, at, (FRAME_HEADER_BYTES + u64::from(len)) as usize)
+                .read_at(
+                    &log.path,
+                    at,
+                    (FRAME_HEADER_BYTES + u64::from(len)) as usize,
+                )
                 .map_err(|f| failed(&f))?;
             if frame_at(&bytes, 0, check_crc) != Some(len) {
                 self.probe.event(

@@ -94,4 +94,3 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         "panic with a non-text payload".to_string()
     }
 }
-

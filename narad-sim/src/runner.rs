@@ -214,8 +214,10 @@ impl<N: SimNode> Server<N> {
         state.paused = false;
         state.generation += 1;
         self.crashes.fetch_add(1, Ordering::Relaxed);
-        self.probe
-            .event("fault", format_args!("crash ({why}): node killed, disk crashed"));
+        self.probe.event(
+            "fault",
+            format_args!("crash ({why}): node killed, disk crashed"),
+        );
     }
 
     fn restart(&self) {
@@ -384,7 +386,8 @@ impl<N: SimNode> World<N> {
             for _ in 0..count {
                 let key = (mode == 0)
                     .then(|| format!("k{}", rng.random_range(0..self.knobs.keys)).into_bytes());
-                let aimed = explicit.or_else(|| key.as_deref().map(|k| key_partition(k, partitions)));
+                let aimed =
+                    explicit.or_else(|| key.as_deref().map(|k| key_partition(k, partitions)));
                 let id = ledger.add_record(attempt, &topic.spec.name, topic_id, aimed);
                 let size = self.knobs.payload_bytes.draw(rng) as usize;
                 records.push(ProduceRecord {
@@ -434,10 +437,8 @@ impl<N: SimNode> World<N> {
     }
 
     async fn producer(self: Arc<Self>, index: u64) {
-        let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(
-            self.spec.seed,
-            &format!("producer/{index}"),
-        ));
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(derive_seed(self.spec.seed, &format!("producer/{index}")));
         let mean_gap_ns = 1e9 * self.knobs.producers as f64 / self.knobs.rate_per_s as f64;
         loop {
             let unit: f64 = rng.random_range(f64::EPSILON..1.0);
@@ -471,7 +472,10 @@ impl<N: SimNode> World<N> {
             self.probe
                 .event("client", format_args!("churn {}#{old}", topic.spec.name));
             if !self.delete_topic(topic, old, hard_deadline_ns).await {
-                self.error(format!("topic {}#{old} could not be deleted", topic.spec.name));
+                self.error(format!(
+                    "topic {}#{old} could not be deleted",
+                    topic.spec.name
+                ));
                 return;
             }
             lock(&self.ledger).incarnation_deleted(old);
@@ -507,7 +511,8 @@ impl<N: SimNode> World<N> {
         match event {
             FaultEvent::Crash { down_ms, .. } => {
                 if lock(&self.server.state).down {
-                    self.probe.event("fault", format_args!("skip: node is down"));
+                    self.probe
+                        .event("fault", format_args!("skip: node is down"));
                     return;
                 }
                 self.excuse_behind_rot();
@@ -615,8 +620,10 @@ impl<N: SimNode> World<N> {
             })
             .collect();
         if candidates.is_empty() {
-            self.probe
-                .event("fault", format_args!("bit-rot: no synced data under {prefix:?}"));
+            self.probe.event(
+                "fault",
+                format_args!("bit-rot: no synced data under {prefix:?}"),
+            );
             return;
         }
         let (path, image, offset, bit) = {
@@ -700,7 +707,8 @@ impl<N: SimNode> World<N> {
             let result = self
                 .server
                 .call(ADMIN_TIMEOUT, move |node| async move {
-                    node.read(&read_name, partition, from, READ_RECORDS_MAX).await
+                    node.read(&read_name, partition, from, READ_RECORDS_MAX)
+                        .await
                 })
                 .await;
             let batch = match result {
@@ -761,7 +769,10 @@ impl<N: SimNode> World<N> {
         if missing == 0 || now >= deadline_ns {
             self.probe.event(
                 "harness",
-                format_args!("{what} read: {} served, {missing} missing", observation.served.len()),
+                format_args!(
+                    "{what} read: {} served, {missing} missing",
+                    observation.served.len()
+                ),
             );
             return observation;
         }
@@ -926,5 +937,209 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
         produce_calls,
         crashes: u64::from(server.crashes.load(Ordering::Relaxed)),
         details,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model_node::ModelNode;
+    use crate::scenario::Scenario;
+
+    /// A small scenario: two topics (one churning), every fault kind possible.
+    const SMALL: &str = r#"
+[topology]
+nodes = 1
+
+[[topics]]
+name = "orders"
+partitions = 3
+
+[[topics]]
+name = "events"
+partitions = 2
+churn = true
+
+[workload]
+rate_per_s = 300
+producers = 3
+keyed = 1
+keyless = 1
+explicit = 1
+single = 2
+batch = 1
+batch_records = [2, 10]
+payload_bytes = [20, 200]
+keys = 8
+churn_every_ms = 500
+timeout_ms = 1000
+
+[disk]
+op_us = 20
+sync_us = 300
+
+[faults]
+per_minute = 120
+warmup_ms = 100
+crash = 2
+pause = 1
+wal_fsync_eio = 1
+partition_fsync_eio = 1
+write_eio = 1
+enospc = 1
+slow_disk = 1
+bit_rot = 1
+down_ms = [1, 300]
+pause_ms = [1, 300]
+episode_ms = [1, 300]
+chance_ppm = 500000
+slow_us = 5000
+
+[phases]
+safety_ms = 3000
+liveness_ms = 5000
+final_settle_ms = 2000
+"#;
+
+    fn spec(seed: u64, plant_bug: Option<PlantedBug>) -> RunSpec {
+        RunSpec {
+            scenario: Arc::new(Scenario::parse(SMALL).unwrap()),
+            scenario_path: "small".into(),
+            seed,
+            plant_bug,
+            trace: false,
+            schedule: None,
+        }
+    }
+
+    #[test]
+    fn the_model_node_passes_every_seed() {
+        for seed in 1..=10 {
+            let outcome = run::<ModelNode>(&spec(seed, None));
+            assert!(!outcome.failed(), "seed {seed}: {}", outcome.reason());
+            assert!(outcome.accepted > 0, "seed {seed} accepted nothing");
+        }
+    }
+
+    #[test]
+    fn a_seed_replays_to_the_same_trace_hash() {
+        let a = run::<ModelNode>(&spec(3, None));
+        let b = run::<ModelNode>(&spec(3, None));
+        let c = run::<ModelNode>(&spec(4, None));
+        assert_eq!(
+            (a.trace_hash, a.trace_events),
+            (b.trace_hash, b.trace_events)
+        );
+        assert_eq!(a.report, b.report);
+        assert_ne!(a.trace_hash, c.trace_hash);
+    }
+
+    #[test]
+    fn ack_before_fsync_is_caught_as_loss() {
+        let outcome = run::<ModelNode>(&spec(1, Some(PlantedBug::AckBeforeFsync)));
+        assert!(!outcome.report.lost.is_empty(), "{}", outcome.reason());
+    }
+
+    #[test]
+    fn a_stale_incarnation_is_caught_as_misplaced() {
+        let outcome = run::<ModelNode>(&spec(
+            1,
+            Some(PlantedBug::StaleIncarnationIntoRecreatedTopic),
+        ));
+        assert!(!outcome.report.misplaced.is_empty(), "{}", outcome.reason());
+    }
+
+    #[test]
+    fn an_explicit_empty_schedule_replaces_the_generated_one() {
+        let generated = run::<ModelNode>(&spec(2, None));
+        assert!(!generated.schedule.is_empty());
+        let quiet = run::<ModelNode>(&RunSpec {
+            schedule: Some(Vec::new()),
+            ..spec(2, None)
+        });
+        assert!(quiet.schedule.is_empty());
+        assert_eq!(quiet.crashes, 1, "only the final crash");
+        assert!(!quiet.failed(), "{}", quiet.reason());
+    }
+
+    #[test]
+    fn a_topic_the_node_refuses_is_a_harness_error() {
+        let mut bad = spec(1, None);
+        let mut scenario = (*bad.scenario).clone();
+        scenario.topics[0].partitions = 0;
+        bad.scenario = Arc::new(scenario);
+        let outcome = run::<ModelNode>(&bad);
+        assert!(outcome.failed());
+        assert!(
+            outcome.errors[0].contains("orders could not be created"),
+            "{:?}",
+            outcome.errors
+        );
+    }
+
+    /// A node whose boot panics, to prove a panic fails the run instead of the sweep.
+    #[derive(Clone)]
+    struct PanickingNode;
+
+    impl SimNode for PanickingNode {
+        fn name() -> &'static str {
+            "panicking"
+        }
+        fn layout() -> DiskLayout {
+            DiskLayout {
+                wal_prefix: "wal/".into(),
+                partition_prefix: "p/".into(),
+            }
+        }
+        fn supports(_bug: PlantedBug) -> bool {
+            false
+        }
+        async fn start(_ctx: NodeContext) -> Result<Self, String> {
+            panic!("boot exploded")
+        }
+        async fn create_topic(&self, _: &str, _: u32) -> Result<TopicInfo, NodeError> {
+            unreachable!("never booted")
+        }
+        async fn delete_topic(&self, _: &str) -> Result<(), NodeError> {
+            unreachable!("never booted")
+        }
+        async fn describe_topic(&self, _: &str) -> Result<Option<TopicInfo>, NodeError> {
+            unreachable!("never booted")
+        }
+        async fn produce(
+            &self,
+            _: &str,
+            _: Option<PartitionId>,
+            _: ProduceRecord,
+        ) -> Result<(), NodeError> {
+            unreachable!("never booted")
+        }
+        async fn produce_batch(
+            &self,
+            _: &str,
+            _: Option<PartitionId>,
+            _: Vec<ProduceRecord>,
+        ) -> Result<(), NodeError> {
+            unreachable!("never booted")
+        }
+        async fn read(
+            &self,
+            _: &str,
+            _: PartitionId,
+            _: Offset,
+            _: usize,
+        ) -> Result<crate::seam::ReadBatch, NodeError> {
+            unreachable!("never booted")
+        }
+        async fn status(&self) -> crate::seam::NodeStatus {
+            unreachable!("never booted")
+        }
+    }
+
+    #[test]
+    fn a_panic_inside_the_simulation_is_a_failed_run() {
+        let outcome = run::<PanickingNode>(&spec(1, None));
+        assert!(outcome.failed());
+        assert_eq!(outcome.errors, ["panic: boot exploded"]);
     }
 }

@@ -68,7 +68,11 @@ impl Span {
 
     fn check(self, name: &str, min: u64, max: u64) -> Result<(), String> {
         if self.lo() > self.hi() {
-            return Err(format!("{name}: range [{}, {}] is reversed", self.lo(), self.hi()));
+            return Err(format!(
+                "{name}: range [{}, {}] is reversed",
+                self.lo(),
+                self.hi()
+            ));
         }
         if self.lo() < min || self.hi() > max {
             return Err(format!(
@@ -414,7 +418,9 @@ impl Scenario {
             }
         }
         if let Some(regression) = &self.regression {
-            regression.planted().map_err(|e| format!("regression: {e}"))?;
+            regression
+                .planted()
+                .map_err(|e| format!("regression: {e}"))?;
         }
         Ok(())
     }

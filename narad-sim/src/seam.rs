@@ -99,10 +99,7 @@ impl FromStr for PlantedBug {
             .find(|bug| bug.name() == name)
             .ok_or_else(|| {
                 let names: Vec<&str> = PlantedBug::ALL.iter().map(|bug| bug.name()).collect();
-                format!(
-                    "unknown planted bug {name:?}; known: {}",
-                    names.join(", ")
-                )
+                format!("unknown planted bug {name:?}; known: {}", names.join(", "))
             })
     }
 }
@@ -306,7 +303,9 @@ impl Probe {
 
     fn lock(&self) -> MutexGuard<'_, ProbeState> {
         // A panic while holding the lock already failed the run; keep the state readable.
-        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// Simulated nanoseconds since the run started.
@@ -423,7 +422,9 @@ impl SimIo {
     }
 
     fn lock(&self) -> MutexGuard<'_, IoState> {
-        self.state.lock().unwrap_or_else(|poison| poison.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
     }
 
     /// The latency of one operation on `path` (`sync` for `sync_data` / `sync_dir`).

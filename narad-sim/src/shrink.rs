@@ -57,12 +57,12 @@ pub fn ddmin<T: Clone>(
         let chunks = split(&current, granularity);
         let mut reduced = false;
         // Try each chunk alone, then each complement.
-        for index in 0..chunks.len() {
-            let Some(failed) = test(&chunks[index], &mut tests) else {
+        for chunk in &chunks {
+            let Some(failed) = test(chunk, &mut tests) else {
                 return exhausted(current, tests);
             };
             if failed {
-                current = chunks[index].clone();
+                current = chunk.clone();
                 granularity = 2;
                 reduced = true;
                 break;

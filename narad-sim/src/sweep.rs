@@ -244,7 +244,8 @@ mod parallel {
                     if stop_at_first_failure && failed.load(Ordering::Relaxed) > 0 {
                         return;
                     }
-                    #[allow(clippy::disallowed_methods)] // wall time of the run, outside the simulation
+                    #[allow(clippy::disallowed_methods)]
+                    // wall time of the run, outside the simulation
                     let started = std::time::Instant::now();
                     let outcome = runner::run::<N>(&job.spec);
                     let wall_ns = started.elapsed().as_nanos() as u64;

@@ -95,7 +95,10 @@ mod tests {
         assert_eq!(a.lines(), None);
         assert_eq!(
             b.lines().unwrap(),
-            ["[   0.000000s] node    accept 3", "[   0.000000s] fault   crash"]
+            [
+                "[   0.000000s] node    accept 3",
+                "[   0.000000s] fault   crash"
+            ]
         );
     }
 
