@@ -209,6 +209,9 @@ pub struct FaultMix {
     /// Where bit rot strikes (`partitions` by default: WAL rot is a loud startup failure by design).
     #[serde(default = "default_rot_target")]
     pub rot_target: crate::schedule::Target,
+    /// Which files write-EIO and slow-disk episodes pick from (default: `["wal", "partitions"]`).
+    #[serde(default = "default_disk_targets")]
+    pub disk_targets: Vec<crate::schedule::Target>,
     /// How long a crashed node stays down.
     pub down_ms: Span,
     /// How long a pause lasts.
@@ -223,6 +226,13 @@ pub struct FaultMix {
 
 fn default_rot_target() -> crate::schedule::Target {
     crate::schedule::Target::Partitions
+}
+
+fn default_disk_targets() -> Vec<crate::schedule::Target> {
+    vec![
+        crate::schedule::Target::Wal,
+        crate::schedule::Target::Partitions,
+    ]
 }
 
 /// The time budget of a run.
@@ -394,6 +404,9 @@ impl Scenario {
         f.episode_ms.check("faults.episode_ms", 0, PHASE_MS_MAX)?;
         f.chance_ppm.check("faults.chance_ppm", 0, 1_000_000)?;
         f.slow_us.check("faults.slow_us", 0, 60_000_000)?;
+        if f.disk_targets.is_empty() || f.disk_targets.len() > 3 {
+            return Err("faults.disk_targets must name 1 to 3 targets".into());
+        }
         let p = &self.phases;
         if p.safety_ms == 0 || p.safety_ms > PHASE_MS_MAX {
             return Err("phases.safety_ms must be 1..=3600000".into());

@@ -202,13 +202,8 @@ pub fn generate(scenario: &Scenario, knobs: &Knobs, rng: &mut ChaCha8Rng) -> Vec
 
 fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8Rng) -> FaultEvent {
     let f = &scenario.faults;
-    let wal_or_partitions = |rng: &mut ChaCha8Rng| {
-        if rng.random_bool(0.5) {
-            Target::Wal
-        } else {
-            Target::Partitions
-        }
-    };
+    let wal_or_partitions =
+        |rng: &mut ChaCha8Rng| f.disk_targets[rng.random_range(0..f.disk_targets.len())];
     let disk = |rng: &mut ChaCha8Rng, target, error| FaultEvent::Disk {
         at_us,
         target,
@@ -312,6 +307,33 @@ mod tests {
                     ),
                     "{event:?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn write_eio_and_slow_disk_pick_only_the_scenario_disk_targets() {
+        let text = MINIMAL
+            .replace("per_minute = [0, 60]", "per_minute = 6000")
+            .replace("wal_fsync_eio = 1", "wal_fsync_eio = 0")
+            .replace("write_eio = 0", "write_eio = 1")
+            .replace("slow_disk = 0", "slow_disk = 1")
+            .replace(
+                "slow_us = 1000",
+                "slow_us = 1000\ndisk_targets = [\"partitions\"]",
+            );
+        let scenario = Scenario::parse(&text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let knobs = scenario.draw(&mut rng);
+        let events = generate(&scenario, &knobs, &mut rng);
+        assert!(events.len() > 20);
+        for event in events {
+            match event {
+                FaultEvent::Disk { target, .. } | FaultEvent::SlowDisk { target, .. } => {
+                    assert_eq!(target, Target::Partitions)
+                }
+                FaultEvent::Crash { .. } => {}
+                FaultEvent::Pause { .. } | FaultEvent::BitRot { .. } => panic!("{event:?}"),
             }
         }
     }

@@ -22,6 +22,21 @@
 //! * Report notable events through `ctx.probe.event` (they enter the trace hash) and broken in-node
 //!   invariants through `ctx.probe.violation` (the run fails).
 //! * Honour `ctx.plant_bug` for the bugs [`SimNode::supports`] claims, and nothing else.
+//!
+//! # Plugging in the real node
+//! narad-sim depends on narad-node (never the reverse), so the real node plugs in through an adapter
+//! module here (`node_narad.rs`: a `NaradSimNode` wrapping narad-node's handle, `impl SimNode`) and a
+//! `NodeKind::Narad` variant in `main.rs`. What narad-node has to expose, under `cfg(madsim)`:
+//! * a start function taking `Arc<dyn Disk>` (the [`SimDisk`]), a per-op delay hook
+//!   (`Arc<dyn Fn(&IoOp) -> Duration + Send + Sync>`, fed by [`SimIo::op_delay`]; its I/O executor
+//!   sleeps that long with `tokio::time::sleep` before each op instead of `spawn_blocking`), the seed
+//!   and boot number, the planted bug (its own enum or the name string: [`PlantedBug::name`]), and
+//!   two callbacks for trace events and invariant violations (bridged to [`Probe`]); it runs recovery,
+//!   spawns the actors' tasks with `tokio::spawn` and returns a handle;
+//! * on that handle, the functions the HTTP handlers call (the listener is compiled out): produce,
+//!   batch produce, topic create / delete / describe, consume read, and the readiness flag and backlog
+//!   gauge ([`NodeStatus`]);
+//! * its disk layout ([`DiskLayout`]: the WAL's and the partition logs' path prefixes).
 
 use std::fmt;
 use std::future::Future;
