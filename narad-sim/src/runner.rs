@@ -2,7 +2,7 @@
 //!
 //! The run builds its own madsim [`Runtime`] from the seed, so runs of different seeds can go on in
 //! parallel OS threads. Inside it:
-//! 1. the seed's knobs and fault schedule are drawn ([`Scenario::draw`], [`schedule::generate`]);
+//! 1. the seed's knobs and fault schedule are drawn ([`crate::scenario::Scenario::draw`], [`schedule::generate`]);
 //! 2. the node boots in its own madsim node on a fresh [`SimDisk`]; the scenario's topics are created;
 //! 3. **safety phase**: producer tasks run the workload (every record registered in the [`Ledger`] before
 //!    it is sent), a churn task deletes and recreates churning topics, and the injector applies the
