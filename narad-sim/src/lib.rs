@@ -1,6 +1,6 @@
 //! `narad-sim`: the deterministic simulator that proves "no 202 is ever lost".
 //!
-//! A run is a scenario file ([`scenario`]) and a seed. Under `--cfg madsim` ([`runner`]) the node runs
+//! A run is a scenario file ([`scenario`]) and a seed. Under `--cfg madsim` (`runner`) the node runs
 //! in a madsim node on a [`narad_core::disk::sim::SimDisk`]; simulated clients produce records with
 //! unique ids ([`payload`]) and a [`ledger::Ledger`] outside the node records every attempt and its
 //! outcome; a fault schedule ([`schedule`]) crashes, pauses and slows the node and fails its disk during
@@ -12,7 +12,7 @@
 //! deliberately minimal stand-in, a harness self-test and not the product — lets the harness prove
 //! itself: sweeps pass, planted bugs are caught, seeds replay.
 //!
-//! Everything except [`runner`] and the parallel part of [`sweep`] compiles without madsim, so the
+//! Everything except `runner` and the parallel part of [`sweep`] compiles without madsim, so the
 //! checker, the scenario parser, the schedule generator and the shrinker are unit-tested by the
 //! workspace's ordinary `cargo test`.
 

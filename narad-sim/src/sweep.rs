@@ -1,7 +1,7 @@
 //! Sweeps: many seeds of many scenarios, in parallel OS threads, each seed in its own madsim runtime.
 //!
 //! The tallies, the per-scenario table and the closing `key=value` line are plain functions (tested in
-//! normal builds); [`run_parallel`] exists only under `--cfg madsim`.
+//! normal builds); `run_parallel` exists only under `--cfg madsim`.
 
 use std::fmt::Write as _;
 
