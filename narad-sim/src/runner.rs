@@ -1050,6 +1050,31 @@ final_settle_ms = 2000
     }
 
     #[test]
+    fn a_rotten_payload_served_without_its_crc_is_caught_as_a_phantom() {
+        let rot_late = vec![FaultEvent::BitRot {
+            at_us: 2_900_000,
+            target: Target::Partitions,
+        }];
+        let phantoms: usize = (1..=5)
+            .map(|seed| {
+                let clean = run::<ModelNode>(&RunSpec {
+                    schedule: Some(rot_late.clone()),
+                    ..spec(seed, None)
+                });
+                assert!(!clean.failed(), "seed {seed}: {}", clean.reason());
+                run::<ModelNode>(&RunSpec {
+                    schedule: Some(rot_late.clone()),
+                    ..spec(seed, Some(PlantedBug::SkipReadbackCrc))
+                })
+                .report
+                .phantoms
+                .len()
+            })
+            .sum();
+        assert!(phantoms > 0, "no seed served the rotten payload");
+    }
+
+    #[test]
     fn an_explicit_empty_schedule_replaces_the_generated_one() {
         let generated = run::<ModelNode>(&spec(2, None));
         assert!(!generated.schedule.is_empty());
@@ -1141,5 +1166,84 @@ final_settle_ms = 2000
         let outcome = run::<PanickingNode>(&spec(1, None));
         assert!(outcome.failed());
         assert_eq!(outcome.errors, ["panic: boot exploded"]);
+    }
+
+    /// The model node, except that reads serve nothing until 8.5 s of simulated time: past the
+    /// liveness deadline of [`SMALL`] (3 s + 5 s) but before the final read.
+    #[derive(Clone)]
+    struct LateNode(ModelNode);
+
+    const LATE_UNTIL_NS: u64 = 8_500_000_000;
+
+    impl SimNode for LateNode {
+        fn name() -> &'static str {
+            "late"
+        }
+        fn layout() -> DiskLayout {
+            ModelNode::layout()
+        }
+        fn supports(_bug: PlantedBug) -> bool {
+            false
+        }
+        async fn start(ctx: NodeContext) -> Result<Self, String> {
+            ModelNode::start(ctx).await.map(LateNode)
+        }
+        async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo, NodeError> {
+            self.0.create_topic(name, partitions).await
+        }
+        async fn delete_topic(&self, name: &str) -> Result<(), NodeError> {
+            self.0.delete_topic(name).await
+        }
+        async fn describe_topic(&self, name: &str) -> Result<Option<TopicInfo>, NodeError> {
+            self.0.describe_topic(name).await
+        }
+        async fn produce(
+            &self,
+            topic: &str,
+            partition: Option<PartitionId>,
+            record: ProduceRecord,
+        ) -> Result<(), NodeError> {
+            self.0.produce(topic, partition, record).await
+        }
+        async fn produce_batch(
+            &self,
+            topic: &str,
+            partition: Option<PartitionId>,
+            records: Vec<ProduceRecord>,
+        ) -> Result<(), NodeError> {
+            self.0.produce_batch(topic, partition, records).await
+        }
+        async fn read(
+            &self,
+            topic: &str,
+            partition: PartitionId,
+            from: Offset,
+            records_max: usize,
+        ) -> Result<crate::seam::ReadBatch, NodeError> {
+            let mut batch = self.0.read(topic, partition, from, records_max).await?;
+            if sim_now_ns() < LATE_UNTIL_NS {
+                batch.records.clear();
+            }
+            Ok(batch)
+        }
+        async fn status(&self) -> crate::seam::NodeStatus {
+            self.0.status().await
+        }
+    }
+
+    #[test]
+    fn records_visible_only_after_the_deadline_are_caught_as_unseen() {
+        let outcome = run::<LateNode>(&RunSpec {
+            schedule: Some(Vec::new()),
+            ..spec(1, None)
+        });
+        let report = &outcome.report;
+        assert!(report.lost.is_empty(), "{}", outcome.reason());
+        assert!(!report.unseen.is_empty());
+        assert_eq!(
+            report.unseen.len() as u64,
+            report.accepted - report.excused_deleted,
+            "every required record was late"
+        );
     }
 }
