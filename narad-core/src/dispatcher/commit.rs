@@ -82,7 +82,11 @@ impl Dispatcher {
         }
         let owner = match self.resolve_owner(idx) {
             Resolution::Unresolved => {
-                self.dest_mut(idx).lookup_at = Some(now + OWNER_LOOKUP_INTERVAL);
+                // The topic may have gone locally (then nothing resolves): check before waiting.
+                self.check_before_leaving(now, idx);
+                let dest = self.dest_mut(idx);
+                dest.lookup_at = (!dest.queue.is_empty()).then_some(now + OWNER_LOOKUP_INTERVAL);
+                self.refresh_candidate(idx);
                 return;
             }
             Resolution::Owner(owner) => owner,
@@ -204,6 +208,21 @@ impl Dispatcher {
     }
 
     fn send_probe(&mut self, now: Instant, idx: DestIdx) {
+        let topic = self.dest(idx).topic;
+        let failing = self.dest(idx).failing.as_ref().expect("a due probe");
+        let probe_id = failing.probe.as_ref().expect("a due probe").record.topic_id();
+        if self.status(topic, probe_id) != Status::Resolved {
+            // The incarnation check before it leaves: its topic went meanwhile.
+            let failing = self.dest_mut(idx).failing.as_mut().expect("a due probe");
+            let probe = failing.probe.take().expect("a due probe");
+            let post = PostFailure {
+                topic_id: probe_id,
+                records: vec![probe],
+                failure: failing.last_failure.clone(),
+                started: failing.since,
+            };
+            return self.check_after_failure(now, idx, post);
+        }
         let owner = match self.resolve_owner(idx) {
             Resolution::Owner(owner) => owner,
             Resolution::Unresolved => {
@@ -214,12 +233,8 @@ impl Dispatcher {
                 return;
             }
         };
-        let probe = self
-            .dest_mut(idx)
-            .failing
-            .as_mut()
-            .and_then(|failing| failing.probe.take())
-            .expect("a due probe");
+        let failing = self.dest_mut(idx).failing.as_mut().expect("a due probe");
+        let probe = failing.probe.take().expect("a due probe");
         self.send(now, idx, owner, vec![probe.record], vec![probe.home], true);
     }
 
@@ -358,14 +373,21 @@ impl Dispatcher {
         }
         match failure {
             CommitFailure::LegacyRefusedIds if commit.with_ids && now < commit.deadline => {
-                // An older owner: send again without ids, on what is left of the same budget, and
-                // keep its batches id-less for 2 minutes.
+                // An older owner: keep its batches id-less for 2 minutes, and send this one again
+                // without ids on what is left of the same budget, unless its incarnation was replaced
+                // meanwhile (an id-less batch commits by name: the check must happen here).
                 if let CommitOwner::Remote(node) = commit.owner {
                     self.legacy_until.insert(node, now + LEGACY_OWNER_MEMORY);
                 }
-                commit.commit_id = self.new_commit_id();
-                commit.with_ids = false;
-                self.launch(idx, commit);
+                let topic = self.dest(idx).topic;
+                if self.status(topic, commit.topic_id) == Status::Resolved {
+                    commit.commit_id = self.new_commit_id();
+                    commit.with_ids = false;
+                    self.launch(idx, commit);
+                } else {
+                    self.stats.commits_failed += 1;
+                    self.after_failure(now, idx, commit, failure);
+                }
             }
             CommitFailure::IncarnationMismatch => self.on_refused(idx, commit),
             CommitFailure::Error(_) | CommitFailure::Timeout | CommitFailure::LegacyRefusedIds => {
@@ -407,14 +429,7 @@ impl Dispatcher {
 
     /// A failed commit: the incarnation check runs again first (a deleted topic's records are
     /// discarded once the leader confirms); otherwise the destination keeps one record as its probe.
-    fn after_failure(
-        &mut self,
-        now: Instant,
-        idx: DestIdx,
-        commit: InFlight,
-        failure: CommitFailure,
-    ) {
-        let topic = self.dest(idx).topic;
+    fn after_failure(&mut self, now: Instant, idx: DestIdx, commit: InFlight, failure: CommitFailure) {
         let records = into_queued(commit.records, commit.homes, commit.started);
         let post = PostFailure {
             records,
@@ -422,12 +437,19 @@ impl Dispatcher {
             failure,
             started: commit.started,
         };
-        match self.status(topic, commit.topic_id) {
+        self.check_after_failure(now, idx, post);
+    }
+
+    /// The incarnation check after a failed commit (and before a probe leaves): a confirmed-deleted
+    /// incarnation is discarded; an unconfirmed one waits for the leader (only this destination
+    /// waits); a live one is an ordinary failure.
+    fn check_after_failure(&mut self, now: Instant, idx: DestIdx, post: PostFailure) {
+        let topic = self.dest(idx).topic;
+        match self.status(topic, post.topic_id) {
             Status::Resolved => self.fail_destination(now, idx, post),
             Status::GoneDeleted | Status::GoneStale => self.discard_after_failure(idx, post),
             Status::NeedsConfirm => {
-                if self.ask_if_needed(now, topic, commit.topic_id) {
-                    // Only this destination waits for the answer.
+                if self.ask_if_needed(now, topic, post.topic_id) {
                     self.return_queue(idx);
                     self.dest_mut(idx).post_failure = Some(post);
                     self.refresh_candidate(idx);
@@ -481,6 +503,7 @@ impl Dispatcher {
             probe: Some(probe),
             next_probe_at: now + FAILURE_BACKOFF,
             grace_passed,
+            last_failure: post.failure,
         });
         self.failing_dests.insert(idx);
         self.refresh_candidate(idx);

@@ -266,6 +266,56 @@ impl Dispatcher {
         self.latency_ewma.get(&owner).copied()
     }
 
+    /// A one-screen description of the state, for test failures.
+    pub fn debug_summary(&self) -> String {
+        let mut out = format!(
+            "now {} checkpoint {} stored {} frontier {} durable {} held {} hung {} skipped {} \
+             in flight {} rescanning {} backoff {:?} stalled {:?}\n",
+            self.now,
+            self.strip.base(),
+            self.stored,
+            self.strip.frontier(),
+            self.durable_next,
+            self.strip.held(),
+            self.held_hung,
+            self.strip.skipped(),
+            self.counted_in_flight,
+            self.rescanning,
+            self.backoff_until,
+            self.stalled
+        );
+        for (index, dest) in self.dests.iter() {
+            let topic = self.topic(dest.topic);
+            out += &format!(
+                "  dest {index} {}/{} local {:?} queue {} in_flight {:?} failing {:?} post {} skipped {:?} \
+                 held_home {} refused {} lookup {:?}\n",
+                topic.name,
+                dest.partition,
+                topic.local,
+                dest.queue.len(),
+                dest.in_flight.as_ref().map(|c| (c.commit_id, c.started, c.hung, c.probe, c.records.len())),
+                dest.failing.as_ref().map(|f| (f.since, f.probe.as_ref().map(|p| p.record.seq()), f.next_probe_at)),
+                dest.post_failure.is_some(),
+                dest.skipped.iter().take(5).collect::<Vec<_>>(),
+                dest.held_home,
+                dest.refused,
+                dest.lookup_at,
+            );
+        }
+        for (index, topic) in self.topics.iter() {
+            out += &format!(
+                "  topic {index} {} pending {} until {:?} asked {:?} confirm_skipped {:?}\n",
+                topic.name,
+                topic.confirm_pending,
+                topic.unconfirmed_until,
+                topic.asked_ids,
+                topic.confirm_skipped.iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        out += &format!("  members {:?} gone {:?}\n", self.members, self.gone);
+        out
+    }
+
     // ----- shared helpers -----
 
     pub(super) fn dest(&self, idx: DestIdx) -> &Dest {

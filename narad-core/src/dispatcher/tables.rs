@@ -155,6 +155,8 @@ pub(super) struct Failing {
     pub(super) next_probe_at: Instant,
     /// The reroute grace has passed (its rescan was triggered).
     pub(super) grace_passed: bool,
+    /// Why the last attempt failed (logged if the probe's topic turns out deleted).
+    pub(super) last_failure: CommitFailure,
 }
 
 /// A failed commit whose topic (incarnation) looks deleted locally, waiting for the leader's answer
