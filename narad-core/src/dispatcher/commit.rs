@@ -34,7 +34,11 @@ impl Dispatcher {
                 self.send_probe(now, idx);
             }
         }
+        // Every candidate left after the scan waits (linger, owner lookup); the earliest of their
+        // wake-ups is remembered for `poll_timeout`. With every slot taken none is needed: a slot
+        // frees on an answer or at the hung threshold, both wake-ups of their own.
         let mut cursor: Option<(Instant, DestIdx)> = None;
+        let mut wake: Option<Instant> = None;
         while self.counted_in_flight < COMMITS_IN_FLIGHT_MAX {
             let next = match cursor {
                 None => self.candidates.iter().next(),
@@ -46,7 +50,17 @@ impl Dispatcher {
             let Some(&key) = next else { break };
             cursor = Some(key);
             self.try_send(now, key.1);
+            if self.dest(key.1).candidate_key.is_some() {
+                if let Some(at) = self.candidate_wake(now, key.1) {
+                    wake = Some(wake.map_or(at, |wake| wake.min(at)));
+                }
+            }
         }
+        self.candidates_wake = if self.counted_in_flight < COMMITS_IN_FLIGHT_MAX {
+            wake
+        } else {
+            None
+        };
     }
 
     /// When a candidate that could not leave wants to be looked at again.
@@ -122,6 +136,10 @@ impl Dispatcher {
     /// The incarnation check just before a batch leaves: records whose incarnation was replaced
     /// meanwhile go back to the WAL to wait for the leader; confirmed-gone ones are discarded.
     fn check_before_leaving(&mut self, now: Instant, idx: DestIdx) {
+        if self.dest(idx).verified_epoch == self.incarnation_epoch {
+            return; // Nothing changed since every queued record was checked.
+        }
+        self.dest_mut(idx).verified_epoch = self.incarnation_epoch;
         let topic = self.dest(idx).topic;
         let mut last: Option<(Option<TopicId>, Status)> = None;
         let mut all_resolved = true;
@@ -210,7 +228,12 @@ impl Dispatcher {
     fn send_probe(&mut self, now: Instant, idx: DestIdx) {
         let topic = self.dest(idx).topic;
         let failing = self.dest(idx).failing.as_ref().expect("a due probe");
-        let probe_id = failing.probe.as_ref().expect("a due probe").record.topic_id();
+        let probe_id = failing
+            .probe
+            .as_ref()
+            .expect("a due probe")
+            .record
+            .topic_id();
         if self.status(topic, probe_id) != Status::Resolved {
             // The incarnation check before it leaves: its topic went meanwhile.
             let failing = self.dest_mut(idx).failing.as_mut().expect("a due probe");
@@ -429,7 +452,13 @@ impl Dispatcher {
 
     /// A failed commit: the incarnation check runs again first (a deleted topic's records are
     /// discarded once the leader confirms); otherwise the destination keeps one record as its probe.
-    fn after_failure(&mut self, now: Instant, idx: DestIdx, commit: InFlight, failure: CommitFailure) {
+    fn after_failure(
+        &mut self,
+        now: Instant,
+        idx: DestIdx,
+        commit: InFlight,
+        failure: CommitFailure,
+    ) {
         let records = into_queued(commit.records, commit.homes, commit.started);
         let post = PostFailure {
             records,
@@ -538,6 +567,7 @@ impl Dispatcher {
                     confirmed = true;
                 }
                 (true, None) if locally_absent => {
+                    self.incarnation_epoch += 1;
                     self.topic_mut(topic).absent_confirmed = true;
                     confirmed = true;
                 }
@@ -556,14 +586,13 @@ impl Dispatcher {
 
     /// Destinations of the topic waiting on the answer: discard or treat as an ordinary failure.
     fn resolve_post_failures(&mut self, now: Instant, topic: TopicIdx) {
-        let mut waiting: Vec<DestIdx> = self
+        let waiting: Vec<DestIdx> = self
             .topic(topic)
             .dests
             .values()
-            .copied()
+            .into_iter()
             .filter(|&idx| self.dest(idx).post_failure.is_some())
             .collect();
-        waiting.sort();
         for idx in waiting {
             let post = self.dest_mut(idx).post_failure.take().expect("filtered");
             match self.status(topic, post.topic_id) {

@@ -70,7 +70,12 @@ pub struct Dispatcher {
     pub(super) memory_topics: BTreeSet<TopicIdx>,
     pub(super) outputs: VecDeque<DispatcherOutput>,
     pub(super) next_wake: Option<Instant>,
+    /// The earliest wake-up of a waiting candidate, as the last pump found it.
+    pub(super) candidates_wake: Option<Instant>,
     pub(super) last_topic: Option<TopicIdx>,
+    /// Moves whenever an incarnation check could answer differently (a replica change, a deletion
+    /// confirmed), so a queue checked since needs no new check before it leaves.
+    pub(super) incarnation_epoch: u64,
     pub(super) stats: Stats,
 }
 
@@ -143,7 +148,9 @@ impl Dispatcher {
             memory_topics: BTreeSet::new(),
             outputs: VecDeque::new(),
             next_wake: Some(Instant::ZERO),
+            candidates_wake: None,
             last_topic: None,
+            incarnation_epoch: 1,
             stats: Stats::default(),
         }
     }
@@ -449,10 +456,8 @@ impl Dispatcher {
                 }
             }
         }
-        for &(_, idx) in &self.candidates {
-            if let Some(at) = self.candidate_wake(now, idx) {
-                consider(at);
-            }
+        if let Some(at) = self.candidates_wake {
+            consider(at);
         }
         for &idx in &self.memory_topics {
             if let Some(until) = self.topic(idx).unconfirmed_until {

@@ -141,8 +141,9 @@ pub const LEGACY_OWNER_MEMORY: Duration = Duration::from_secs(120);
 pub const UNCONFIRMED_MEMORY: Duration = Duration::from_secs(1);
 /// The most records one WAL read asks for.
 pub const READ_RECORDS_MAX: usize = 4_096;
-/// The most record bytes one WAL read asks for.
-pub const READ_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The most record bytes one WAL read asks for (always at least one record): small enough that a
+/// read's records are still in the CPU cache when they are placed, large enough to amortize the read.
+pub const READ_BYTES_MAX: usize = 1024 * 1024;
 /// The most destinations known at once; the reader stops in front of a record that needs another.
 pub const DESTINATIONS_MAX: usize = 1 << 20;
 /// The most topics known at once; the reader stops in front of a record that needs another.

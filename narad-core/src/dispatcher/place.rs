@@ -76,7 +76,7 @@ impl Dispatcher {
         topic: TopicIdx,
         partition: PartitionId,
     ) -> Result<DestIdx, TableFull> {
-        if let Some(&idx) = self.topic(topic).dests.get(&partition) {
+        if let Some(idx) = self.topic(topic).dests.get(partition) {
             return Ok(idx);
         }
         if self.dests.len() >= DESTINATIONS_MAX {
@@ -135,6 +135,7 @@ impl Dispatcher {
         if !self.gone.insert(topic_id) {
             return;
         }
+        self.incarnation_epoch += 1;
         self.gone_order.push_back(topic_id);
         if self.gone_order.len() > GONE_INCARNATIONS_MAX {
             if let Some(oldest) = self.gone_order.pop_front() {
@@ -242,7 +243,11 @@ impl Dispatcher {
         record: DispatchRecord,
         origin: Origin,
     ) -> Result<(), TableFull> {
-        let topic = self.intern_topic(record.topic())?;
+        // Most records are of the topic before them: compare bytes, skipping the UTF-8 check.
+        let topic = match self.last_topic {
+            Some(idx) if self.topic(idx).name.as_bytes() == record.topic_bytes() => idx,
+            _ => self.intern_topic(record.topic())?,
+        };
         match self.status(topic, record.topic_id()) {
             Status::Resolved => {}
             Status::NeedsConfirm => {
@@ -297,8 +302,13 @@ impl Dispatcher {
         }
         self.mark(&record, Mark::Held, origin);
         self.dest_mut(home).held_home += 1;
+        let epoch = self.incarnation_epoch;
         let dest = self.dest_mut(idx);
         let was_empty = dest.queue.is_empty();
+        if was_empty {
+            // Every record queued from now on was checked at placement, at this epoch or later.
+            dest.verified_epoch = epoch;
+        }
         dest.queue.push_back(Queued {
             record,
             home,
@@ -478,6 +488,7 @@ impl Dispatcher {
                 Err(TableFull) => return,
             },
         };
+        self.incarnation_epoch += 1;
         let entry = self.topic_mut(idx);
         if view.is_some() {
             entry.absent_confirmed = false;
@@ -508,7 +519,7 @@ impl Dispatcher {
                 .is_some_and(|view| (dest.partition.0 as usize) < view.owners.len());
             if idle && !served {
                 let (topic, partition) = (dest.topic, dest.partition);
-                self.topic_mut(topic).dests.remove(&partition);
+                self.topic_mut(topic).dests.remove(partition);
                 self.dests.remove(index);
             }
         }

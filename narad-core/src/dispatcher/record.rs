@@ -15,16 +15,18 @@ pub struct DispatchRecord {
     seq: Seq,
     bytes: Vec<u8>,
     topic_id: Option<TopicId>,
-    partition: PartitionId,
-    timestamp_ms: u64,
+    // Offsets into `bytes`; the partition and the timestamp are read from just before the payload's
+    // length. Kept small: every queued record is one of these, and queues are where placement writes.
     topic_end: u32,
     key_start: u32,
-    key_end: u32,
     payload_start: u32,
 }
 
 /// Where the topic name starts: after the format byte and its u32 length.
 const TOPIC_START: usize = 5;
+const PARTITION_BYTES: usize = 4;
+const TIMESTAMP_BYTES: usize = 8;
+const PAYLOAD_LEN_BYTES: usize = 4;
 
 impl DispatchRecord {
     /// Decodes the record WAL sequence number `seq` holds, keeping `bytes` as its storage.
@@ -49,9 +51,8 @@ impl DispatchRecord {
         let key_len = reader.u32()? as usize;
         let key_start = total - reader.remaining();
         reader.take(key_len)?;
-        let key_end = key_start + key_len;
-        let partition = PartitionId(reader.u32()?);
-        let timestamp_ms = reader.u64()?;
+        reader.u32()?; // partition
+        reader.u64()?; // timestamp
         let payload = reader.u32_prefixed()?;
         let payload_start = total - reader.remaining() - payload.len();
         reader.finish()?;
@@ -59,11 +60,8 @@ impl DispatchRecord {
         Ok(DispatchRecord {
             seq,
             topic_id,
-            partition,
-            timestamp_ms,
             topic_end: topic_end as u32,
             key_start: key_start as u32,
-            key_end: key_end as u32,
             payload_start: payload_start as u32,
             bytes,
         })
@@ -98,12 +96,15 @@ impl DispatchRecord {
 
     /// The partition chosen at accept time.
     pub fn partition(&self) -> PartitionId {
-        self.partition
+        let at =
+            self.payload_start as usize - PAYLOAD_LEN_BYTES - TIMESTAMP_BYTES - PARTITION_BYTES;
+        PartitionId(u32::from_be_bytes(self.array(at)))
     }
 
     /// The accept time, Unix milliseconds.
     pub fn timestamp_ms(&self) -> u64 {
-        self.timestamp_ms
+        let at = self.payload_start as usize - PAYLOAD_LEN_BYTES - TIMESTAMP_BYTES;
+        u64::from_be_bytes(self.array(at))
     }
 
     /// The message bytes.
@@ -122,7 +123,16 @@ impl DispatchRecord {
     }
 
     fn key_range(&self) -> Range<usize> {
-        self.key_start as usize..self.key_end as usize
+        let key_end =
+            self.payload_start as usize - PAYLOAD_LEN_BYTES - TIMESTAMP_BYTES - PARTITION_BYTES;
+        self.key_start as usize..key_end
+    }
+
+    /// The `N` bytes at `at` (inside the record: checked at decode).
+    fn array<const N: usize>(&self, at: usize) -> [u8; N] {
+        let mut array = [0; N];
+        array.copy_from_slice(&self.bytes[at..at + N]);
+        array
     }
 }
 
@@ -159,6 +169,7 @@ mod tests {
             assert_eq!(record.partition(), PartitionId(3));
             assert_eq!(record.timestamp_ms(), 1_700_000_000_123);
             assert_eq!(record.payload(), b"hello");
+            assert!(std::mem::size_of::<DispatchRecord>() <= 64);
             assert_eq!(record.encoded(), original.to_bytes().as_slice());
             assert_eq!(record.encoded_len(), original.encoded_len());
         }

@@ -83,14 +83,79 @@ impl<T> Slab<T> {
     }
 }
 
+/// Partition → destination: a dense vector for the partitions a topic has (placement looks one up per
+/// record), a map for any other number a record may carry.
+#[derive(Debug, Default)]
+pub(super) struct PartitionMap {
+    dense: Vec<Option<DestIdx>>,
+    sparse: HashMap<PartitionId, DestIdx, FnvBuildHasher>,
+    len: usize,
+}
+
+/// Partitions below this are kept in the dense vector.
+const DENSE_PARTITIONS_MAX: u32 = 1 << 16;
+
+impl PartitionMap {
+    pub(super) fn get(&self, partition: PartitionId) -> Option<DestIdx> {
+        match self.dense.get(partition.0 as usize) {
+            Some(slot) => *slot,
+            None if partition.0 < DENSE_PARTITIONS_MAX => None,
+            None => self.sparse.get(&partition).copied(),
+        }
+    }
+
+    pub(super) fn insert(&mut self, partition: PartitionId, idx: DestIdx) {
+        let old = if partition.0 < DENSE_PARTITIONS_MAX {
+            let index = partition.0 as usize;
+            if self.dense.len() <= index {
+                self.dense.resize(index + 1, None);
+            }
+            self.dense[index].replace(idx)
+        } else {
+            self.sparse.insert(partition, idx)
+        };
+        if old.is_none() {
+            self.len += 1;
+        }
+    }
+
+    pub(super) fn remove(&mut self, partition: PartitionId) {
+        let old = if partition.0 < DENSE_PARTITIONS_MAX {
+            self.dense
+                .get_mut(partition.0 as usize)
+                .and_then(Option::take)
+        } else {
+            self.sparse.remove(&partition)
+        };
+        if old.is_some() {
+            self.len -= 1;
+        }
+        if self.len == 0 {
+            self.dense = Vec::new();
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every destination, in index order.
+    pub(super) fn values(&self) -> Vec<DestIdx> {
+        let mut values: Vec<DestIdx> = self.dense.iter().flatten().copied().collect();
+        values.extend(self.sparse.values().copied());
+        values.sort();
+        values
+    }
+}
+
 /// A topic the dispatcher has seen, in the local replica or in a record.
 #[derive(Debug)]
 pub(super) struct TopicEntry {
     pub(super) name: Arc<str>,
     /// The local replica's view; `None` while the name is absent locally.
     pub(super) local: Option<TopicView>,
-    /// Destinations of this topic, by partition (lookup only).
-    pub(super) dests: HashMap<PartitionId, DestIdx, FnvBuildHasher>,
+    /// Destinations of this topic, by partition.
+    pub(super) dests: PartitionMap,
     /// A [`super::DispatcherOutput::ConfirmTopicGone`] is outstanding.
     pub(super) confirm_pending: bool,
     /// The leader's last answer left something unconfirmed: no new question before this.
@@ -109,7 +174,7 @@ impl TopicEntry {
         TopicEntry {
             name,
             local: None,
-            dests: HashMap::default(),
+            dests: PartitionMap::default(),
             confirm_pending: false,
             unconfirmed_until: None,
             absent_confirmed: false,
@@ -188,6 +253,8 @@ pub(super) struct Dest {
     pub(super) refused: bool,
     /// This destination's key in the candidate set, when it is a candidate.
     pub(super) candidate_key: Option<Instant>,
+    /// Every queued record passed the incarnation check at this epoch or later.
+    pub(super) verified_epoch: u64,
 }
 
 impl Dest {
@@ -204,6 +271,7 @@ impl Dest {
             lookup_at: None,
             refused: false,
             candidate_key: None,
+            verified_epoch: 0,
         }
     }
 

@@ -141,10 +141,7 @@ impl Harness {
             match output {
                 DispatcherOutput::ReadWal(read) if self.auto_read => {
                     self.reads.push(read);
-                    let end = (read.from.0 as usize + read.max_records).min(self.wal.len());
-                    let frames = (read.from.0 as usize..end)
-                        .map(|seq| (Seq(seq as u64), self.wal[seq].clone()))
-                        .collect();
+                    let frames = serve(&self.wal, read, self.wal.len());
                     answers.push(DispatcherInput::WalFrames { frames });
                 }
                 DispatcherOutput::StoreCheckpoint { seq } if self.auto_store => {
@@ -241,4 +238,21 @@ pub(super) fn at(millis: u64) -> Instant {
 
 pub(super) fn just_before(instant: Instant) -> Instant {
     Instant::from_nanos(instant.as_nanos() - 1)
+}
+
+/// Answers a read as a WAL host does: consecutive durable records from `from`, at most `max_records`
+/// and `max_bytes` (but at least one record when one is durable).
+pub(super) fn serve(wal: &[Vec<u8>], read: ReadWal, durable: usize) -> Vec<(Seq, Vec<u8>)> {
+    let mut frames = Vec::new();
+    let mut bytes = 0;
+    for seq in read.from.0 as usize..durable.min(wal.len()) {
+        if frames.len() == read.max_records
+            || !frames.is_empty() && bytes + wal[seq].len() > read.max_bytes
+        {
+            break;
+        }
+        bytes += wal[seq].len();
+        frames.push((Seq(seq as u64), wal[seq].clone()));
+    }
+    frames
 }

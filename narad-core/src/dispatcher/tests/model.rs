@@ -44,8 +44,14 @@ fn model_randomized_against_simulated_owners() {
     eprintln!("dispatcher model: {count} seeds, {totals:?}");
     if count >= 100 {
         // The faults must actually happen, or the test proves nothing.
-        assert!(totals.failed > 0 && totals.hung > 0 && totals.refused > 0, "{totals:?}");
-        assert!(totals.rerouted > 0 && totals.discarded > 0 && totals.legacy_resends > 0, "{totals:?}");
+        assert!(
+            totals.failed > 0 && totals.hung > 0 && totals.refused > 0,
+            "{totals:?}"
+        );
+        assert!(
+            totals.rerouted > 0 && totals.discarded > 0 && totals.legacy_resends > 0,
+            "{totals:?}"
+        );
         assert!(totals.duplicates > 0, "{totals:?}");
     }
 }
@@ -86,7 +92,6 @@ struct TruthTopic {
 struct WalRecord {
     topic: String,
     id: Option<u64>,
-    bytes: Vec<u8>,
 }
 
 /// How an owner will answer a commit, drawn when it is sent.
@@ -95,7 +100,9 @@ enum Mode {
     Commit,
     Fail,
     /// Answers after the hung threshold: success, or a timeout at the deadline.
-    Hang { success: bool },
+    Hang {
+        success: bool,
+    },
     /// A lagging owner replica: a 412 although the ids match.
     Spurious412,
     /// The owner commits, but the answer is lost (the stream breaks): a duplicate follows.
@@ -117,6 +124,8 @@ struct World {
     now: Instant,
     d: Dispatcher,
     wal: Vec<WalRecord>,
+    /// The WAL's encoded records, by sequence number (what reads return).
+    wal_bytes: Vec<Vec<u8>>,
     durable: usize,
     truth: BTreeMap<String, TruthTopic>,
     /// The local replica as fed to the dispatcher (it lags the truth).
@@ -152,6 +161,7 @@ impl World {
                 durable_next: Seq(0),
             }),
             wal: Vec::new(),
+            wal_bytes: Vec::new(),
             durable: 0,
             truth: BTreeMap::new(),
             fed: BTreeMap::new(),
@@ -172,13 +182,22 @@ impl World {
             totals: Totals::default(),
         };
         for node in 1..NODES {
-            world.input(DispatcherInput::Member { node: NodeId(node), alive: true });
+            world.input(DispatcherInput::Member {
+                node: NodeId(node),
+                alive: true,
+            });
         }
         for name in ["a", "b"] {
             world.create(name, true);
         }
         // A topic from before incarnation ids: format-1 records, committed by name.
-        world.truth.insert("old".into(), TruthTopic { id: None, owners: vec![0, 1] });
+        world.truth.insert(
+            "old".into(),
+            TruthTopic {
+                id: None,
+                owners: vec![0, 1],
+            },
+        );
         world.feed_topic("old", Duration::ZERO, true);
         world
     }
@@ -250,7 +269,8 @@ impl World {
 
     fn schedule(&mut self, after: Duration, event: Event) {
         self.event_counter += 1;
-        self.events.insert((self.now + after, self.event_counter), event);
+        self.events
+            .insert((self.now + after, self.event_counter), event);
     }
 
     /// Replica and membership changes reach the dispatcher in the order they happened (a log).
@@ -258,7 +278,8 @@ impl World {
         let at = (self.now + lag).max(self.last_ordered);
         self.last_ordered = at;
         self.event_counter += 1;
-        self.events.insert((at, self.event_counter), Event::Deliver(input));
+        self.events
+            .insert((at, self.event_counter), Event::Deliver(input));
     }
 
     fn delay_ms(&mut self, max_millis: u64) -> Duration {
@@ -305,7 +326,11 @@ impl World {
         let names: Vec<String> = self.fed.keys().cloned().collect();
         let name = names[self.rng.random_range(0..names.len())].clone();
         let view = self.fed[&name].clone();
-        let count = if self.rng.random_bool(0.3) { self.rng.random_range(2..8) } else { 1 };
+        let count = if self.rng.random_bool(0.3) {
+            self.rng.random_range(2..8)
+        } else {
+            1
+        };
         for _ in 0..count {
             let partition = self.rng.random_range(0..view.owners.len() as u32);
             let mut record = rec(&name, view.topic_id.map(|id| id.0), partition, None);
@@ -313,8 +338,8 @@ impl World {
             self.wal.push(WalRecord {
                 topic: name.clone(),
                 id: view.topic_id.map(|id| id.0),
-                bytes: record.to_bytes(),
             });
+            self.wal_bytes.push(record.to_bytes());
             self.committed.push(0);
             self.totals.records += 1;
         }
@@ -324,11 +349,23 @@ impl World {
 
     fn create(&mut self, name: &str, initial: bool) {
         let partitions = self.rng.random_range(1..=4);
-        let owners = (0..partitions).map(|_| self.rng.random_range(0..NODES)).collect();
+        let owners = (0..partitions)
+            .map(|_| self.rng.random_range(0..NODES))
+            .collect();
         let id = self.next_id;
         self.next_id += 1;
-        self.truth.insert(name.to_string(), TruthTopic { id: Some(id), owners });
-        let lag = if initial { Duration::ZERO } else { self.delay_ms(50) };
+        self.truth.insert(
+            name.to_string(),
+            TruthTopic {
+                id: Some(id),
+                owners,
+            },
+        );
+        let lag = if initial {
+            Duration::ZERO
+        } else {
+            self.delay_ms(50)
+        };
         // A new topic is sometimes seen before its partitions are assigned.
         let assigned = initial || self.rng.random_bool(0.7);
         self.feed_topic(name, lag, assigned);
@@ -342,21 +379,39 @@ impl World {
     }
 
     fn delete(&mut self, name: &str) {
-        let Some(topic) = self.truth.remove(name) else { return };
+        let Some(topic) = self.truth.remove(name) else {
+            return;
+        };
         if let Some(id) = topic.id {
             self.deleted.entry(name.to_string()).or_default().insert(id);
         }
         let lag = self.delay_ms(50);
-        self.schedule_in_order(lag, DispatcherInput::Topic { name: name.to_string(), view: None });
+        self.schedule_in_order(
+            lag,
+            DispatcherInput::Topic {
+                name: name.to_string(),
+                view: None,
+            },
+        );
     }
 
     fn feed_topic(&mut self, name: &str, lag: Duration, assigned: bool) {
         let topic = self.truth[name].clone();
         let view = TopicView {
             topic_id: topic.id.map(TopicId),
-            owners: topic.owners.iter().map(|&n| assigned.then_some(NodeId(n))).collect(),
+            owners: topic
+                .owners
+                .iter()
+                .map(|&n| assigned.then_some(NodeId(n)))
+                .collect(),
         };
-        self.schedule_in_order(lag, DispatcherInput::Topic { name: name.to_string(), view: Some(view) });
+        self.schedule_in_order(
+            lag,
+            DispatcherInput::Topic {
+                name: name.to_string(),
+                view: Some(view),
+            },
+        );
     }
 
     fn drain_events_now(&mut self) {
@@ -375,7 +430,13 @@ impl World {
         }
         self.alive[node as usize] = alive;
         let lag = self.delay_ms(200);
-        self.schedule_in_order(lag, DispatcherInput::Member { node: NodeId(node), alive });
+        self.schedule_in_order(
+            lag,
+            DispatcherInput::Member {
+                node: NodeId(node),
+                alive,
+            },
+        );
     }
 
     fn heal(&mut self) {
@@ -404,16 +465,18 @@ impl World {
             }
             Event::Durable => {
                 self.durable = self.wal.len();
-                self.input(DispatcherInput::Durable { next_seq: Seq(self.durable as u64) });
+                self.input(DispatcherInput::Durable {
+                    next_seq: Seq(self.durable as u64),
+                });
             }
             Event::ReadAnswer(read) => {
                 if self.faults && self.rng.random_bool(0.01) {
-                    self.input(DispatcherInput::WalReadFailed { fault: crate::IoFault::Eio });
+                    self.input(DispatcherInput::WalReadFailed {
+                        fault: crate::IoFault::Eio,
+                    });
                     return;
                 }
-                let from = read.from.0 as usize;
-                let end = (from + read.max_records).min(self.durable);
-                let frames = (from..end).map(|seq| (Seq(seq as u64), self.wal[seq].bytes.clone())).collect();
+                let frames = super::serve(&self.wal_bytes, read, self.durable);
                 self.input(DispatcherInput::WalFrames { frames });
             }
             Event::LeaderAnswer(topic) => {
@@ -422,7 +485,9 @@ impl World {
                 } else {
                     match self.truth.get(&topic) {
                         None => LeaderView::Absent,
-                        Some(truth) => LeaderView::Present { topic_id: truth.id.map(TopicId) },
+                        Some(truth) => LeaderView::Present {
+                            topic_id: truth.id.map(TopicId),
+                        },
                     }
                 };
                 // What this answer confirms: every deleted incarnation of the name but the live one.
@@ -442,7 +507,8 @@ impl World {
 
     fn answer(&mut self, commit_id: CommitId, mode: Mode) {
         let commit = self.commits.remove(&commit_id).expect("answered once");
-        self.in_flight.remove(&(commit.topic.to_string(), commit.partition.0));
+        self.in_flight
+            .remove(&(commit.topic.to_string(), commit.partition.0));
         for record in commit.records.iter() {
             self.in_flight_seqs.remove(&record.seq().0);
         }
@@ -468,7 +534,10 @@ impl World {
                     None => Some(CommitFailure::Error(CommitError::NotOwner)),
                     // The owner checks the incarnation under its produce lock (ids sent or not: a
                     // legacy owner commits by name, which the model counts only when it matches).
-                    Some(truth) if commit.topic_id.is_some() && commit.topic_id != truth.id.map(TopicId) => {
+                    Some(truth)
+                        if commit.topic_id.is_some()
+                            && commit.topic_id != truth.id.map(TopicId) =>
+                    {
                         Some(if commit.with_ids {
                             CommitFailure::IncarnationMismatch
                         } else {
@@ -543,7 +612,10 @@ impl World {
                 self.verify_done_below(seq.0 as usize);
                 let lag = self.delay_ms(5);
                 let input = if self.faults && self.rng.random_bool(0.01) {
-                    DispatcherInput::CheckpointStoreFailed { seq, fault: crate::IoFault::NoSpace }
+                    DispatcherInput::CheckpointStoreFailed {
+                        seq,
+                        fault: crate::IoFault::NoSpace,
+                    }
                 } else {
                     DispatcherInput::CheckpointStored { seq }
                 };
@@ -560,18 +632,33 @@ impl World {
     fn on_send(&mut self, commit: SendCommit) {
         let key = (commit.topic.to_string(), commit.partition.0);
         assert!(
-            self.in_flight.insert(key.clone(), commit.commit_id).is_none(),
+            self.in_flight
+                .insert(key.clone(), commit.commit_id)
+                .is_none(),
             "seed {}: two commits in flight for {key:?}",
             self.seed
         );
         let fed_id = self.fed.get(&*commit.topic).and_then(|view| view.topic_id);
         for record in commit.records.iter() {
-            assert!(self.in_flight_seqs.insert(record.seq().0), "seq {} sent twice at once", record.seq());
+            assert!(
+                self.in_flight_seqs.insert(record.seq().0),
+                "seq {} sent twice at once",
+                record.seq()
+            );
             assert_eq!(record.topic(), &*commit.topic);
-            assert_eq!(record.topic_id(), commit.topic_id, "a commit never mixes incarnations");
+            assert_eq!(
+                record.topic_id(),
+                commit.topic_id,
+                "a commit never mixes incarnations"
+            );
             if let Some(id) = record.topic_id() {
                 // Never sent unless the local replica holds its incarnation.
-                assert_eq!(Some(id), fed_id, "seed {}: stale incarnation sent: {commit:?}", self.seed);
+                assert_eq!(
+                    Some(id),
+                    fed_id,
+                    "seed {}: stale incarnation sent: {commit:?}",
+                    self.seed
+                );
             }
         }
         let mode = if !self.faults {
@@ -579,29 +666,43 @@ impl World {
         } else {
             match self.rng.random_range(0..100) {
                 0..=9 => Mode::Fail,
-                10..=14 => Mode::Hang { success: self.rng.random_bool(0.5) },
+                10..=14 => Mode::Hang {
+                    success: self.rng.random_bool(0.5),
+                },
                 15..=17 => Mode::Spurious412,
                 18..=19 => Mode::AnswerLost,
                 _ => Mode::Commit,
             }
         };
         let after = match mode {
-            Mode::Hang { success: true } => Duration::from_millis(self.rng.random_range(1_000..4_000)),
+            Mode::Hang { success: true } => {
+                Duration::from_millis(self.rng.random_range(1_000..4_000))
+            }
             Mode::Hang { success: false } => commit.deadline.saturating_duration_since(self.now),
             Mode::Commit | Mode::Fail | Mode::Spurious412 | Mode::AnswerLost => self.delay_ms(30),
         };
         if matches!(mode, Mode::Hang { .. }) {
             self.totals.hung += 1;
         }
-        self.schedule(after, Event::Answer { commit_id: commit.commit_id, mode });
+        self.schedule(
+            after,
+            Event::Answer {
+                commit_id: commit.commit_id,
+                mode,
+            },
+        );
         self.commits.insert(commit.commit_id, commit);
     }
 
     fn on_warning(&mut self, warning: DispatchWarning) {
         let discarded = match &warning {
             DispatchWarning::DiscardedForDeletedTopic { seq, topic_id, .. }
-            | DispatchWarning::DiscardedAfterFailedCommit { seq, topic_id, .. } => Some((*seq, *topic_id)),
-            DispatchWarning::DiscardedStaleIncarnation { seq, topic_id, .. } => Some((*seq, Some(*topic_id))),
+            | DispatchWarning::DiscardedAfterFailedCommit { seq, topic_id, .. } => {
+                Some((*seq, *topic_id))
+            }
+            DispatchWarning::DiscardedStaleIncarnation { seq, topic_id, .. } => {
+                Some((*seq, Some(*topic_id)))
+            }
             DispatchWarning::DiscardedQueueForDeletedTopic { records, .. } => {
                 self.totals.discarded += *records as u64;
                 None
@@ -627,7 +728,9 @@ impl World {
         while self.verified_below < end {
             let seq = self.verified_below;
             let record = &self.wal[seq];
-            let gone = record.id.is_some_and(|id| self.confirmed_gone.contains(&id));
+            let gone = record
+                .id
+                .is_some_and(|id| self.confirmed_gone.contains(&id));
             assert!(
                 self.committed[seq] > 0 || gone,
                 "seed {}: checkpoint {end} passes seq {seq} ({} {:?}), neither committed nor confirmed gone",
@@ -645,7 +748,12 @@ impl World {
         let checkpoint = self.d.checkpoint().0 as usize;
         self.verify_done_below(checkpoint);
         let wake = self.d.poll_timeout().expect("always a wake-up");
-        assert!(wake > self.now, "seed {}: wake-up {wake} not after {}", self.seed, self.now);
+        assert!(
+            wake > self.now,
+            "seed {}: wake-up {wake} not after {}",
+            self.seed,
+            self.now
+        );
     }
 
     fn check_end(&mut self) {

@@ -350,37 +350,58 @@ fn big(partition: u32, payload_bytes: usize) -> crate::codec::wal::ProduceRecord
 #[test]
 fn remote_byte_budget_splits_a_batch_at_8_mib() {
     let mut h = Harness::with_topic(&[1, 0]);
+    h.append_n(0, 1);
+    let first = h.take_commits().remove(0);
     let two_mib = 2 * 1024 * 1024;
     let records: Vec<_> = (0..7).map(|_| big(0, two_mib)).collect();
     assert!(4 * records[0].encoded_len() > REMOTE_COMMIT_BYTES_MAX);
     assert!(3 * records[0].encoded_len() <= REMOTE_COMMIT_BYTES_MAX);
-    h.append(&records);
+    h.append(&records); // queued behind the first commit
+    h.done(&first);
     let mut sizes = Vec::new();
     for _ in 0..3 {
         let commit = h.take_commits().remove(0);
         sizes.push(seqs(&commit));
         h.done(&commit);
     }
-    assert_eq!(sizes, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
+    assert_eq!(sizes, vec![vec![1, 2, 3], vec![4, 5, 6], vec![7]]);
 }
 
 #[test]
 fn a_record_over_the_budget_still_goes_alone() {
     let mut h = Harness::with_topic(&[1]);
-    h.append(&[big(0, REMOTE_COMMIT_BYTES_MAX), big(0, 10)]);
+    h.append_n(0, 1);
     let first = h.take_commits().remove(0);
-    assert_eq!(seqs(&first), vec![0]);
+    h.append(&[big(0, REMOTE_COMMIT_BYTES_MAX), big(0, 10)]);
     h.done(&first);
-    assert_eq!(seqs(&h.take_commits()[0]), vec![1]);
+    let second = h.take_commits().remove(0);
+    assert_eq!(seqs(&second), vec![1]);
+    h.done(&second);
+    assert_eq!(seqs(&h.take_commits()[0]), vec![2]);
 }
 
 #[test]
 fn local_commits_have_no_byte_budget() {
     let mut h = Harness::with_topic(&[0]);
+    h.append_n(0, 1);
+    let first = h.take_commits().remove(0);
     let records: Vec<_> = (0..7).map(|_| big(0, 2 * 1024 * 1024)).collect();
     h.append(&records);
+    h.done(&first);
     let commits = h.take_commits();
-    assert_eq!(seqs(&commits[0]), (0..7).collect::<Vec<_>>());
+    assert_eq!(seqs(&commits[0]), (1..8).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_read_asks_for_at_most_1_mib_but_always_one_record() {
+    let mut h = Harness::with_topic(&[0]);
+    h.append(&[
+        big(0, 700 * 1024),
+        big(0, 700 * 1024),
+        big(0, 2 * 1024 * 1024),
+    ]);
+    assert_eq!(h.reads, vec![read(0, 4096), read(1, 4096), read(2, 4096)]);
+    assert_eq!(READ_BYTES_MAX, 1024 * 1024);
 }
 
 #[test]
@@ -827,15 +848,23 @@ fn warnings(outputs: &[DispatcherOutput]) -> Vec<DispatchWarning> {
 }
 
 fn confirm(topic: &str) -> DispatcherOutput {
-    DispatcherOutput::ConfirmTopicGone { topic: topic.to_string() }
+    DispatcherOutput::ConfirmTopicGone {
+        topic: topic.to_string(),
+    }
 }
 
 fn answer(h: &mut Harness, topic: &str, view: LeaderView) {
-    h.input(DispatcherInput::TopicGoneAnswer { topic: topic.to_string(), view });
+    h.input(DispatcherInput::TopicGoneAnswer {
+        topic: topic.to_string(),
+        view,
+    });
 }
 
 fn delete(h: &mut Harness, topic: &str) {
-    h.input(DispatcherInput::Topic { name: topic.to_string(), view: None });
+    h.input(DispatcherInput::Topic {
+        name: topic.to_string(),
+        view: None,
+    });
 }
 
 #[test]
@@ -849,13 +878,15 @@ fn a_412_returns_the_records_and_their_queue_to_the_wal_without_failing() {
     let outputs = h.take();
     assert_eq!(
         outputs,
-        vec![DispatcherOutput::Warn(DispatchWarning::IncarnationRefused {
-            topic: "t".into(),
-            topic_id: Some(TopicId(1)),
-            partition: PartitionId(0),
-            owner: CommitOwner::Remote(NodeId(1)),
-            records: 3,
-        })]
+        vec![DispatcherOutput::Warn(
+            DispatchWarning::IncarnationRefused {
+                topic: "t".into(),
+                topic_id: Some(TopicId(1)),
+                partition: PartitionId(0),
+                owner: CommitOwner::Remote(NodeId(1)),
+                records: 3,
+            }
+        )]
     );
     assert_eq!(warnings(&outputs)[0].message(), WARN_INCARNATION_REFUSED);
     assert_eq!((h.d.held_records(), h.d.skipped_records()), (0, 3));
@@ -864,7 +895,10 @@ fn a_412_returns_the_records_and_their_queue_to_the_wal_without_failing() {
     h.advance_to(at(1000));
     let again = h.take_commits();
     assert_eq!(again.len(), 1);
-    assert_eq!((again[0].partition, seqs(&again[0])), (PartitionId(0), vec![0, 1, 2]));
+    assert_eq!(
+        (again[0].partition, seqs(&again[0])),
+        (PartitionId(0), vec![0, 1, 2])
+    );
     assert_eq!(h.d.stats().rerouted_records, 0);
 }
 
@@ -873,19 +907,25 @@ fn a_deleted_topic_record_is_discarded_only_after_the_leader_confirms() {
     let mut h = Harness::with_topic(&[0]);
     delete(&mut h, "t");
     h.append_n(0, 2);
-    assert_eq!(h.take(), vec![confirm("t")], "one question for the topic, for both records");
+    assert_eq!(
+        h.take(),
+        vec![confirm("t")],
+        "one question for the topic, for both records"
+    );
     assert_eq!((h.d.checkpoint(), h.d.skipped_records()), (Seq(0), 2));
     h.advance_to(at(5));
     answer(&mut h, "t", LeaderView::Absent);
     assert_eq!(
         h.take(),
         (0..2)
-            .map(|seq| DispatcherOutput::Warn(DispatchWarning::DiscardedForDeletedTopic {
-                topic: "t".into(),
-                topic_id: Some(TopicId(1)),
-                partition: PartitionId(0),
-                seq: Seq(seq),
-            }))
+            .map(
+                |seq| DispatcherOutput::Warn(DispatchWarning::DiscardedForDeletedTopic {
+                    topic: "t".into(),
+                    topic_id: Some(TopicId(1)),
+                    partition: PartitionId(0),
+                    seq: Seq(seq),
+                })
+            )
             .collect::<Vec<_>>()
     );
     assert_eq!(h.d.checkpoint(), Seq(2));
@@ -912,17 +952,33 @@ fn confirmation_is_asked_once_per_topic_per_read_and_an_unconfirmed_answer_is_re
     delete(&mut h, "t");
     delete(&mut h, "u");
     h.outputs.clear();
-    let records: Vec<_> =
-        (0..6).map(|i| if i % 2 == 0 { rec("t", Some(1), 0, None) } else { rec("u", Some(5), 0, None) }).collect();
+    let records: Vec<_> = (0..6)
+        .map(|i| {
+            if i % 2 == 0 {
+                rec("t", Some(1), 0, None)
+            } else {
+                rec("u", Some(5), 0, None)
+            }
+        })
+        .collect();
     h.append(&records);
     assert_eq!(h.take(), vec![confirm("t"), confirm("u")]);
     h.advance_to(at(100));
     answer(&mut h, "t", LeaderView::Unconfirmed);
-    answer(&mut h, "u", LeaderView::Present { topic_id: Some(TopicId(5)) }); // the replica lags
+    answer(
+        &mut h,
+        "u",
+        LeaderView::Present {
+            topic_id: Some(TopicId(5)),
+        },
+    ); // the replica lags
     assert!(h.take().is_empty(), "nothing is discarded unconfirmed");
     h.advance_to(at(600));
     h.append_n(0, 1);
-    assert!(h.take().is_empty(), "an unconfirmed answer is remembered for a second");
+    assert!(
+        h.take().is_empty(),
+        "an unconfirmed answer is remembered for a second"
+    );
     h.advance_to(just_before(at(1100)));
     assert!(h.take().is_empty());
     h.advance_to(at(1100));
@@ -938,13 +994,29 @@ fn a_stale_incarnation_is_discarded_after_confirmation_and_remembered() {
     let mut h = Harness::with_topic(&[0, 0]);
     h.topic("t", Some(2), &[0, 0]); // deleted and recreated
     h.outputs.clear();
-    h.append(&[rec("t", Some(1), 0, None), rec("t", Some(2), 1, None), rec("t", Some(1), 1, None)]);
+    h.append(&[
+        rec("t", Some(1), 0, None),
+        rec("t", Some(2), 1, None),
+        rec("t", Some(1), 1, None),
+    ]);
     let outputs = h.take();
     assert_eq!(outputs[0], confirm("t"));
-    let DispatcherOutput::SendCommit(live) = &outputs[1] else { panic!("{outputs:?}") };
-    assert_eq!((seqs(live), live.topic_id), (vec![1], Some(TopicId(2))), "the live incarnation commits");
+    let DispatcherOutput::SendCommit(live) = &outputs[1] else {
+        panic!("{outputs:?}")
+    };
+    assert_eq!(
+        (seqs(live), live.topic_id),
+        (vec![1], Some(TopicId(2))),
+        "the live incarnation commits"
+    );
     assert_eq!(outputs.len(), 2);
-    answer(&mut h, "t", LeaderView::Present { topic_id: Some(TopicId(2)) });
+    answer(
+        &mut h,
+        "t",
+        LeaderView::Present {
+            topic_id: Some(TopicId(2)),
+        },
+    );
     let stale = |seq: u64, partition: u32| {
         DispatcherOutput::Warn(DispatchWarning::DiscardedStaleIncarnation {
             topic: "t".into(),
@@ -954,9 +1026,16 @@ fn a_stale_incarnation_is_discarded_after_confirmation_and_remembered() {
         })
     };
     assert_eq!(h.take(), vec![stale(0, 0), stale(2, 1)]);
-    assert_eq!(warnings(&[stale(0, 0)])[0].message(), WARN_DISCARD_STALE_INCARNATION);
+    assert_eq!(
+        warnings(&[stale(0, 0)])[0].message(),
+        WARN_DISCARD_STALE_INCARNATION
+    );
     h.append(&[rec("t", Some(1), 0, None)]);
-    assert_eq!(h.take(), vec![stale(3, 0)], "the confirmed id is remembered: no new question");
+    assert_eq!(
+        h.take(),
+        vec![stale(3, 0)],
+        "the confirmed id is remembered: no new question"
+    );
 }
 
 #[test]
@@ -967,9 +1046,19 @@ fn the_incarnation_is_checked_again_just_before_a_batch_leaves() {
     h.append_n(0, 2); // queued under incarnation 1
     h.topic("t", Some(2), &[0, 0]); // recreated meanwhile
     h.done(&first);
-    assert_eq!(h.take(), vec![confirm("t")], "they go back to the WAL to wait for the leader");
+    assert_eq!(
+        h.take(),
+        vec![confirm("t")],
+        "they go back to the WAL to wait for the leader"
+    );
     assert_eq!((h.d.held_records(), h.d.skipped_records()), (0, 2));
-    answer(&mut h, "t", LeaderView::Present { topic_id: Some(TopicId(2)) });
+    answer(
+        &mut h,
+        "t",
+        LeaderView::Present {
+            topic_id: Some(TopicId(2)),
+        },
+    );
     assert_eq!(warnings(&h.take()).len(), 2);
     assert_eq!(h.d.checkpoint(), Seq(3));
 }
@@ -983,25 +1072,35 @@ fn a_queue_of_a_confirmed_deleted_incarnation_is_discarded_with_one_warning_befo
     h.topic("t", Some(2), &[0, 0]);
     h.append(&[rec("t", Some(1), 1, None)]);
     assert_eq!(h.take(), vec![confirm("t")]);
-    answer(&mut h, "t", LeaderView::Present { topic_id: Some(TopicId(2)) });
+    answer(
+        &mut h,
+        "t",
+        LeaderView::Present {
+            topic_id: Some(TopicId(2)),
+        },
+    );
     assert_eq!(warnings(&h.take()).len(), 1); // seq 4, placed
     h.done(&first);
     assert_eq!(
         h.take(),
-        vec![DispatcherOutput::Warn(DispatchWarning::DiscardedQueueForDeletedTopic {
-            topic: "t".into(),
-            topic_id: Some(TopicId(1)),
-            partition: PartitionId(0),
-            records: 3,
-        })]
+        vec![DispatcherOutput::Warn(
+            DispatchWarning::DiscardedQueueForDeletedTopic {
+                topic: "t".into(),
+                topic_id: Some(TopicId(1)),
+                partition: PartitionId(0),
+                records: 3,
+            }
+        )]
     );
     assert_eq!(
-        warnings(&[DispatcherOutput::Warn(DispatchWarning::DiscardedQueueForDeletedTopic {
-            topic: "t".into(),
-            topic_id: None,
-            partition: PartitionId(0),
-            records: 3,
-        })])[0]
+        warnings(&[DispatcherOutput::Warn(
+            DispatchWarning::DiscardedQueueForDeletedTopic {
+                topic: "t".into(),
+                topic_id: None,
+                partition: PartitionId(0),
+                records: 3,
+            }
+        )])[0]
             .message(),
         "discarding undispatched produce records for deleted topic"
     );
@@ -1017,7 +1116,11 @@ fn after_a_failed_commit_a_deleted_topic_is_confirmed_and_its_records_discarded_
     let other = h.take_commits().remove(0);
     delete(&mut h, "t");
     h.fail(&first, CommitFailure::Error(CommitError::NotOwner));
-    assert_eq!(h.take(), vec![confirm("t")], "only this destination waits for the answer");
+    assert_eq!(
+        h.take(),
+        vec![confirm("t")],
+        "only this destination waits for the answer"
+    );
     h.advance(ms(1500));
     assert!(h.take().is_empty(), "no probe while the question is open");
     answer(&mut h, "t", LeaderView::Absent);
@@ -1031,7 +1134,10 @@ fn after_a_failed_commit_a_deleted_topic_is_confirmed_and_its_records_discarded_
         })
     };
     assert_eq!(h.take(), vec![discarded(0), discarded(1)]);
-    assert_eq!(warnings(&[discarded(0)])[0].message(), WARN_DISCARD_DELETED_TOPIC);
+    assert_eq!(
+        warnings(&[discarded(0)])[0].message(),
+        WARN_DISCARD_DELETED_TOPIC
+    );
     h.done(&other);
     assert_eq!(h.d.checkpoint(), Seq(3));
 }
@@ -1046,12 +1152,26 @@ fn after_a_failed_commit_an_unconfirmed_deletion_keeps_a_probe_checked_again_bef
     assert_eq!(h.take(), vec![confirm("t")]);
     h.advance_to(at(200));
     answer(&mut h, "t", LeaderView::Unconfirmed);
-    assert_eq!((h.d.held_records(), h.d.skipped_records()), (1, 1), "an ordinary failure: a probe");
+    assert_eq!(
+        (h.d.held_records(), h.d.skipped_records()),
+        (1, 1),
+        "an ordinary failure: a probe"
+    );
     h.advance_to(just_before(at(1200)));
     assert!(h.take().is_empty());
     h.advance_to(at(1200));
-    assert_eq!(h.take(), vec![confirm("t")], "the probe's incarnation is checked before it leaves");
-    answer(&mut h, "t", LeaderView::Present { topic_id: Some(TopicId(2)) });
+    assert_eq!(
+        h.take(),
+        vec![confirm("t")],
+        "the probe's incarnation is checked before it leaves"
+    );
+    answer(
+        &mut h,
+        "t",
+        LeaderView::Present {
+            topic_id: Some(TopicId(2)),
+        },
+    );
     let outputs = h.take();
     assert_eq!(
         outputs,
@@ -1084,8 +1204,18 @@ fn a_legacy_owner_gets_the_batch_again_without_ids_and_id_less_batches_for_2_min
     h.fail(&first, CommitFailure::LegacyRefusedIds);
     let resent = h.take_commits().remove(0);
     assert_eq!(
-        (seqs(&resent), resent.with_ids, resent.deadline, resent.owner),
-        (vec![0, 1], false, first.deadline, CommitOwner::Remote(NodeId(1))),
+        (
+            seqs(&resent),
+            resent.with_ids,
+            resent.deadline,
+            resent.owner
+        ),
+        (
+            vec![0, 1],
+            false,
+            first.deadline,
+            CommitOwner::Remote(NodeId(1))
+        ),
         "sent again without ids, on what is left of the same budget"
     );
     assert_ne!(resent.commit_id, first.commit_id);
@@ -1093,7 +1223,10 @@ fn a_legacy_owner_gets_the_batch_again_without_ids_and_id_less_batches_for_2_min
     h.append(&[rec("t", Some(1), 0, None), rec("t", Some(1), 1, None)]);
     let commits = h.take_commits();
     assert_eq!(
-        commits.iter().map(|c| (c.partition.0, c.with_ids)).collect::<Vec<_>>(),
+        commits
+            .iter()
+            .map(|c| (c.partition.0, c.with_ids))
+            .collect::<Vec<_>>(),
         vec![(0, false), (1, true)],
         "only that owner goes without ids"
     );
@@ -1107,7 +1240,10 @@ fn a_legacy_owner_gets_the_batch_again_without_ids_and_id_less_batches_for_2_min
     h.done(&commit);
     h.advance_to(at(100) + LEGACY_OWNER_MEMORY);
     h.append_n(0, 1);
-    assert!(h.take_commits()[0].with_ids, "tried with ids again after 2 minutes");
+    assert!(
+        h.take_commits()[0].with_ids,
+        "tried with ids again after 2 minutes"
+    );
 }
 
 #[test]
