@@ -272,10 +272,10 @@ impl Dispatcher {
     ) {
         let with_ids = match owner {
             CommitOwner::Local => true,
-            CommitOwner::Remote(node) => !self
+            CommitOwner::Remote(node) => self
                 .legacy_until
                 .get(&node)
-                .is_some_and(|until| *until > now),
+                .is_none_or(|until| *until <= now),
         };
         let budget = if probe { PROBE_BUDGET } else { COMMIT_BUDGET };
         let topic_id = records[0].topic_id();

@@ -193,22 +193,6 @@ impl Harness {
             .collect()
     }
 
-    /// Takes the collected commits, leaving other outputs in place.
-    pub(super) fn commits(&mut self) -> Vec<SendCommit> {
-        let (commits, rest): (Vec<_>, Vec<_>) = self
-            .take()
-            .into_iter()
-            .partition(|output| matches!(output, DispatcherOutput::SendCommit(_)));
-        self.outputs = rest;
-        commits
-            .into_iter()
-            .map(|output| match output {
-                DispatcherOutput::SendCommit(commit) => commit,
-                _ => unreachable!(),
-            })
-            .collect()
-    }
-
     pub(super) fn done(&mut self, commit: &SendCommit) {
         self.input(DispatcherInput::CommitDone {
             commit_id: commit.commit_id,
@@ -245,14 +229,15 @@ pub(super) fn just_before(instant: Instant) -> Instant {
 pub(super) fn serve(wal: &[Vec<u8>], read: ReadWal, durable: usize) -> Vec<(Seq, Vec<u8>)> {
     let mut frames = Vec::new();
     let mut bytes = 0;
-    for seq in read.from.0 as usize..durable.min(wal.len()) {
+    let end = durable.min(wal.len());
+    for (seq, record) in wal.iter().enumerate().take(end).skip(read.from.0 as usize) {
         if frames.len() == read.max_records
-            || !frames.is_empty() && bytes + wal[seq].len() > read.max_bytes
+            || !frames.is_empty() && bytes + record.len() > read.max_bytes
         {
             break;
         }
-        bytes += wal[seq].len();
-        frames.push((Seq(seq as u64), wal[seq].clone()));
+        bytes += record.len();
+        frames.push((Seq(seq as u64), record.clone()));
     }
     frames
 }

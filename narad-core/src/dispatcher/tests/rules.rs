@@ -10,10 +10,6 @@ fn read(from: u64, max_records: usize) -> ReadWal {
     }
 }
 
-fn nanos(n: u64) -> Duration {
-    Duration::from_nanos(n)
-}
-
 // ----- the reader -----
 
 #[test]
