@@ -397,20 +397,19 @@ impl Dispatcher {
         self.legacy_until.retain(|_, until| *until > now);
         if now >= self.next_periodic_rescan {
             self.next_periodic_rescan = now + RESCAN_INTERVAL;
-            self.periodic(now);
+            self.periodic();
         }
     }
 
     /// Once a second: refusals are forgotten, a stalled reader tries again, idle tables shrink, and
     /// every skipped record is considered again.
-    fn periodic(&mut self, now: Instant) {
+    fn periodic(&mut self) {
         for idx in std::mem::take(&mut self.refused_dests) {
             self.dest_mut(idx).refused = false;
         }
         self.stalled = None;
         self.collect_garbage();
         self.want_rescan();
-        let _ = now;
     }
 
     fn expire_hung(&mut self, now: Instant) {

@@ -1,8 +1,11 @@
-//! Tests of the dispatcher: one unit test per rule on virtual time (`rules`), and a randomized model
-//! test against simulated owners (`model`).
+//! Tests of the dispatcher: one unit test per rule on virtual time (`reader`, `commits`, `failures`,
+//! `incarnations`), and a randomized model test against simulated owners (`model`).
 
+mod commits;
+mod failures;
+mod incarnations;
 mod model;
-mod rules;
+mod reader;
 
 use super::*;
 use crate::actor::Actor;
@@ -240,4 +243,13 @@ pub(super) fn serve(wal: &[Vec<u8>], read: ReadWal, durable: usize) -> Vec<(Seq,
         frames.push((Seq(seq as u64), record.clone()));
     }
     frames
+}
+
+/// A read request as the dispatcher issues it.
+pub(super) fn read(from: u64, max_records: usize) -> ReadWal {
+    ReadWal {
+        from: Seq(from),
+        max_records,
+        max_bytes: READ_BYTES_MAX,
+    }
 }
