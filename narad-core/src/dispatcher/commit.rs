@@ -86,7 +86,7 @@ impl Dispatcher {
             return None;
         }
         let latency = self.latency_ewma.get(&owner)?;
-        let oldest = dest.queue.front()?.placed_at;
+        let oldest = self.queued.get(dest.queue.front()?.0).placed_at;
         Some(oldest + (*latency * 2).min(LINGER_MAX))
     }
 
@@ -143,8 +143,8 @@ impl Dispatcher {
         let topic = self.dest(idx).topic;
         let mut last: Option<(Option<TopicId>, Status)> = None;
         let mut all_resolved = true;
-        for queued in &self.dest(idx).queue {
-            let id = queued.record.topic_id();
+        for &slot in &self.dest(idx).queue {
+            let id = self.queued.get(slot.0).record.topic_id();
             let status = match last {
                 Some((last_id, status)) if last_id == id => status,
                 _ => self.status(topic, id),
@@ -160,9 +160,15 @@ impl Dispatcher {
         }
         let queue = std::mem::take(&mut self.dest_mut(idx).queue);
         let mut discarded: Vec<(Option<TopicId>, usize)> = Vec::new();
-        for queued in queue {
-            match self.status(topic, queued.record.topic_id()) {
-                Status::Resolved => self.dest_mut(idx).queue.push_back(queued),
+        for slot in queue {
+            let id = self.queued.get(slot.0).record.topic_id();
+            if self.status(topic, id) == Status::Resolved {
+                self.dest_mut(idx).queue.push_back(slot);
+                continue;
+            }
+            let queued = self.queued.remove(slot.0);
+            match self.status(topic, id) {
+                Status::Resolved => unreachable!("kept above"),
                 Status::NeedsConfirm => {
                     self.ask_if_needed(now, topic, queued.record.topic_id());
                     self.return_to_confirm(queued);
@@ -204,21 +210,25 @@ impl Dispatcher {
             CommitOwner::Local => usize::MAX,
             CommitOwner::Remote(_) => REMOTE_COMMIT_BYTES_MAX,
         };
-        let dest = self.dest_mut(idx);
-        let first_id = dest.queue.front().map(|queued| queued.record.topic_id());
+        let dest = self.dests.get_mut(idx.0);
+        let mut first_id = None;
         let mut bytes = 0usize;
-        let mut records = Vec::new();
-        let mut homes = Vec::new();
-        while let Some(front) = dest.queue.front() {
-            if Some(front.record.topic_id()) != first_id {
+        let mut records = Vec::with_capacity(dest.queue.len());
+        let mut homes = Vec::with_capacity(dest.queue.len());
+        while let Some(&slot) = dest.queue.front() {
+            let front = &self.queued.get(slot.0).record;
+            let id = Some(front.topic_id());
+            if first_id.is_some() && id != first_id {
                 break;
             }
-            let len = front.record.encoded_len();
+            first_id = id;
+            let len = front.encoded_len();
             if !records.is_empty() && bytes.saturating_add(len) > budget_bytes {
                 break;
             }
             bytes = bytes.saturating_add(len);
-            let queued = dest.queue.pop_front().expect("front exists");
+            dest.queue.pop_front();
+            let queued = self.queued.remove(slot.0);
             records.push(queued.record);
             homes.push(queued.home);
         }

@@ -2,7 +2,7 @@
 
 use super::api::{CommitOwner, DispatcherConfig, DispatcherInput, DispatcherOutput};
 use super::strip::Strip;
-use super::tables::{Dest, DestIdx, Slab, TopicEntry, TopicIdx};
+use super::tables::{Dest, DestIdx, Queued, Slab, TopicEntry, TopicIdx};
 use super::*;
 use crate::actor::Actor;
 use crate::codec::DecodeError;
@@ -48,6 +48,8 @@ pub struct Dispatcher {
     pub(super) topics: Slab<TopicEntry>,
     pub(super) topic_index: HashMap<Arc<str>, TopicIdx, FnvBuildHasher>,
     pub(super) dests: Slab<Dest>,
+    /// Every queued record (destinations' queues hold slots of it).
+    pub(super) queued: Slab<Queued>,
     pub(super) dest_high_water: usize,
     pub(super) members: BTreeMap<NodeId, bool>,
     pub(super) latency_ewma: BTreeMap<CommitOwner, Duration>,
@@ -130,6 +132,7 @@ impl Dispatcher {
             topics: Slab::new(),
             topic_index: HashMap::default(),
             dests: Slab::new(),
+            queued: Slab::new(),
             dest_high_water: 0,
             members: BTreeMap::new(),
             latency_ewma: BTreeMap::new(),
@@ -521,7 +524,8 @@ impl Dispatcher {
         for (index, dest) in self.dests.iter() {
             let idx = DestIdx(index);
             held_in_dests += dest.held();
-            for queued in &dest.queue {
+            for &slot in &dest.queue {
+                let queued = self.queued.get(slot.0);
                 assert_eq!(
                     self.strip.get(queued.record.seq()),
                     Some(super::strip::Mark::Held)
@@ -579,7 +583,11 @@ impl Dispatcher {
                 && dest.failing.is_none()
                 && dest.post_failure.is_none();
             let key = eligible
-                .then(|| dest.queue.front().map(|q| q.placed_at))
+                .then(|| {
+                    dest.queue
+                        .front()
+                        .map(|&slot| self.queued.get(slot.0).placed_at)
+                })
                 .flatten();
             assert_eq!(dest.candidate_key, key, "candidate key of {idx:?}");
             if let Some(key) = key {
@@ -605,6 +613,12 @@ impl Dispatcher {
             held_in_dests,
             self.strip.held(),
             "every held record is in a destination"
+        );
+        let queued: usize = self.dests.iter().map(|(_, dest)| dest.queue.len()).sum();
+        assert_eq!(
+            queued,
+            self.queued.len(),
+            "every queued record is in one queue"
         );
         assert_eq!(hung_records, self.held_hung);
         assert_eq!(counted, self.counted_in_flight);

@@ -5,7 +5,7 @@ use super::api::{CommitOwner, DispatchWarning, DispatcherOutput, TopicView};
 use super::machine::Dispatcher;
 use super::record::DispatchRecord;
 use super::strip::Mark;
-use super::tables::{Dest, DestIdx, Queued, TopicEntry, TopicIdx};
+use super::tables::{Dest, DestIdx, HeldIdx, Queued, TopicEntry, TopicIdx};
 use super::*;
 use crate::ids::{NodeId, PartitionId, Seq, TopicId};
 use crate::time::Instant;
@@ -309,11 +309,12 @@ impl Dispatcher {
             // Every record queued from now on was checked at placement, at this epoch or later.
             dest.verified_epoch = epoch;
         }
-        dest.queue.push_back(Queued {
+        let slot = HeldIdx(self.queued.insert(Queued {
             record,
             home,
             placed_at: now,
-        });
+        }));
+        self.dest_mut(idx).queue.push_back(slot);
         if was_empty {
             self.refresh_candidate(idx);
         }
@@ -431,7 +432,8 @@ impl Dispatcher {
     /// Returns a destination's whole queue to the WAL, in order.
     pub(super) fn return_queue(&mut self, idx: DestIdx) {
         let queue = std::mem::take(&mut self.dest_mut(idx).queue);
-        for queued in queue {
+        for slot in queue {
+            let queued = self.queued.remove(slot.0);
             self.return_to_wal(queued);
         }
         self.refresh_candidate(idx);
@@ -442,7 +444,9 @@ impl Dispatcher {
         let dest = self.dest(idx);
         let key =
             if dest.in_flight.is_none() && dest.failing.is_none() && dest.post_failure.is_none() {
-                dest.queue.front().map(|queued| queued.placed_at)
+                dest.queue
+                    .front()
+                    .map(|&slot| self.queued.get(slot.0).placed_at)
             } else {
                 None
             };
