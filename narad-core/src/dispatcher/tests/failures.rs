@@ -257,3 +257,28 @@ fn a_rescan_runs_at_least_once_a_second() {
     let again = h.take_commits();
     assert_eq!(seqs(&again[0]), vec![0, 1]);
 }
+
+#[test]
+fn a_failing_destinations_probe_goes_at_once_without_lingering() {
+    let mut h = Harness::with_topic(&[1, 1]);
+    h.append_n(0, 1);
+    let first = h.take_commits().remove(0);
+    h.advance_to(at(40));
+    h.done(&first); // node 1 measured at 40 ms
+    h.append_n(0, 1);
+    let failing = h.take_commits().remove(0);
+    h.advance_to(at(100));
+    h.error(&failing);
+    h.advance_to(at(1090));
+    h.append_n(1, 1); // another commit in flight when the probe is due
+    assert_eq!(h.take_commits().len(), 1);
+    h.advance_to(just_before(at(1100)));
+    assert!(h.take().is_empty());
+    h.advance_to(at(1100));
+    let probe = h.take_commits();
+    assert_eq!(
+        (probe[0].partition, seqs(&probe[0])),
+        (PartitionId(0), vec![1])
+    );
+    assert_eq!(h.d.commits_in_flight(), 2);
+}
