@@ -179,7 +179,7 @@ impl Dispatcher {
                         Some((last_id, count)) if *last_id == id => *count += 1,
                         _ => discarded.push((id, 1)),
                     }
-                    self.finish_held(queued.record.seq(), queued.home);
+                    self.finish_held(&queued.record, queued.home);
                     self.stats.discarded_records += 1;
                 }
             }
@@ -378,7 +378,7 @@ impl Dispatcher {
         });
         self.latency_ewma.insert(commit.owner, ewma);
         for (record, &home) in commit.records.iter().zip(&commit.homes) {
-            self.finish_held(record.seq(), home);
+            self.finish_held(record, home);
         }
         self.stats.committed_records += commit.records.len() as u64;
         if commit.probe {
@@ -503,7 +503,7 @@ impl Dispatcher {
         let dest = self.dest(idx);
         let (topic, partition) = (self.topic(dest.topic).name.to_string(), dest.partition);
         for queued in post.records {
-            self.finish_held(queued.record.seq(), queued.home);
+            self.finish_held(&queued.record, queued.home);
             self.stats.discarded_records += 1;
             self.emit(DispatcherOutput::Warn(
                 DispatchWarning::DiscardedAfterFailedCommit {

@@ -285,7 +285,7 @@ impl Dispatcher {
                 record.encoded_len(),
                 record.timestamp_ms(),
             ),
-            Origin::Rescan => self.strip.set(record.seq(), mark),
+            Origin::Rescan => self.strip.set(record.seq(), mark, record.encoded_len()),
         }
     }
 
@@ -403,8 +403,9 @@ impl Dispatcher {
     /// Sends a held record back to the WAL: it is skipped under its home, read again in WAL order.
     pub(super) fn return_to_wal(&mut self, queued: Queued) {
         let home = queued.home;
+        let bytes = queued.record.encoded_len();
         self.strip
-            .set(queued.record.seq(), Mark::SkippedBlocked(home));
+            .set(queued.record.seq(), Mark::SkippedBlocked(home), bytes);
         let dest = self.dest_mut(home);
         dest.held_home -= 1;
         dest.skipped.insert(queued.record.seq());
@@ -415,8 +416,9 @@ impl Dispatcher {
     pub(super) fn return_to_confirm(&mut self, queued: Queued) {
         let topic = self.dest(queued.home).topic;
         self.dest_mut(queued.home).held_home -= 1;
+        let bytes = queued.record.encoded_len();
         self.strip
-            .set(queued.record.seq(), Mark::SkippedConfirm(topic));
+            .set(queued.record.seq(), Mark::SkippedConfirm(topic), bytes);
         self.topic_mut(topic)
             .confirm_skipped
             .insert(queued.record.seq());
@@ -424,8 +426,9 @@ impl Dispatcher {
     }
 
     /// Marks a held record done (committed or discarded).
-    pub(super) fn finish_held(&mut self, seq: Seq, home: DestIdx) {
-        self.strip.set(seq, Mark::Done);
+    pub(super) fn finish_held(&mut self, record: &DispatchRecord, home: DestIdx) {
+        self.strip
+            .set(record.seq(), Mark::Done, record.encoded_len());
         self.dest_mut(home).held_home -= 1;
     }
 

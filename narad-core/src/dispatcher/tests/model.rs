@@ -760,6 +760,11 @@ impl World {
         self.verify_done_below(self.wal.len());
         assert_eq!(self.d.backlog_records(), 0);
         assert_eq!((self.d.held_records(), self.d.skipped_records()), (0, 0));
+        assert_eq!(
+            self.d.backlog_bytes_read(),
+            0,
+            "every byte read was accounted done"
+        );
         let stats = self.d.stats();
         self.totals.rerouted += stats.rerouted_records;
     }
