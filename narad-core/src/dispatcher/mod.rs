@@ -19,7 +19,7 @@
 //!
 //! | output | the driver | answer |
 //! |---|---|---|
-//! | `ReadWal { from, max_records, max_bytes }` | reads durable records `from..`, consecutive, at most `max_records` / `max_bytes` (at least one when one is durable) | `WalFrames { frames }` (possibly empty) or `WalReadFailed` |
+//! | `ReadWal { from, max_records, max_bytes }` | reads durable records `from..`, consecutive, at most `max_records` / `max_bytes` (at least one when one is durable) | `WalFrames { frames }` (possibly empty) or `WalReadFailed { fault }` (a WAL read error other than an I/O fault as `IoFault::Other`) |
 //! | `SendCommit(..)` | local owner: the partition's combiner; remote: `CommitProduceBatch` over the cluster transport, with the incarnation section iff `with_ids` and `topic_id` is set; gives up at `deadline` | exactly one `CommitDone` or `CommitFailed { failure }` per `commit_id` (a 412 or `TopicIncarnationMismatch` → `IncarnationMismatch`; a 400 for trailing data → `LegacyRefusedIds`; giving up → `Timeout`) |
 //! | `StoreCheckpoint { seq }` | hands it to the Checkpointer (in-place store, synced within 250 ms) | `CheckpointStored` or `CheckpointStoreFailed` |
 //! | `ConfirmTopicGone { topic }` | asks the metastore leader (a barrier first when this node leads) what the name holds | exactly one `TopicGoneAnswer` (`Unconfirmed` when the leader cannot be reached) |
