@@ -77,6 +77,9 @@ impl<M: Send + 'static> IoExecutor<M> {
     }
 }
 
+// madsim marks `spawn_blocking` deprecated ("blocking is not allowed in simulation"); there it runs the
+// closure inline in a simulated task, which is what we want: SimDisk is in memory and never blocks.
+#[cfg_attr(madsim, allow(deprecated))]
 async fn run_lane<M: Send + 'static>(
     disk: Arc<dyn Disk>,
     mut requests: mpsc::Receiver<IoRequest>,
