@@ -1,5 +1,5 @@
-//! The I/O executor: runs an actor's [`IoRequest`]s on a [`Disk`] and delivers the [`IoCompletion`]s to
-//! the actor's mailbox.
+//! The I/O executor: runs an actor's [`IoRequest`]s on a [`Disk`] and delivers each request back with
+//! its [`IoCompletion`] to the actor's mailbox (the WAL reuses the request's buffers).
 //!
 //! Requests of one [`IoLane`] run one at a time in submission order, and their completions are delivered
 //! in that order; different lanes run concurrently. Each request runs on `tokio::task::spawn_blocking`
@@ -24,7 +24,7 @@ pub const LANE_QUEUE_MAX: usize = 64;
 pub struct IoExecutor<M> {
     disk: Arc<dyn Disk>,
     mailbox: mpsc::Sender<M>,
-    wrap: fn(IoCompletion) -> M,
+    wrap: fn(IoRequest, IoCompletion) -> M,
     lanes: Mutex<BTreeMap<IoLane, mpsc::Sender<IoRequest>>>,
 }
 
@@ -35,8 +35,12 @@ impl<M> std::fmt::Debug for IoExecutor<M> {
 }
 
 impl<M: Send + 'static> IoExecutor<M> {
-    /// An executor over `disk` that delivers each completion, wrapped by `wrap`, into `mailbox`.
-    pub fn new(disk: Arc<dyn Disk>, mailbox: mpsc::Sender<M>, wrap: fn(IoCompletion) -> M) -> Self {
+    /// An executor over `disk` that delivers each request and its completion, wrapped by `wrap`,, into `mailbox`.
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        mailbox: mpsc::Sender<M>,
+        wrap: fn(IoRequest, IoCompletion) -> M,
+    ) -> Self {
         IoExecutor {
             disk,
             mailbox,
@@ -84,21 +88,33 @@ async fn run_lane<M: Send + 'static>(
     disk: Arc<dyn Disk>,
     mut requests: mpsc::Receiver<IoRequest>,
     mailbox: mpsc::Sender<M>,
-    wrap: fn(IoCompletion) -> M,
+    wrap: fn(IoRequest, IoCompletion) -> M,
 ) {
     while let Some(request) = requests.recv().await {
         let id = request.id;
         let disk = Arc::clone(&disk);
-        let completion = match tokio::task::spawn_blocking(move || execute(&*disk, &request)).await
-        {
-            Ok(completion) => completion,
+        let lane = request.lane;
+        let job = tokio::task::spawn_blocking(move || {
+            let completion = execute(&*disk, &request);
+            (request, completion)
+        });
+        let (request, completion) = match job.await {
+            Ok(done) => done,
             // A panicking disk is a bug; still answer, so the actor sees a failure instead of waiting.
-            Err(error) => IoCompletion {
-                id,
-                result: Err((0, IoFault::Other(format!("I/O worker failed: {error}")))),
-            },
+            // The request went down with the worker: an empty one with its id and lane stands in.
+            Err(error) => (
+                IoRequest {
+                    id,
+                    lane,
+                    ops: Vec::new(),
+                },
+                IoCompletion {
+                    id,
+                    result: Err((0, IoFault::Other(format!("I/O worker failed: {error}")))),
+                },
+            ),
         };
-        if mailbox.send(wrap(completion)).await.is_err() {
+        if mailbox.send(wrap(request, completion)).await.is_err() {
             return;
         }
     }
@@ -131,7 +147,7 @@ mod tests {
         let disk = SimDisk::new(1);
         disk.create("f").unwrap();
         let (sender, mut receiver) = mpsc::channel(8);
-        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |completion| completion);
+        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |_, completion| completion);
         for index in 0..40u64 {
             // Each write overwrites the same byte: only in-order execution leaves the last value.
             executor.submit(write(index, 0, "f", 0, &[index as u8]));
@@ -200,7 +216,7 @@ mod tests {
             barrier: Barrier::new(2),
         };
         let (sender, mut receiver) = mpsc::channel(8);
-        let executor = IoExecutor::new(Arc::new(disk), sender, |completion| completion);
+        let executor = IoExecutor::new(Arc::new(disk), sender, |_, completion| completion);
         executor.submit(write(1, 0, "a", 0, b"x"));
         executor.submit(write(2, 1, "b", 0, b"y"));
         let both = async {
@@ -221,7 +237,7 @@ mod tests {
     async fn a_failed_op_stops_its_request_and_is_reported_with_its_index() {
         let disk = SimDisk::new(3);
         let (sender, mut receiver) = mpsc::channel(8);
-        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |completion| completion);
+        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |_, completion| completion);
         executor.submit(IoRequest {
             id: IoId(7),
             lane: IoLane(0),
@@ -249,7 +265,9 @@ mod tests {
         }
         let disk = SimDisk::new(4);
         let (sender, mut receiver) = mpsc::channel(8);
-        let executor = IoExecutor::new(Arc::new(disk), sender, Event::Io);
+        let executor = IoExecutor::new(Arc::new(disk), sender, |_, completion| {
+            Event::Io(completion)
+        });
         executor.submit(IoRequest {
             id: IoId(1),
             lane: IoLane(3),
