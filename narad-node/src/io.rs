@@ -35,7 +35,7 @@ impl<M> std::fmt::Debug for IoExecutor<M> {
 }
 
 impl<M: Send + 'static> IoExecutor<M> {
-    /// An executor over `disk` that delivers each request and its completion, wrapped by `wrap`,, into `mailbox`.
+    /// An executor over `disk` that delivers each request and its completion, wrapped by `wrap`, into `mailbox`.
     pub fn new(
         disk: Arc<dyn Disk>,
         mailbox: mpsc::Sender<M>,
