@@ -4,3 +4,4 @@
 pub mod failpoints;
 pub mod fs_disk;
 pub mod io;
+pub mod wal_host;
