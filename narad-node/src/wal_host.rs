@@ -206,11 +206,7 @@ impl WalHost {
         let runner = Runner {
             wal,
             checkpointer,
-            wal_io: IoExecutor::new(
-                Arc::clone(&disk),
-                io_sender.clone(),
-                |request, completion| IoEvent::Wal(request, completion),
-            ),
+            wal_io: IoExecutor::new(Arc::clone(&disk), io_sender.clone(), IoEvent::Wal),
             checkpoint_io: IoExecutor::new(disk, io_sender, |_, completion| {
                 IoEvent::Checkpoint(completion)
             }),
