@@ -5,6 +5,10 @@
 //!
 //! Produce record, format 1: `u8 0x01 | u32+topic | u32+key | u32 partition | u64 timestamp_ms |
 //! u32+payload`. Format 2 adds `u64 topic_id` after the topic name. An empty key means no key.
+//!
+//! Prepared-segment trailer (the last 16 bytes of a zero-filled segment made off the append path):
+//! `"NWPREP01" | u64 write_limit`, where `write_limit` is the trailer's own offset: frames may only
+//! occupy `[0, write_limit)`.
 
 use super::{DecodeError, Reader};
 use crate::ids::{PartitionId, Seq, TopicId};
@@ -47,8 +51,38 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: Seq, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// Decodes the frame at the start of `bytes` (trailing bytes are the next frames and are allowed).
-pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
+/// The 20-byte header of the frame carrying `payload` as `seq`, for writers that fill the payload in
+/// place and prepend the header afterwards. Panics on an empty or oversized payload, like [`encode_frame`].
+pub fn encode_frame_header(seq: Seq, payload: &[u8]) -> [u8; FRAME_HEADER_BYTES] {
+    assert!(!payload.is_empty() && payload.len() <= FRAME_PAYLOAD_BYTES_MAX);
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    header[0..4].copy_from_slice(&FRAME_MAGIC.to_be_bytes());
+    header[4..8].copy_from_slice(&(payload.len() as u32).to_be_bytes());
+    header[8..16].copy_from_slice(&seq.0.to_be_bytes());
+    header[16..20].copy_from_slice(&crc32fast::hash(payload).to_be_bytes());
+    header
+}
+
+/// A frame header whose magic and length are valid (its checksum is not checked yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The record's WAL sequence number.
+    pub seq: Seq,
+    /// Payload bytes after the header (1..=16 MiB).
+    pub len: usize,
+    /// CRC32-IEEE of the payload.
+    pub crc: u32,
+}
+
+impl FrameHeader {
+    /// Bytes the whole frame occupies.
+    pub fn frame_len(&self) -> usize {
+        FRAME_HEADER_BYTES + self.len
+    }
+}
+
+/// Decodes the header at the start of `bytes`: magic and length checked, payload not read.
+pub fn decode_frame_header(bytes: &[u8]) -> Result<FrameHeader, DecodeError> {
     let mut reader = Reader::new(bytes);
     if reader.u32()? != FRAME_MAGIC {
         return Err(DecodeError::BadMagic);
@@ -59,11 +93,46 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
     }
     let seq = Seq(reader.u64()?);
     let crc = reader.u32()?;
-    let payload = reader.take(len)?;
-    if crc32fast::hash(payload) != crc {
+    Ok(FrameHeader { seq, len, crc })
+}
+
+/// Decodes the frame at the start of `bytes` (trailing bytes are the next frames and are allowed).
+pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
+    let header = decode_frame_header(bytes)?;
+    let mut reader = Reader::new(&bytes[FRAME_HEADER_BYTES..]);
+    let payload = reader.take(header.len)?;
+    if crc32fast::hash(payload) != header.crc {
         return Err(DecodeError::BadChecksum);
     }
-    Ok(Frame { seq, payload })
+    Ok(Frame {
+        seq: header.seq,
+        payload,
+    })
+}
+
+/// `"NWPREP01"`: the magic that opens the trailer of a prepared (zero-filled) WAL segment.
+pub const PREP_TRAILER_MAGIC: [u8; 8] = *b"NWPREP01";
+/// Bytes of a prepared segment's trailer: the magic, then the big-endian u64 write limit.
+pub const PREP_TRAILER_BYTES: usize = 16;
+
+/// The trailer that ends a prepared segment whose frames may occupy `[0, write_limit)`; the trailer
+/// itself sits at `write_limit`, so the file is `write_limit + 16` bytes long.
+pub fn encode_prep_trailer(write_limit: u64) -> [u8; PREP_TRAILER_BYTES] {
+    let mut trailer = [0u8; PREP_TRAILER_BYTES];
+    trailer[..8].copy_from_slice(&PREP_TRAILER_MAGIC);
+    trailer[8..].copy_from_slice(&write_limit.to_be_bytes());
+    trailer
+}
+
+/// Decodes a trailer from exactly 16 bytes and returns its write limit.
+pub fn decode_prep_trailer(bytes: &[u8]) -> Result<u64, DecodeError> {
+    let mut reader = Reader::new(bytes);
+    if reader.take(PREP_TRAILER_MAGIC.len())? != PREP_TRAILER_MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let write_limit = reader.u64()?;
+    reader.finish()?;
+    Ok(write_limit)
 }
 
 /// A produce as the ingress WAL stores it.
@@ -224,6 +293,45 @@ mod tests {
             ProduceRecord::decode(&unknown),
             Err(DecodeError::UnknownFormat(3))
         );
+    }
+
+    #[test]
+    fn frame_header_matches_encode_frame() {
+        let mut out = Vec::new();
+        encode_frame(&mut out, Seq(9), b"abc");
+        assert_eq!(
+            encode_frame_header(Seq(9), b"abc")[..],
+            out[..FRAME_HEADER_BYTES]
+        );
+        let header = decode_frame_header(&out).unwrap();
+        assert_eq!(
+            header,
+            FrameHeader {
+                seq: Seq(9),
+                len: 3,
+                crc: crc32fast::hash(b"abc")
+            }
+        );
+        assert_eq!(header.frame_len(), out.len());
+        assert_eq!(decode_frame_header(&out[..19]), Err(DecodeError::Truncated));
+    }
+
+    #[test]
+    fn prep_trailer_round_trips_and_is_strict() {
+        let trailer = encode_prep_trailer(64 * 1024 * 1024 - 16);
+        assert_eq!(&trailer[..8], b"NWPREP01");
+        assert_eq!(decode_prep_trailer(&trailer), Ok(64 * 1024 * 1024 - 16));
+        assert_eq!(
+            decode_prep_trailer(&trailer[..15]),
+            Err(DecodeError::Truncated)
+        );
+        let mut longer = trailer.to_vec();
+        longer.push(0);
+        assert_eq!(
+            decode_prep_trailer(&longer),
+            Err(DecodeError::TrailingBytes)
+        );
+        assert_eq!(decode_prep_trailer(&[0u8; 16]), Err(DecodeError::BadMagic));
     }
 
     #[test]

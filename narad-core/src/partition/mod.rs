@@ -1,1 +1,28 @@
 //! The owner's partition log and its commit combiner.
+//!
+//! - [`log::PartitionLog`]: the storage engine for one partition — segmented, CRC-framed, with
+//!   `CommitDurable` (append, fdatasync, read back and CRC-check, then advance the high watermark) as the
+//!   only place a record becomes visible, recovery from the CRC-verified prefix, and reads below the high
+//!   watermark.
+//! - [`combiner::Combiner`]: one per partition; queues commit batches and runs one cycle at a time
+//!   (re-checks under the produce lock, one run, one `CommitDurable`, one outcome per batch).
+//! - [`segment`]: segment names, the sparse offset index and the pure recovery scan.
+//! - [`driver`]: a small synchronous driver that runs the actors' I/O on a `&dyn Disk` (tests, simulator).
+
+pub mod combiner;
+pub mod driver;
+pub mod log;
+pub mod segment;
+
+#[cfg(test)]
+mod crash_tests;
+
+pub use combiner::{
+    BatchId, BatchRecord, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch,
+    CommitError, CommittedRange, LiveTopic, QueryId, TopicView,
+};
+pub use log::{
+    AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
+    LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,
+    ReadId, ReadRequest, RecoveryError, RecoveryReport,
+};

@@ -1,0 +1,205 @@
+//! The read path of [`PartitionLog`]: serve offsets below the high watermark from verified bytes.
+
+use super::{
+    bad_reply, LogOutput, PartitionLog, PendingRead, Phase, ReadBatch, ReadError, ReadFault,
+    ReadRequest, READ_ATTEMPTS_MAX,
+};
+use crate::codec::partition::{decode_frame, decode_header, PartitionRecord, FRAME_HEADER_BYTES};
+use crate::codec::DecodeError;
+use crate::disk::{IoCompletion, IoOp, IoReply};
+use crate::ids::Offset;
+
+impl PartitionLog {
+    pub(super) fn on_read(&mut self, request: ReadRequest) {
+        if let Err(error) = self.begin_read(request) {
+            self.outputs.push_back(LogOutput::ReadDone {
+                id: request.id,
+                result: Err(error),
+            });
+        }
+    }
+
+    fn begin_read(&mut self, request: ReadRequest) -> Result<(), ReadError> {
+        match self.phase {
+            Phase::Ready | Phase::Committing(..) | Phase::Repairing(..) | Phase::Latched(..) => {}
+            Phase::Listing(..)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Finalizing(..)
+            | Phase::OpenFailed(..) => return Err(ReadError::NotOpen),
+        }
+        if request.offset >= self.high_watermark {
+            return Err(ReadError::AtOrPastHighWatermark {
+                high_watermark: self.high_watermark,
+            });
+        }
+        let oldest = self.oldest_offset();
+        if request.offset < oldest {
+            return Err(ReadError::BelowOldestRetained { oldest });
+        }
+        if self.reads.len() >= self.config.reads_in_flight_max {
+            return Err(ReadError::Busy);
+        }
+        let Some((&segment, found)) = self.segments.range(..=request.offset).next_back() else {
+            return Err(ReadError::BelowOldestRetained { oldest });
+        };
+        let position = found.index.position_for(request.offset);
+        self.issue_read(PendingRead {
+            request,
+            segment,
+            position,
+            attempts: 0,
+        });
+        Ok(())
+    }
+
+    fn issue_read(&mut self, mut read: PendingRead) {
+        let verified_end = self.segments.get(&read.segment).map_or(0, |s| s.bytes);
+        let want = u64::from(read.request.bytes_max.min(self.config.read_bytes_max))
+            + 2 * self.config.index_interval_bytes
+            + FRAME_HEADER_BYTES as u64;
+        let len = want.min(verified_end.saturating_sub(read.position));
+        self.issue_read_len(&mut read, len);
+    }
+
+    fn issue_read_len(&mut self, read: &mut PendingRead, len: u64) {
+        read.attempts += 1;
+        let path = self.path(read.segment);
+        let io = self.request(
+            self.config.read_lane,
+            vec![IoOp::ReadAt {
+                path,
+                offset: read.position,
+                len: len as usize,
+            }],
+        );
+        self.reads.insert(io, *read);
+    }
+
+    pub(super) fn on_read_io(&mut self, read: PendingRead, completion: IoCompletion) {
+        let offset = read.request.offset;
+        let bytes = match completion.result {
+            Ok(mut replies) => match replies.pop() {
+                Some(IoReply::Data(bytes)) => bytes,
+                _ => {
+                    return self.finish_read(
+                        read,
+                        Err(unreadable(offset, ReadFault::Io(bad_reply("read")))),
+                    )
+                }
+            },
+            Err((_, fault)) => {
+                return self.finish_read(read, Err(unreadable(offset, ReadFault::Io(fault))))
+            }
+        };
+        match collect_records(&read.request, self.config.read_bytes_max, &bytes) {
+            Collected::Records(records) => {
+                let batch = ReadBatch {
+                    first: offset,
+                    records,
+                    high_watermark: self.high_watermark,
+                };
+                self.finish_read(read, Ok(batch));
+            }
+            Collected::Damaged(error) => {
+                self.finish_read(read, Err(unreadable(offset, ReadFault::Damaged(error))))
+            }
+            Collected::NeedMore { skip, frame_len } => {
+                let verified_end = self.segments.get(&read.segment).map_or(0, |s| s.bytes);
+                let mut next = read;
+                next.position += skip;
+                let remaining = verified_end.saturating_sub(next.position);
+                if next.attempts >= READ_ATTEMPTS_MAX || remaining == 0 {
+                    let error = ReadFault::Damaged(DecodeError::Truncated);
+                    return self.finish_read(read, Err(unreadable(offset, error)));
+                }
+                match frame_len {
+                    Some(len) => self.issue_read_len(&mut next, (len as u64).min(remaining)),
+                    None => self.issue_read(next),
+                }
+            }
+        }
+    }
+
+    fn finish_read(&mut self, read: PendingRead, result: Result<ReadBatch, ReadError>) {
+        self.outputs.push_back(LogOutput::ReadDone {
+            id: read.request.id,
+            result,
+        });
+    }
+}
+
+fn unreadable(offset: Offset, reason: ReadFault) -> ReadError {
+    ReadError::Unreadable { offset, reason }
+}
+
+enum Collected {
+    Records(Vec<PartitionRecord>),
+    Damaged(DecodeError),
+    /// Nothing collected yet and the buffer ended inside a frame: read again `skip` bytes further,
+    /// `frame_len` bytes when the frame's header was complete.
+    NeedMore {
+        skip: u64,
+        frame_len: Option<usize>,
+    },
+}
+
+/// Walks the frames in `bytes` (starting at a frame boundary) and collects the records wanted.
+fn collect_records(request: &ReadRequest, read_bytes_max: u32, bytes: &[u8]) -> Collected {
+    let records_max = request.records_max.max(1) as usize;
+    let bytes_max = request.bytes_max.min(read_bytes_max) as usize;
+    let mut records: Vec<PartitionRecord> = Vec::new();
+    let mut taken_bytes = 0usize;
+    let mut position = 0usize;
+    while position < bytes.len() {
+        if records.len() >= records_max || (!records.is_empty() && taken_bytes >= bytes_max) {
+            break;
+        }
+        let rest = &bytes[position..];
+        let header = match decode_header(rest) {
+            Ok(header) => header,
+            Err(DecodeError::Truncated) => break,
+            Err(error) => return Collected::Damaged(error),
+        };
+        let frame_len = header.frame_len();
+        if header.end_offset() <= request.offset {
+            position += frame_len;
+            continue;
+        }
+        if rest.len() < frame_len {
+            if records.is_empty() {
+                return Collected::NeedMore {
+                    skip: position as u64,
+                    frame_len: Some(frame_len),
+                };
+            }
+            break;
+        }
+        let frame = match decode_frame(rest) {
+            Ok(frame) => frame,
+            // Serve what verified; the next read reports the damage.
+            Err(_) if !records.is_empty() => break,
+            Err(error) => return Collected::Damaged(error),
+        };
+        for (index, record) in frame.records.iter().enumerate() {
+            let offset = frame.header.base_offset.0 + index as u64;
+            if offset < request.offset.0 {
+                continue;
+            }
+            if records.len() >= records_max || (!records.is_empty() && taken_bytes >= bytes_max) {
+                return Collected::Records(records);
+            }
+            taken_bytes += record.framed_len();
+            records.push(record.to_owned_record());
+        }
+        position += frame_len;
+    }
+    if records.is_empty() {
+        Collected::NeedMore {
+            skip: position as u64,
+            frame_len: None,
+        }
+    } else {
+        Collected::Records(records)
+    }
+}

@@ -1,0 +1,308 @@
+//! Segments of a partition log: file naming, the sparse offset index, and the pure recovery scan.
+//!
+//! A segment is a file `<20-digit base offset>.log` holding whole frames with dense offsets starting at
+//! its base. Recovery is a pure function of a segment's bytes ([`scan_segment`]): the verified prefix is
+//! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
+//! continue exactly where the previous frame ended.
+
+use crate::codec::partition::{decode_frame, Frame};
+use crate::codec::DecodeError;
+use crate::ids::Offset;
+
+/// Suffix of a segment file name.
+pub const SEGMENT_SUFFIX: &str = ".log";
+/// Digits of the base offset in a segment file name.
+const SEGMENT_NAME_DIGITS: usize = 20;
+
+/// The file name of the segment whose first offset is `base`.
+pub fn segment_name(base: Offset) -> String {
+    format!("{:020}{SEGMENT_SUFFIX}", base.0)
+}
+
+/// The base offset a segment file name encodes, or `None` for any other file (which the log ignores).
+pub fn parse_segment_name(name: &str) -> Option<Offset> {
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if digits.len() != SEGMENT_NAME_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Offset)
+}
+
+/// A sparse map from offsets to byte positions in one segment: one entry per `interval_bytes` of
+/// frames (always one for the first frame), so a read scans at most about one interval plus one
+/// frame before reaching its offset.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SparseIndex {
+    /// `(first offset of a frame, byte position of that frame)`, both strictly increasing.
+    entries: Vec<(Offset, u64)>,
+}
+
+impl SparseIndex {
+    /// Notes a frame starting at `position` whose first record is `first`; indexes it when it is the
+    /// first frame or at least `interval_bytes` past the last indexed frame.
+    pub fn note_frame(&mut self, first: Offset, position: u64, interval_bytes: u64) {
+        let due = match self.entries.last() {
+            None => true,
+            Some(&(_, last_position)) => position >= last_position + interval_bytes,
+        };
+        if due {
+            self.entries.push((first, position));
+        }
+    }
+
+    /// The byte position of the last indexed frame starting at or before `offset` (0 when none).
+    pub fn position_for(&self, offset: Offset) -> u64 {
+        let index = self.entries.partition_point(|&(first, _)| first <= offset);
+        match index.checked_sub(1) {
+            Some(at) => self.entries[at].1,
+            None => 0,
+        }
+    }
+
+    /// Entries held (for tests and memory accounting).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no frame is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// True when both offsets and positions strictly increase.
+    pub fn is_sorted(&self) -> bool {
+        self.entries
+            .windows(2)
+            .all(|pair| pair[0].0 < pair[1].0 && pair[0].1 < pair[1].1)
+    }
+}
+
+/// Why the verified prefix of a segment ends before its last byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameDamage {
+    /// The bytes there are not a whole, well-formed, checksummed frame (torn, zeroed or rotten).
+    #[error("bad frame: {0}")]
+    Decode(DecodeError),
+    /// A well-formed frame whose offsets do not continue the segment's (a stale or misplaced frame).
+    #[error("frame starts at offset {found}, expected {expected}")]
+    OffsetGap {
+        /// The offset the segment had reached.
+        expected: Offset,
+        /// The frame's base offset.
+        found: Offset,
+    },
+}
+
+/// What [`scan_segment`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentScan {
+    /// The offset after the last verified record (the segment's base when no frame verified).
+    pub end_offset: Offset,
+    /// Bytes of the verified prefix.
+    pub verified_bytes: u64,
+    /// Where and why verification stopped, when it stopped before the end of the bytes.
+    pub damage: Option<(u64, FrameDamage)>,
+    /// The sparse index of the verified frames.
+    pub index: SparseIndex,
+    /// The largest commit time among verified records.
+    pub committed_at_ms_max: Option<u64>,
+    /// Byte position of the first of the trailing verified frames that share the last frame's commit
+    /// time: a superset of the last run written (every frame of a run carries one commit time, and
+    /// times never decrease). `verified_bytes` when no frame verified.
+    pub last_run_start: u64,
+}
+
+/// Scans a segment's bytes from the start: see the module documentation.
+pub fn scan_segment(base: Offset, bytes: &[u8], interval_bytes: u64) -> SegmentScan {
+    let mut scan = SegmentScan {
+        end_offset: base,
+        verified_bytes: 0,
+        damage: None,
+        index: SparseIndex::default(),
+        committed_at_ms_max: None,
+        last_run_start: 0,
+    };
+    let mut last_run_at_ms: Option<u64> = None;
+    let mut position = 0usize;
+    while position < bytes.len() {
+        let frame = match decode_frame(&bytes[position..]) {
+            Ok(frame) => frame,
+            Err(error) => {
+                scan.damage = Some((position as u64, FrameDamage::Decode(error)));
+                break;
+            }
+        };
+        if frame.header.base_offset != scan.end_offset {
+            let damage = FrameDamage::OffsetGap {
+                expected: scan.end_offset,
+                found: frame.header.base_offset,
+            };
+            scan.damage = Some((position as u64, damage));
+            break;
+        }
+        scan.index
+            .note_frame(frame.header.base_offset, position as u64, interval_bytes);
+        scan.committed_at_ms_max = max_committed_at(scan.committed_at_ms_max, &frame);
+        let frame_at_ms = frame.records.first().map(|record| record.committed_at_ms);
+        if frame_at_ms != last_run_at_ms {
+            last_run_at_ms = frame_at_ms;
+            scan.last_run_start = position as u64;
+        }
+        scan.end_offset = frame.header.end_offset();
+        position += frame.header.frame_len();
+        scan.verified_bytes = position as u64;
+    }
+    scan
+}
+
+fn max_committed_at(current: Option<u64>, frame: &Frame<'_>) -> Option<u64> {
+    frame
+        .records
+        .iter()
+        .map(|record| record.committed_at_ms)
+        .chain(current)
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::partition::{encode_frame, RecordView};
+
+    fn frame(out: &mut Vec<u8>, base: u64, count: usize, at_ms: u64) {
+        let records: Vec<RecordView<'_>> = (0..count)
+            .map(|_| RecordView {
+                key: None,
+                committed_at_ms: at_ms,
+                payload: b"payload",
+            })
+            .collect();
+        encode_frame(out, Offset(base), &records);
+    }
+
+    #[test]
+    fn segment_names_are_twenty_digit_base_offsets() {
+        assert_eq!(segment_name(Offset(42)), "00000000000000000042.log");
+        assert_eq!(
+            parse_segment_name("00000000000000000042.log"),
+            Some(Offset(42))
+        );
+        assert_eq!(parse_segment_name("42.log"), None);
+        assert_eq!(parse_segment_name("0000000000000000004x.log"), None);
+        assert_eq!(parse_segment_name("hwm"), None);
+        assert_eq!(parse_segment_name("00000000000000000042.log.tmp"), None);
+    }
+
+    #[test]
+    fn scan_of_clean_frames_verifies_everything() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 10, 3, 5);
+        frame(&mut bytes, 13, 2, 9);
+        let scan = scan_segment(Offset(10), &bytes, 4096);
+        assert_eq!(scan.end_offset, Offset(15));
+        assert_eq!(scan.verified_bytes, bytes.len() as u64);
+        assert_eq!(scan.damage, None);
+        assert_eq!(scan.committed_at_ms_max, Some(9));
+        assert_eq!(scan.index.len(), 1);
+        assert_eq!(
+            scan.last_run_start,
+            frame_len_of(10, 3),
+            "the frame stamped 9 starts the last run"
+        );
+    }
+
+    fn frame_len_of(base: u64, count: usize) -> u64 {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, base, count, 0);
+        bytes.len() as u64
+    }
+
+    #[test]
+    fn the_last_run_covers_every_trailing_frame_with_the_last_commit_time() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 0, 1, 5);
+        let first = bytes.len() as u64;
+        frame(&mut bytes, 1, 1, 6);
+        frame(&mut bytes, 2, 1, 6);
+        let scan = scan_segment(Offset(0), &bytes, 4096);
+        assert_eq!(scan.last_run_start, first);
+        assert_eq!(scan_segment(Offset(0), &[], 4096).last_run_start, 0);
+    }
+
+    #[test]
+    fn scan_stops_at_a_torn_frame() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 0, 1, 1);
+        let first = bytes.len();
+        frame(&mut bytes, 1, 1, 1);
+        bytes.truncate(bytes.len() - 3);
+        let scan = scan_segment(Offset(0), &bytes, 4096);
+        assert_eq!(scan.end_offset, Offset(1));
+        assert_eq!(scan.verified_bytes, first as u64);
+        assert_eq!(
+            scan.damage,
+            Some((first as u64, FrameDamage::Decode(DecodeError::Truncated)))
+        );
+    }
+
+    #[test]
+    fn scan_stops_at_a_valid_frame_with_the_wrong_offset() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 0, 2, 1);
+        let first = bytes.len();
+        frame(&mut bytes, 7, 1, 1);
+        let scan = scan_segment(Offset(0), &bytes, 4096);
+        assert_eq!(scan.end_offset, Offset(2));
+        assert_eq!(
+            scan.damage,
+            Some((
+                first as u64,
+                FrameDamage::OffsetGap {
+                    expected: Offset(2),
+                    found: Offset(7)
+                }
+            ))
+        );
+    }
+
+    #[test]
+    fn scan_stops_at_zeros_and_at_rot() {
+        let mut bytes = Vec::new();
+        frame(&mut bytes, 0, 1, 1);
+        let first = bytes.len();
+        bytes.extend_from_slice(&[0u8; 100]);
+        let scan = scan_segment(Offset(0), &bytes, 4096);
+        assert_eq!(
+            scan.damage,
+            Some((first as u64, FrameDamage::Decode(DecodeError::BadMagic)))
+        );
+        let mut rotten = Vec::new();
+        frame(&mut rotten, 0, 1, 1);
+        *rotten.last_mut().unwrap() ^= 4;
+        let scan = scan_segment(Offset(0), &rotten, 4096);
+        assert_eq!(scan.verified_bytes, 0);
+        assert_eq!(scan.end_offset, Offset(0));
+        assert_eq!(
+            scan.damage,
+            Some((0, FrameDamage::Decode(DecodeError::BadChecksum)))
+        );
+    }
+
+    #[test]
+    fn sparse_index_keeps_one_entry_per_interval() {
+        let mut index = SparseIndex::default();
+        index.note_frame(Offset(0), 0, 100);
+        index.note_frame(Offset(5), 60, 100);
+        index.note_frame(Offset(9), 120, 100);
+        index.note_frame(Offset(12), 200, 100);
+        index.note_frame(Offset(20), 260, 100);
+        assert_eq!(index.len(), 3);
+        assert!(index.is_sorted());
+        assert_eq!(index.position_for(Offset(0)), 0);
+        assert_eq!(index.position_for(Offset(8)), 0);
+        assert_eq!(index.position_for(Offset(9)), 120);
+        assert_eq!(index.position_for(Offset(19)), 120);
+        assert_eq!(index.position_for(Offset(20)), 260);
+        assert_eq!(index.position_for(Offset(1_000)), 260);
+    }
+}

@@ -1,0 +1,265 @@
+//! The ingress WAL's settings, and how its files are named.
+
+use crate::codec::wal::{FRAME_HEADER_BYTES, FRAME_PAYLOAD_BYTES_MAX, PREP_TRAILER_BYTES};
+use crate::disk::IoLane;
+use crate::ids::Seq;
+
+/// One mebibyte.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Name of the spare segment prepared off the append path (`storage.ingress_wal_prealloc`).
+pub const PREP_FILE_NAME: &str = "next-segment.prep";
+
+/// Suffix of a segment file; the stem is its first sequence number as 20 decimal digits.
+pub const SEGMENT_SUFFIX: &str = ".wal";
+
+/// Digits in a segment file's stem (enough for `u64::MAX`).
+pub const SEGMENT_STEM_DIGITS: usize = 20;
+
+/// The file name of the segment whose first record is `first`: `00000000000000000042.wal`.
+pub fn segment_file_name(first: Seq) -> String {
+    format!("{:020}{SEGMENT_SUFFIX}", first.0)
+}
+
+/// The first sequence number a segment file name encodes, or `None` for any other file.
+pub fn parse_segment_file_name(name: &str) -> Option<Seq> {
+    let stem = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if stem.len() != SEGMENT_STEM_DIGITS || !stem.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse::<u64>().ok().map(Seq)
+}
+
+/// The I/O lanes the WAL emits requests on. Requests of one lane run in order; lanes run concurrently,
+/// so preparing a segment or serving a read never waits behind a group commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalLanes {
+    /// Group commits, rolls and the open-time repair: strictly one request at a time.
+    pub append: IoLane,
+    /// Preparing `next-segment.prep`.
+    pub prepare: IoLane,
+    /// Reads for the dispatcher.
+    pub read: IoLane,
+    /// Deleting compacted segments.
+    pub compact: IoLane,
+}
+
+impl Default for WalLanes {
+    fn default() -> Self {
+        WalLanes {
+            append: IoLane(0),
+            prepare: IoLane(1),
+            read: IoLane(2),
+            compact: IoLane(3),
+        }
+    }
+}
+
+/// Settings of one ingress WAL. Defaults are the spec's constants.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalConfig {
+    /// Directory of the segments on the [`crate::disk::Disk`] (`/`-separated, relative to its root).
+    pub dir: String,
+    /// A segment rolls before its frames would pass this size (64 MiB). A prepared segment is this long
+    /// including its 16-byte trailer, so its frames stop 16 bytes earlier.
+    pub segment_bytes_max: u64,
+    /// The largest record (frame payload) accepted (16 MiB).
+    pub record_bytes_max: usize,
+    /// Capacity each reusable staging buffer keeps between flushes (4 MiB); a larger flush grows a
+    /// buffer for its own duration only.
+    pub staging_bytes_max: usize,
+    /// Bytes staged but not yet durable (staged, queued behind a roll or in flight) above which a new
+    /// append is refused with [`super::AppendError::Overloaded`] (64 MiB).
+    pub unflushed_bytes_max: usize,
+    /// Group-commit backstop (`ingress_wal_sync_interval_ms`, 10 ms): the latest a staged record waits
+    /// for a flush to start when the append lane is free.
+    pub sync_interval_ms: u64,
+    /// `storage.ingress_wal_prealloc` (off by default): prepare each next segment off the append path.
+    pub prealloc: bool,
+    /// Writes into a prepared segment go in runs of whole frames of at most this many bytes, each
+    /// written and synced before the next (16 MiB); recovery uses the same value as its tear window.
+    /// Must not change between a crash and the next open.
+    pub prepared_write_run_bytes_max: u64,
+    /// A fully dispatched active segment at least this large is rotated so compaction can reclaim it
+    /// (1 MiB).
+    pub rotate_dispatched_active_after_bytes: u64,
+    /// Distance between the entries of each segment's sparse seq → offset index (64 KiB).
+    pub index_interval_bytes: u64,
+    /// Disk reads in flight at once; a read beyond it is refused with [`super::ReadError::Busy`] (16).
+    pub reads_in_flight_max: usize,
+    /// The lanes requests go on.
+    pub lanes: WalLanes,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        WalConfig {
+            dir: "ingress/produce".to_string(),
+            segment_bytes_max: 64 * MIB,
+            record_bytes_max: FRAME_PAYLOAD_BYTES_MAX,
+            staging_bytes_max: 4 * MIB as usize,
+            unflushed_bytes_max: 64 * MIB as usize,
+            sync_interval_ms: 10,
+            prealloc: false,
+            prepared_write_run_bytes_max: 16 * MIB,
+            rotate_dispatched_active_after_bytes: MIB,
+            index_interval_bytes: 64 * 1024,
+            reads_in_flight_max: 16,
+            lanes: WalLanes::default(),
+        }
+    }
+}
+
+/// Why a [`WalConfig`] cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `record_bytes_max` is zero or above the frame format's 16 MiB.
+    #[error("record_bytes_max {0} is not in 1..=16 MiB")]
+    RecordLimit(usize),
+    /// A segment cannot hold one largest frame plus a prepared segment's trailer.
+    #[error("segment_bytes_max {segment_bytes_max} cannot hold a {frame_bytes_max}-byte frame and a trailer")]
+    SegmentTooSmall {
+        /// The configured segment size.
+        segment_bytes_max: u64,
+        /// The largest frame.
+        frame_bytes_max: u64,
+    },
+    /// The unflushed limit cannot hold one largest frame.
+    #[error("unflushed_bytes_max {0} cannot hold one largest frame")]
+    UnflushedLimit(usize),
+    /// A limit that must be positive is zero.
+    #[error("{0} must be positive")]
+    Zero(&'static str),
+    /// Two lanes are the same, so a read or a preparation could queue behind a group commit.
+    #[error("the WAL's four lanes must differ")]
+    LanesShared,
+}
+
+impl WalConfig {
+    /// Checks the settings against each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.record_bytes_max == 0 || self.record_bytes_max > FRAME_PAYLOAD_BYTES_MAX {
+            return Err(ConfigError::RecordLimit(self.record_bytes_max));
+        }
+        let frame_bytes_max = self.frame_bytes_max();
+        if self.segment_bytes_max < frame_bytes_max + PREP_TRAILER_BYTES as u64 {
+            return Err(ConfigError::SegmentTooSmall {
+                segment_bytes_max: self.segment_bytes_max,
+                frame_bytes_max,
+            });
+        }
+        if (self.unflushed_bytes_max as u64) < frame_bytes_max {
+            return Err(ConfigError::UnflushedLimit(self.unflushed_bytes_max));
+        }
+        for (value, name) in [
+            (self.sync_interval_ms, "sync_interval_ms"),
+            (
+                self.prepared_write_run_bytes_max,
+                "prepared_write_run_bytes_max",
+            ),
+            (self.index_interval_bytes, "index_interval_bytes"),
+            (self.reads_in_flight_max as u64, "reads_in_flight_max"),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        let lanes = self.lanes;
+        let all = [lanes.append, lanes.prepare, lanes.read, lanes.compact];
+        for (index, lane) in all.iter().enumerate() {
+            if all[index + 1..].contains(lane) {
+                return Err(ConfigError::LanesShared);
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest frame: header plus the largest record.
+    pub fn frame_bytes_max(&self) -> u64 {
+        (FRAME_HEADER_BYTES + self.record_bytes_max) as u64
+    }
+
+    /// Where frames of a prepared segment must stop: its trailer's offset.
+    pub fn prepared_write_limit(&self) -> u64 {
+        self.segment_bytes_max - PREP_TRAILER_BYTES as u64
+    }
+
+    /// How far past a bad frame recovery still accepts valid frames as the remains of one torn run in
+    /// a prepared segment: a run, or one frame larger than a run (which is written alone).
+    pub fn tear_window_bytes(&self) -> u64 {
+        self.prepared_write_run_bytes_max
+            .max(self.frame_bytes_max())
+    }
+
+    /// The path of the segment whose first record is `first`.
+    pub fn segment_path(&self, first: Seq) -> String {
+        crate::disk::join(&self.dir, &segment_file_name(first))
+    }
+
+    /// The path of the spare segment.
+    pub fn prep_path(&self) -> String {
+        crate::disk::join(&self.dir, PREP_FILE_NAME)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_are_twenty_digit_first_seqs() {
+        assert_eq!(segment_file_name(Seq(42)), "00000000000000000042.wal");
+        assert_eq!(segment_file_name(Seq(u64::MAX)), "18446744073709551615.wal");
+        assert_eq!(
+            parse_segment_file_name("00000000000000000042.wal"),
+            Some(Seq(42))
+        );
+        for other in [
+            "42.wal",
+            "0000000000000000004x.wal",
+            "00000000000000000042.wal.tmp",
+            "99999999999999999999.wal",
+            PREP_FILE_NAME,
+            "checkpoint",
+        ] {
+            assert_eq!(parse_segment_file_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_spec_constants_and_valid() {
+        let config = WalConfig::default();
+        assert_eq!(config.segment_bytes_max, 64 * MIB);
+        assert_eq!(config.record_bytes_max, 16 * MIB as usize);
+        assert_eq!(config.staging_bytes_max, 4 * MIB as usize);
+        assert_eq!(config.sync_interval_ms, 10);
+        assert!(!config.prealloc);
+        assert_eq!(config.prepared_write_run_bytes_max, 16 * MIB);
+        assert_eq!(config.rotate_dispatched_active_after_bytes, MIB);
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn validate_refuses_a_segment_smaller_than_a_frame_and_trailer() {
+        let config = WalConfig {
+            segment_bytes_max: 1000,
+            record_bytes_max: 980,
+            ..WalConfig::default()
+        };
+        assert_eq!(
+            config.validate(),
+            Err(ConfigError::SegmentTooSmall {
+                segment_bytes_max: 1000,
+                frame_bytes_max: 1000
+            })
+        );
+        let shared = WalConfig {
+            lanes: WalLanes {
+                read: IoLane(0),
+                ..WalLanes::default()
+            },
+            ..WalConfig::default()
+        };
+        assert_eq!(shared.validate(), Err(ConfigError::LanesShared));
+    }
+}
