@@ -6,7 +6,8 @@
 //!   startup I/O to completion, so the recovered checkpoint is synced *before the WAL exists* and so before
 //!   anything can compact behind it; then recovers the WAL ([`narad_core::wal::driver::open_wal`]: list the
 //!   directory, read every segment, run the pure recovery) and starts one actor task. The WAL's first
-//!   output is its repair request, which the task runs like any other.
+//!   output is its repair request, which the task runs like any other; `open` returns once it ran
+//!   (the WAL then reports its durable frontier) or failed (the WAL latches).
 //! - **The actor task** owns both actors. Its inputs come from a bounded command mailbox
 //!   ([`WalHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
 //!   (one per actor, [`crate::io::IoExecutor`]) and from one timer set to the earlier of the actors'
@@ -126,6 +127,9 @@ pub enum ShutdownError {
 /// What the host publishes for the dispatcher and the metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalStatus {
+    /// The WAL's open-time repair finished: reads are served and the durable frontier is current.
+    /// [`WalHost::open`] returns only once it is set (or the WAL latched).
+    pub repaired: bool,
     /// Every record below this is durable (the dispatcher reads up to it).
     pub durable_next_seq: Seq,
     /// The fault the WAL latched on (`narad_ingress_wal_failed` = 1 when set).
@@ -193,6 +197,7 @@ impl WalHost {
             .map_err(WalHostOpenError::Task)??;
         let wal = opened.wal;
         let status = WalStatus {
+            repaired: false,
             durable_next_seq: wal.durable_next_seq(),
             latched: wal.latch_fault().cloned(),
             dispatch_start: wal.dispatch_start(),
@@ -221,9 +226,16 @@ impl WalHost {
             flushed: None,
         };
         tokio::spawn(runner.run(command_receiver, io_receiver));
+        let mut status = status_receiver;
+        // The WAL serves reads and reports its durable frontier once its open-time repair ran; a failed
+        // repair latches it instead (the WAL's decision; the host only reports it).
+        status
+            .wait_for(|status| status.repaired || status.latched.is_some())
+            .await
+            .map_err(|_| WalHostOpenError::Task("the WAL task ended during open".to_string()))?;
         let host = WalHost {
             commands: command_sender,
-            status: status_receiver,
+            status,
         };
         Ok((host, opened.report))
     }
@@ -591,9 +603,10 @@ impl Runner {
                     self.answers.push((reply, result));
                 }
             }
-            WalOutput::Durable { next_seq } => self
-                .status
-                .send_modify(|status| status.durable_next_seq = next_seq),
+            WalOutput::Durable { next_seq } => self.status.send_modify(|status| {
+                status.repaired = true;
+                status.durable_next_seq = next_seq;
+            }),
             WalOutput::ReadDone { id, result } => {
                 if let Some(reply) = self.reads.remove(&id) {
                     let _ = reply.send(result);
@@ -992,6 +1005,39 @@ mod tests {
             .map(|frame| (frame.seq, frame.payload))
             .collect();
         assert_eq!(recovered, acked);
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_truncates_a_torn_tail_and_appends_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            for index in 0..5 {
+                host.append(record(index)).await.unwrap();
+            }
+            host.shutdown().await.unwrap();
+        }
+        let segment = dir.path().join(DIR).join("00000000000000000000.wal");
+        let clean_len = std::fs::metadata(&segment).unwrap().len();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes.extend_from_slice(&[0xAB; 37]);
+        std::fs::write(&segment, &bytes).unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let torn = report.torn_tail.expect("a torn tail");
+        assert_eq!(
+            (torn.segment, torn.offset, torn.bytes_dropped),
+            (Seq(0), clean_len, 37)
+        );
+        assert_eq!(
+            std::fs::metadata(&segment).unwrap().len(),
+            clean_len,
+            "repaired on disk"
+        );
+        assert_eq!(host.append(record(5)).await, Ok(Seq(5)));
+        let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
+        let payloads: Vec<Vec<u8>> = frames.into_iter().map(|frame| frame.payload).collect();
+        assert_eq!(payloads, (0..6).map(record).collect::<Vec<_>>());
         host.shutdown().await.unwrap();
     }
 }

@@ -58,6 +58,7 @@ use crate::disk::{join, Disk, IoCompletion, IoId, IoLane, IoOp, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Seq;
 use crate::time::Instant;
+use crate::wal::driver::IoActor;
 
 /// How long a stored checkpoint may sit written but not yet fdatasynced (`checkpointSyncDelay`).
 pub const CHECKPOINT_SYNC_DELAY: Duration = Duration::from_millis(250);
@@ -571,5 +572,25 @@ impl Actor for Checkpointer {
             Some(retry_at) => Some(retry_at),
             None => self.sync_wake(),
         }
+    }
+}
+
+/// Lets [`crate::wal::driver::SyncDriver`] run the checkpointer (tests, the simulator).
+impl IoActor for Checkpointer {
+    fn into_io(output: CheckpointOutput) -> Result<IoRequest, CheckpointOutput> {
+        match output {
+            CheckpointOutput::Io(request) => Ok(request),
+            other @ (CheckpointOutput::Synced(_)
+            | CheckpointOutput::Failed(_)
+            | CheckpointOutput::Flushed(_)) => Err(other),
+        }
+    }
+
+    fn io_done(_request: IoRequest, completion: IoCompletion) -> CheckpointInput {
+        CheckpointInput::Io(completion)
+    }
+
+    fn tick() -> CheckpointInput {
+        CheckpointInput::Tick
     }
 }

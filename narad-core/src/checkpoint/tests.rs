@@ -784,3 +784,19 @@ fn the_crash_test_catches_a_sync_trusted_after_fsyncgate() {
         "trusting the page after a failed sync must lose a published value on some seed"
     );
 }
+
+#[test]
+fn the_sync_driver_runs_the_checkpointer_over_simdisk() {
+    use crate::wal::driver::SyncDriver;
+    let disk = SimDisk::new(11);
+    let checkpointer = open(ms(0), None);
+    let mut driver = SyncDriver::new(&disk, checkpointer, ms(0));
+    driver.run_until_idle();
+    assert_eq!(driver.take_outputs(), [CheckpointOutput::Synced(Seq(0))]);
+    driver.handle(CheckpointInput::Store(Seq(9)));
+    driver.run_until_idle();
+    driver.advance_to(ms(250));
+    driver.run_until_idle();
+    assert_eq!(driver.take_outputs(), [CheckpointOutput::Synced(Seq(9))]);
+    assert_eq!(disk.durable_image(PATH), Some(9u64.to_be_bytes().to_vec()));
+}
