@@ -356,4 +356,24 @@ mod tests {
         failpoints.clear();
         assert_eq!(failpoints.on_sync("wal/a"), Ok(()));
     }
+
+    // Only builds without the feature: then nothing else in the process reads the variable, so setting
+    // it here cannot leak failpoints into a concurrently running test's disk.
+    #[cfg(not(feature = "failpoints"))]
+    #[test]
+    fn from_env_reads_the_variable_and_treats_empty_as_none() {
+        std::env::set_var(ENV_VAR, "wal:eio-after-syncs=1");
+        let parsed = Failpoints::from_env();
+        std::env::set_var(ENV_VAR, "  ");
+        let empty = Failpoints::from_env();
+        std::env::set_var(ENV_VAR, "wal:oops");
+        let bad = Failpoints::from_env();
+        std::env::remove_var(ENV_VAR);
+        let failpoints = parsed.unwrap().expect("set");
+        assert_eq!(failpoints.on_sync("wal/a"), Ok(()));
+        assert_eq!(failpoints.on_sync("wal/a"), Err(IoFault::Eio));
+        assert!(empty.unwrap().is_none());
+        assert!(bad.is_err());
+        assert!(Failpoints::from_env().unwrap().is_none());
+    }
 }

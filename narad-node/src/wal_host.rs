@@ -16,7 +16,8 @@
 //!   latch into [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced*
 //!   value into the WAL (the only value compaction trails), warnings and failures to the log.
 //! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
-//!   flight finish, flushes the checkpoint (one sync now) and ends the task.
+//!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
+//!   running (a segment preparation, a compaction) and ends the task.
 //!
 //! Time for the actors is `tokio::time` since the host started, so under `--cfg madsim` it is virtual.
 
@@ -221,6 +222,7 @@ impl WalHost {
             answers: Vec::new(),
             reads: BTreeMap::new(),
             next_id: 0,
+            io_in_flight: 0,
             stopping: false,
             shutdown_replies: Vec::new(),
             flushed: None,
@@ -422,6 +424,8 @@ struct Runner {
     answers: Vec<(AppendReply, Result<SeqRange, AppendError>)>,
     reads: BTreeMap<ReadId, oneshot::Sender<Result<Vec<WalFrame>, ReadError>>>,
     next_id: u64,
+    /// Requests submitted to either executor whose completion has not been handled yet.
+    io_in_flight: usize,
     /// No new command is taken once set.
     stopping: bool,
     shutdown_replies: Vec<oneshot::Sender<Result<Seq, CheckpointFailure>>>,
@@ -454,7 +458,13 @@ impl Runner {
                 () = sleep_until(wake), if wake.is_some() => self.on_tick(),
             }
             self.drain();
-            if self.stopping && self.appends.is_empty() && self.reads.is_empty() {
+            // Stop only once nothing is outstanding: no caller waits and no request of either actor
+            // runs, so a WAL reopened on the same disk right after never races an old request.
+            if self.stopping
+                && self.appends.is_empty()
+                && self.reads.is_empty()
+                && self.io_in_flight == 0
+            {
                 if let Some(flushed) = self.flushed.clone() {
                     for reply in self.shutdown_replies.drain(..) {
                         // A caller that gave up waiting does not need the answer.
@@ -542,6 +552,7 @@ impl Runner {
     }
 
     fn on_io(&mut self, event: IoEvent) {
+        self.io_in_flight -= 1;
         let now = self.clock.now();
         match event {
             IoEvent::Wal(request, completion) => self.wal.handle(
@@ -597,7 +608,10 @@ impl Runner {
 
     fn route_wal(&mut self, output: WalOutput) {
         match output {
-            WalOutput::Io(request) => self.wal_io.submit(request),
+            WalOutput::Io(request) => {
+                self.io_in_flight += 1;
+                self.wal_io.submit(request);
+            }
             WalOutput::AppendDone { id, result } => {
                 if let Some(reply) = self.appends.remove(&id) {
                     self.answers.push((reply, result));
@@ -625,7 +639,10 @@ impl Runner {
 
     fn route_checkpoint(&mut self, output: CheckpointOutput) {
         match output {
-            CheckpointOutput::Io(request) => self.checkpoint_io.submit(request),
+            CheckpointOutput::Io(request) => {
+                self.io_in_flight += 1;
+                self.checkpoint_io.submit(request);
+            }
             CheckpointOutput::Synced(seq) => {
                 self.status.send_modify(|status| {
                     status.checkpoint_synced = seq;
