@@ -440,9 +440,18 @@ impl Runner {
         mut completions: mpsc::Receiver<IoEvent>,
     ) {
         self.drain();
+        // One timer, moved only when the earliest wake-up changes (not re-registered per command).
+        let timer = tokio::time::sleep_until(self.clock.at(Instant(0)));
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
-            let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout())
-                .map(|at| self.clock.at(at));
+            let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
+            if wake != armed {
+                if let Some(at) = wake {
+                    timer.as_mut().reset(self.clock.at(at));
+                }
+                armed = wake;
+            }
             tokio::select! {
                 biased;
                 Some(event) = completions.recv() => {
@@ -452,10 +461,17 @@ impl Runner {
                     self.on_io(event);
                 }
                 command = commands.recv(), if !self.stopping => match command {
-                    Some(command) => self.on_command(command),
+                    Some(command) => {
+                        self.on_command(command);
+                        self.drain();
+                        self.take_ready_commands(&mut commands);
+                    }
                     None => self.begin_stop(),
                 },
-                () = sleep_until(wake), if wake.is_some() => self.on_tick(),
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
+                    self.on_tick();
+                }
             }
             self.drain();
             // Stop only once nothing is outstanding: no caller waits and no request of either actor
@@ -670,13 +686,6 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
         (None, b) => b,
-    }
-}
-
-async fn sleep_until(wake: Option<tokio::time::Instant>) {
-    match wake {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -41,7 +41,9 @@
 //! # Polling order
 //! Construct with [`Checkpointer::open`] (it queues the startup I/O), then drain [`Actor::poll_output`]
 //! after construction and after every [`Actor::handle`]; feed [`CheckpointInput::Tick`] at
-//! [`Actor::poll_timeout`] and every [`IoCompletion`] of a request it emitted.
+//! [`Actor::poll_timeout`] and every [`IoCompletion`] of a request it emitted. Run its requests on one
+//! lane, in order. Open the WAL only after the first [`CheckpointOutput::Synced`]: the WAL takes the
+//! checkpoint it opens with as synced and may compact behind it.
 //!
 //! # Invariants (checked after every `handle` in debug builds)
 //! `synced ≤ written ≤ stored`; at most one write, one sync and one creation outstanding; a sync is only
