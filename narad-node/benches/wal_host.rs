@@ -3,7 +3,8 @@
 //! `cargo bench -p narad-node --bench wal_host` runs, for prealloc off and on and for 1 / 8 / 64 / 256
 //! concurrent appenders of 1 KiB records, the WAL host over `FsDisk` and a baseline (one flusher thread:
 //! one `pwrite` + one `fdatasync` of whatever is staged, in the same file mode) on the same directory,
-//! alternating, and prints the medians: acks/s, records per fsync, p50/p99 latency.
+//! alternating, and prints the medians: acks/s (with the range over the runs), records per fsync (the
+//! host counts `fdatasync`s of segment files), p50/p99 latency; "vs base" is the ratio of the medians.
 //!
 //! Knobs (environment): `NARAD_BENCH_SECS` (seconds per run, default 1), `NARAD_BENCH_REPEATS` (runs per
 //! system and row, default 3; medians are reported), `NARAD_BENCH_APPENDERS` (comma list, default
@@ -363,8 +364,16 @@ fn main() {
         settings.root.display()
     );
     println!(
-        "{:<9} {:>9} {:<9} {:>11} {:>11} {:>10} {:>10} {:>10}",
-        "prealloc", "appenders", "system", "acks/s", "rec/fsync", "p50 µs", "p99 µs", "vs base"
+        "{:<9} {:>9} {:<9} {:>11} {:>17} {:>10} {:>9} {:>9} {:>8}",
+        "prealloc",
+        "appenders",
+        "system",
+        "acks/s",
+        "(min..max)",
+        "rec/fsync",
+        "p50 µs",
+        "p99 µs",
+        "vs base"
     );
     let mut verdicts = Vec::new();
     for &prealloc in &settings.prealloc {
@@ -392,16 +401,20 @@ fn main() {
             let base = median_figures(&base_runs);
             let ratio = host.acks_per_second / base.acks_per_second.max(f64::MIN_POSITIVE);
             let mode = if prealloc { "on" } else { "off" };
-            for (system, row, versus) in [
-                ("host", host, format!("{ratio:.2}x")),
-                ("baseline", base, String::new()),
+            for (system, row, runs, versus) in [
+                ("host", host, &host_runs, format!("{ratio:.2}x")),
+                ("baseline", base, &base_runs, String::new()),
             ] {
+                let acks = runs.iter().map(|run| run.acks_per_second);
+                let low = acks.clone().fold(f64::INFINITY, f64::min);
+                let high = acks.fold(0.0, f64::max);
                 println!(
-                    "{:<9} {:>9} {:<9} {:>11.0} {:>11.1} {:>10.0} {:>10.0} {:>10}",
+                    "{:<9} {:>9} {:<9} {:>11.0} {:>17} {:>10.1} {:>9.0} {:>9.0} {:>8}",
                     mode,
                     appenders,
                     system,
                     row.acks_per_second,
+                    format!("({low:.0}..{high:.0})"),
                     row.records_per_fsync,
                     row.p50_us,
                     row.p99_us,
