@@ -11,10 +11,12 @@
 //! - **The actor task** owns both actors. Its inputs come from a bounded command mailbox
 //!   ([`WalHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
 //!   (one per actor, [`crate::io::IoExecutor`]) and from one timer set to the earlier of the actors'
-//!   `poll_timeout`s. Completions are taken first. After every input it drains both actors' outputs and
-//!   routes them: I/O to the executor, answers to the waiting callers, the WAL's durable frontier and
-//!   latch into [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced*
-//!   value into the WAL (the only value compaction trails), warnings and failures to the log.
+//!   `poll_timeout`s. When a completion arrives, the commands already waiting are fed first (so the
+//!   flush the completion may start carries them), then the completion. After every input it drains both
+//!   actors' outputs and routes them: I/O to the executor, the WAL's durable frontier and latch into
+//!   [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced* value into the
+//!   WAL (the only value compaction trails), warnings and failures to the log, and last the answers to
+//!   the waiting callers (so an answered caller already sees the status its answer implies).
 //! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
