@@ -33,6 +33,8 @@ use tokio::time::Instant;
 const RECORD_BYTES: usize = 1024;
 const SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 const WAL_DIR: &str = "wal";
+/// Pause after deleting a row's files, so their cleanup does not land in the next row's first run.
+const SETTLE: Duration = Duration::from_millis(500);
 
 struct Settings {
     run: Duration,
@@ -380,23 +382,25 @@ fn main() {
         for &appenders in &settings.appenders {
             let mut host_runs = Vec::new();
             let mut base_runs = Vec::new();
-            for _ in 0..settings.repeats {
-                let dir = tempfile::tempdir_in(&settings.root).expect("run dir");
-                host_runs.push(runtime.block_on(run_host(
-                    dir.path(),
-                    appenders,
-                    prealloc,
-                    settings.run,
-                )));
-                drop(dir);
-                let dir = tempfile::tempdir_in(&settings.root).expect("run dir");
-                base_runs.push(runtime.block_on(run_baseline(
-                    dir.path(),
-                    appenders,
-                    prealloc,
-                    settings.run,
-                )));
+            // Every run gets a fresh directory, kept until the row ends: deleting files (a discard on
+            // some mounts) right before the other system's run would slow its fsyncs. The order
+            // alternates so neither system always runs first.
+            let mut dirs = Vec::new();
+            for repeat in 0..settings.repeats {
+                for host_turn in [repeat % 2 == 0, repeat % 2 == 1] {
+                    let dir = tempfile::tempdir_in(&settings.root).expect("run dir");
+                    if host_turn {
+                        let run = run_host(dir.path(), appenders, prealloc, settings.run);
+                        host_runs.push(runtime.block_on(run));
+                    } else {
+                        let run = run_baseline(dir.path(), appenders, prealloc, settings.run);
+                        base_runs.push(runtime.block_on(run));
+                    }
+                    dirs.push(dir);
+                }
             }
+            drop(dirs);
+            runtime.block_on(async { tokio::time::sleep(SETTLE).await });
             let host = median_figures(&host_runs);
             let base = median_figures(&base_runs);
             let ratio = host.acks_per_second / base.acks_per_second.max(f64::MIN_POSITIVE);
