@@ -6,14 +6,20 @@
 //! - [`http`]: the `/v1` surface as plain functions (called by the axum router, or by the simulator).
 //! - [`metrics`]: every Prometheus metric of the node.
 //! - [`clock`]: the node's only clock reads.
+//! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
+//! - [`wal_host`]: the ingress WAL and the checkpointer on tokio.
 //! - `server` (not under madsim): wires it all to a real listener.
 
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod failpoints;
+pub mod fs_disk;
 pub mod http;
+pub mod io;
 pub mod logging;
 pub mod metastore;
 pub mod metrics;
 #[cfg(not(madsim))]
 pub mod server;
+pub mod wal_host;

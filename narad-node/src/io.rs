@@ -1,0 +1,287 @@
+//! The I/O executor: runs an actor's [`IoRequest`]s on a [`Disk`] and delivers each request back with
+//! its [`IoCompletion`] to the actor's mailbox (the WAL reuses the request's buffers).
+//!
+//! Requests of one [`IoLane`] run one at a time in submission order, and their completions are delivered
+//! in that order; different lanes run concurrently. Each request runs on `tokio::task::spawn_blocking`
+//! (under `--cfg madsim` that runs inline in the simulated task, so the executor needs no threads of its
+//! own), serialized per lane by one async task that the first request on the lane starts.
+//!
+//! It decides nothing: no retries, no reordering, no dropping. Each actor gets its own executor, so lanes
+//! are the actor's own ordering domains. Queues are bounded by [`LANE_QUEUE_MAX`]; an actor keeps far
+//! fewer requests outstanding, so a full lane is a programmer error and panics.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use narad_core::disk::{execute, Disk, IoCompletion, IoLane, IoRequest};
+use narad_core::IoFault;
+use tokio::sync::mpsc;
+
+/// The most requests one lane may hold queued or running.
+pub const LANE_QUEUE_MAX: usize = 64;
+
+/// Runs one actor's I/O; see the module documentation.
+pub struct IoExecutor<M> {
+    disk: Arc<dyn Disk>,
+    mailbox: mpsc::Sender<M>,
+    wrap: fn(IoRequest, IoCompletion) -> M,
+    lanes: Mutex<BTreeMap<IoLane, mpsc::Sender<IoRequest>>>,
+}
+
+impl<M> std::fmt::Debug for IoExecutor<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoExecutor").finish_non_exhaustive()
+    }
+}
+
+impl<M: Send + 'static> IoExecutor<M> {
+    /// An executor over `disk` that delivers each request and its completion, wrapped by `wrap`, into `mailbox`.
+    pub fn new(
+        disk: Arc<dyn Disk>,
+        mailbox: mpsc::Sender<M>,
+        wrap: fn(IoRequest, IoCompletion) -> M,
+    ) -> Self {
+        IoExecutor {
+            disk,
+            mailbox,
+            wrap,
+            lanes: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Queues `request` on its lane; never blocks. Must be called inside the runtime.
+    ///
+    /// Panics when the lane already holds [`LANE_QUEUE_MAX`] requests: actors bound what they keep
+    /// outstanding far below that.
+    pub fn submit(&self, request: IoRequest) {
+        let mut lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let lane = request.lane;
+        let sender = lanes.entry(lane).or_insert_with(|| {
+            let (sender, receiver) = mpsc::channel(LANE_QUEUE_MAX);
+            tokio::spawn(run_lane(
+                Arc::clone(&self.disk),
+                receiver,
+                self.mailbox.clone(),
+                self.wrap,
+            ));
+            sender
+        });
+        match sender.try_send(request) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                panic!("I/O lane {lane:?} holds {LANE_QUEUE_MAX} requests: the actor exceeded its bound")
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                // The lane task ended because the mailbox is gone: nobody would read the completion.
+            }
+        }
+    }
+}
+
+// madsim marks `spawn_blocking` deprecated ("blocking is not allowed in simulation"); there it runs the
+// closure inline in a simulated task, which is what we want: SimDisk is in memory and never blocks.
+#[cfg_attr(madsim, allow(deprecated))]
+async fn run_lane<M: Send + 'static>(
+    disk: Arc<dyn Disk>,
+    mut requests: mpsc::Receiver<IoRequest>,
+    mailbox: mpsc::Sender<M>,
+    wrap: fn(IoRequest, IoCompletion) -> M,
+) {
+    while let Some(request) = requests.recv().await {
+        let id = request.id;
+        let disk = Arc::clone(&disk);
+        let lane = request.lane;
+        let job = tokio::task::spawn_blocking(move || {
+            let completion = execute(&*disk, &request);
+            (request, completion)
+        });
+        let (request, completion) = match job.await {
+            Ok(done) => done,
+            // A panicking disk is a bug; still answer, so the actor sees a failure instead of waiting.
+            // The request went down with the worker: an empty one with its id and lane stands in.
+            Err(error) => (
+                IoRequest {
+                    id,
+                    lane,
+                    ops: Vec::new(),
+                },
+                IoCompletion {
+                    id,
+                    result: Err((0, IoFault::Other(format!("I/O worker failed: {error}")))),
+                },
+            ),
+        };
+        if mailbox.send(wrap(request, completion)).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+    use std::time::Duration;
+
+    use narad_core::disk::sim::SimDisk;
+    use narad_core::disk::{IoId, IoOp, IoReply};
+
+    use super::*;
+
+    fn write(id: u64, lane: u8, path: &str, offset: u64, data: &[u8]) -> IoRequest {
+        IoRequest {
+            id: IoId(id),
+            lane: IoLane(lane),
+            ops: vec![IoOp::WriteAt {
+                path: path.into(),
+                offset,
+                data: data.to_vec(),
+            }],
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_lane_runs_in_order_and_completes_in_order() {
+        let disk = SimDisk::new(1);
+        disk.create("f").unwrap();
+        let (sender, mut receiver) = mpsc::channel(8);
+        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |_, completion| completion);
+        for index in 0..40u64 {
+            // Each write overwrites the same byte: only in-order execution leaves the last value.
+            executor.submit(write(index, 0, "f", 0, &[index as u8]));
+        }
+        for index in 0..40u64 {
+            let completion = receiver.recv().await.unwrap();
+            assert_eq!(completion.id, IoId(index));
+            assert_eq!(completion.result, Ok(vec![IoReply::Done]));
+        }
+        assert_eq!(disk.read_at("f", 0, 1).unwrap(), [39]);
+    }
+
+    /// A disk whose writes to two files must meet at a barrier: it deadlocks unless they run at once.
+    struct MeetingDisk {
+        inner: SimDisk,
+        barrier: Barrier,
+    }
+
+    impl Disk for MeetingDisk {
+        fn create(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.create(path)
+        }
+        fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.create_dir_all(dir)
+        }
+        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+            self.barrier.wait();
+            self.inner.write_at(path, offset, data)
+        }
+        fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+            self.inner.write_zeros(path, offset, len)
+        }
+        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+            self.inner.read_at(path, offset, len)
+        }
+        fn len(&self, path: &str) -> Result<u64, IoFault> {
+            self.inner.len(path)
+        }
+        fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+            self.inner.set_len(path, len)
+        }
+        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.sync_data(path)
+        }
+        fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.sync_dir(dir)
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.remove(path)
+        }
+        fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+            self.inner.list(dir)
+        }
+    }
+
+    // Under madsim `spawn_blocking` runs inline on the one simulated thread: lanes interleave between
+    // requests but never run at the same instant, so this meeting would deadlock there.
+    #[cfg(not(madsim))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn different_lanes_run_concurrently() {
+        let inner = SimDisk::new(2);
+        inner.create("a").unwrap();
+        inner.create("b").unwrap();
+        let disk = MeetingDisk {
+            inner,
+            barrier: Barrier::new(2),
+        };
+        let (sender, mut receiver) = mpsc::channel(8);
+        let executor = IoExecutor::new(Arc::new(disk), sender, |_, completion| completion);
+        executor.submit(write(1, 0, "a", 0, b"x"));
+        executor.submit(write(2, 1, "b", 0, b"y"));
+        let both = async {
+            let mut ids = vec![
+                receiver.recv().await.unwrap().id,
+                receiver.recv().await.unwrap().id,
+            ];
+            ids.sort();
+            ids
+        };
+        let ids = tokio::time::timeout(Duration::from_secs(10), both)
+            .await
+            .expect("lanes 0 and 1 must run at the same time");
+        assert_eq!(ids, [IoId(1), IoId(2)]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_op_stops_its_request_and_is_reported_with_its_index() {
+        let disk = SimDisk::new(3);
+        let (sender, mut receiver) = mpsc::channel(8);
+        let executor = IoExecutor::new(Arc::new(disk.clone()), sender, |_, completion| completion);
+        executor.submit(IoRequest {
+            id: IoId(7),
+            lane: IoLane(0),
+            ops: vec![
+                IoOp::Create { path: "f".into() },
+                IoOp::WriteAt {
+                    path: "missing".into(),
+                    offset: 0,
+                    data: b"x".to_vec(),
+                },
+                IoOp::Remove { path: "f".into() },
+            ],
+        });
+        let completion = receiver.recv().await.unwrap();
+        assert_eq!(completion.id, IoId(7));
+        assert_eq!(completion.result, Err((1, IoFault::NotFound)));
+        assert_eq!(disk.paths(), ["f"], "the op after the failure did not run");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn completions_are_wrapped_into_the_mailbox_type() {
+        #[derive(Debug, PartialEq)]
+        enum Event {
+            Io(IoCompletion),
+        }
+        let disk = SimDisk::new(4);
+        let (sender, mut receiver) = mpsc::channel(8);
+        let executor = IoExecutor::new(Arc::new(disk), sender, |_, completion| {
+            Event::Io(completion)
+        });
+        executor.submit(IoRequest {
+            id: IoId(1),
+            lane: IoLane(3),
+            ops: vec![IoOp::List { dir: String::new() }],
+        });
+        assert_eq!(
+            receiver.recv().await.unwrap(),
+            Event::Io(IoCompletion {
+                id: IoId(1),
+                result: Ok(vec![IoReply::Names(Vec::new())])
+            })
+        );
+    }
+}

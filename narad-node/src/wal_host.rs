@@ -1,0 +1,1071 @@
+//! The WAL host: runs the [`IngressWal`] and the [`Checkpointer`] over a [`Disk`] on tokio, so async
+//! callers can append records and await their durable outcome.
+//!
+//! # What it does (and decides nothing)
+//! - **Open** ([`WalHost::open`]): reads `<checkpoint dir>/checkpoint`, opens the checkpointer and runs its
+//!   startup I/O to completion, so the recovered checkpoint is synced *before the WAL exists* and so before
+//!   anything can compact behind it; then recovers the WAL ([`narad_core::wal::driver::open_wal`]: list the
+//!   directory, read every segment, run the pure recovery) and starts one actor task. The WAL's first
+//!   output is its repair request, which the task runs like any other; `open` returns once it ran
+//!   (the WAL then reports its durable frontier) or failed (the WAL latches).
+//! - **The actor task** owns both actors. Its inputs come from a bounded command mailbox
+//!   ([`WalHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
+//!   (one per actor, [`crate::io::IoExecutor`]) and from one timer set to the earlier of the actors'
+//!   `poll_timeout`s. When a completion arrives, the commands already waiting are fed first (so the
+//!   flush the completion may start carries them), then the completion. After every input it drains both
+//!   actors' outputs and routes them: I/O to the executor, the WAL's durable frontier and latch into
+//!   [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced* value into the
+//!   WAL (the only value compaction trails), warnings and failures to the log, and last the answers to
+//!   the waiting callers (so an answered caller already sees the status its answer implies).
+//! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
+//!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
+//!   running (a segment preparation, a compaction) and ends the task.
+//!
+//! Time for the actors is `tokio::time` since the host started, so under `--cfg madsim` it is virtual.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use narad_core::checkpoint::{
+    read_checkpoint_file, CheckpointFailure, CheckpointInput, CheckpointOpenError,
+    CheckpointOutput, Checkpointer, CheckpointerConfig,
+};
+use narad_core::disk::{execute, Disk, IoCompletion, IoRequest};
+use narad_core::wal::driver::open_wal;
+use narad_core::wal::{
+    AppendError, AppendId, FillFn, IngressWal, OpenError, ReadError, ReadId, RecoveryReport,
+    SeqRange, WalConfig, WalFrame, WalInput, WalOutput,
+};
+use narad_core::{Actor, Instant, IoFault, Seq};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::io::IoExecutor;
+
+/// Commands the mailbox holds before callers wait.
+pub const MAILBOX_CAPACITY: usize = 4096;
+/// Completions each actor's executor may queue for the task.
+pub const COMPLETIONS_CAPACITY: usize = 256;
+/// Commands the actor task takes from the mailbox ahead of one I/O completion.
+pub const COMMANDS_PER_TURN_MAX: usize = 1024;
+/// Checkpointer I/O rounds [`WalHost::open`] runs before it gives up on the startup sync.
+pub const STARTUP_CHECKPOINT_ROUNDS_MAX: usize = 16;
+
+/// The host's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalHostConfig {
+    /// The WAL's settings (its directory, segment size, preallocation, ...).
+    pub wal: WalConfig,
+    /// The checkpointer's settings (by default its file lives in the WAL's directory).
+    pub checkpoint: CheckpointerConfig,
+    /// Commands the mailbox holds before callers wait.
+    pub mailbox_capacity: usize,
+}
+
+impl WalHostConfig {
+    /// Production settings around `wal`, with the checkpoint beside the segments.
+    pub fn new(wal: WalConfig) -> Self {
+        let checkpoint = CheckpointerConfig::new(wal.dir.clone());
+        WalHostConfig {
+            wal,
+            checkpoint,
+            mailbox_capacity: MAILBOX_CAPACITY,
+        }
+    }
+}
+
+/// Why an append was not acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WalError {
+    /// The WAL refused or failed it (disk failure or latch, size limits, overload, fill failure).
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// The host stopped before answering; the record may or may not be durable.
+    #[error("the ingress WAL host has stopped")]
+    Stopped,
+}
+
+/// Why a read was not answered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WalReadError {
+    /// The WAL refused or failed it.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The host stopped before answering.
+    #[error("the ingress WAL host has stopped")]
+    Stopped,
+}
+
+/// Why [`WalHost::open`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WalHostOpenError {
+    /// Reading the checkpoint file failed.
+    #[error("reading the checkpoint: {0}")]
+    CheckpointRead(IoFault),
+    /// The checkpoint file is malformed.
+    #[error(transparent)]
+    CheckpointFile(#[from] CheckpointOpenError),
+    /// The startup sync (or first creation) of the checkpoint failed.
+    #[error("syncing the checkpoint at startup: {op:?} failed: {fault}", op = .0.op, fault = .0.fault)]
+    CheckpointSync(CheckpointFailure),
+    /// WAL recovery failed (corruption, unreadable segment, bad settings).
+    #[error(transparent)]
+    Wal(#[from] OpenError),
+    /// A blocking open step could not run.
+    #[error("open task failed: {0}")]
+    Task(String),
+}
+
+/// Why [`WalHost::shutdown`] did not confirm a synced checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ShutdownError {
+    /// The final checkpoint sync failed.
+    #[error("final checkpoint sync: {op:?} failed: {fault}", op = .0.op, fault = .0.fault)]
+    Checkpoint(CheckpointFailure),
+    /// The host had already stopped.
+    #[error("the ingress WAL host has stopped")]
+    Stopped,
+}
+
+/// What the host publishes for the dispatcher and the metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalStatus {
+    /// The WAL's open-time repair finished: reads are served and the durable frontier is current.
+    /// [`WalHost::open`] returns only once it is set (or the WAL latched).
+    pub repaired: bool,
+    /// Every record below this is durable (the dispatcher reads up to it).
+    pub durable_next_seq: Seq,
+    /// The fault the WAL latched on (`narad_ingress_wal_failed` = 1 when set).
+    pub latched: Option<IoFault>,
+    /// Where dispatch starts after open (the stored checkpoint, or the oldest segment above it).
+    pub dispatch_start: Seq,
+    /// The latest checkpoint the dispatcher stored.
+    pub checkpoint_stored: Seq,
+    /// The latest checkpoint known durable.
+    pub checkpoint_synced: Seq,
+    /// The latest checkpoint store or sync failure, cleared by the next successful sync.
+    pub checkpoint_failure: Option<CheckpointFailure>,
+}
+
+enum Command {
+    Append {
+        record: Vec<u8>,
+        reply: oneshot::Sender<Result<SeqRange, AppendError>>,
+    },
+    AppendMany {
+        sizes: Vec<usize>,
+        fill: FillFn,
+        reply: oneshot::Sender<Result<SeqRange, AppendError>>,
+    },
+    Read {
+        from: Seq,
+        max_records: usize,
+        max_bytes: usize,
+        reply: oneshot::Sender<Result<Vec<WalFrame>, ReadError>>,
+    },
+    StoreCheckpoint(Seq),
+    Shutdown {
+        reply: oneshot::Sender<Result<Seq, CheckpointFailure>>,
+    },
+}
+
+/// A finished request of one of the two actors.
+enum IoEvent {
+    Wal(IoRequest, IoCompletion),
+    Checkpoint(IoCompletion),
+}
+
+/// A handle on the running WAL host; clones share it.
+#[derive(Clone, Debug)]
+pub struct WalHost {
+    commands: mpsc::Sender<Command>,
+    status: watch::Receiver<WalStatus>,
+}
+
+impl WalHost {
+    /// Opens (recovers) the WAL and its checkpoint on `disk` and starts the actor task.
+    /// Returns the host and what recovery found.
+    pub async fn open(
+        disk: Arc<dyn Disk>,
+        config: WalHostConfig,
+    ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
+        let start = tokio::time::Instant::now();
+        let clock = Clock { start };
+        let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock).await?;
+        let recovered = checkpointer.recovered();
+        let wal_config = config.wal.clone();
+        let recovery_disk = Arc::clone(&disk);
+        let opened = run_blocking(move || open_wal(&*recovery_disk, wal_config, recovered))
+            .await
+            .map_err(WalHostOpenError::Task)??;
+        let wal = opened.wal;
+        let status = WalStatus {
+            repaired: false,
+            durable_next_seq: wal.durable_next_seq(),
+            latched: wal.latch_fault().cloned(),
+            dispatch_start: wal.dispatch_start(),
+            checkpoint_stored: checkpointer.stored(),
+            checkpoint_synced: checkpointer.synced().unwrap_or(recovered),
+            checkpoint_failure: None,
+        };
+        let (status_sender, status_receiver) = watch::channel(status);
+        let (command_sender, command_receiver) = mpsc::channel(config.mailbox_capacity.max(1));
+        let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
+        let runner = Runner {
+            wal,
+            checkpointer,
+            wal_io: IoExecutor::new(Arc::clone(&disk), io_sender.clone(), IoEvent::Wal),
+            checkpoint_io: IoExecutor::new(disk, io_sender, |_, completion| {
+                IoEvent::Checkpoint(completion)
+            }),
+            clock,
+            status: status_sender,
+            appends: BTreeMap::new(),
+            answers: Vec::new(),
+            reads: BTreeMap::new(),
+            next_id: 0,
+            io_in_flight: 0,
+            stopping: false,
+            shutdown_replies: Vec::new(),
+            flushed: None,
+        };
+        tokio::spawn(runner.run(command_receiver, io_receiver));
+        let mut status = status_receiver;
+        // The WAL serves reads and reports its durable frontier once its open-time repair ran; a failed
+        // repair latches it instead (the WAL's decision; the host only reports it).
+        status
+            .wait_for(|status| status.repaired || status.latched.is_some())
+            .await
+            .map_err(|_| WalHostOpenError::Task("the WAL task ended during open".to_string()))?;
+        let host = WalHost {
+            commands: command_sender,
+            status,
+        };
+        Ok((host, opened.report))
+    }
+
+    async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
+        let (reply, answer) = oneshot::channel();
+        self.commands.send(command(reply)).await.ok()?;
+        answer.await.ok()
+    }
+
+    /// Appends one encoded record; returns its sequence number once it is durable.
+    pub async fn append(&self, record: Vec<u8>) -> Result<Seq, WalError> {
+        let result = self
+            .ask(|reply| Command::Append { record, reply })
+            .await
+            .ok_or(WalError::Stopped)?;
+        Ok(result?.first)
+    }
+
+    /// Appends encoded records as one batch (consecutive sequence numbers, nothing interleaved);
+    /// returns their range once the last is durable.
+    pub async fn append_many(&self, records: Vec<Vec<u8>>) -> Result<Range<Seq>, WalError> {
+        let sizes = records.iter().map(Vec::len).collect();
+        let fill: FillFn = Box::new(move |index: usize, out: &mut [u8]| {
+            out.copy_from_slice(&records[index]);
+            Ok(())
+        });
+        self.append_many_with(sizes, fill).await
+    }
+
+    /// Appends a batch whose record `i` has `sizes[i]` bytes, written in place by `fill`
+    /// (see [`FillFn`]); returns the range once the last record is durable.
+    pub async fn append_many_with(
+        &self,
+        sizes: Vec<usize>,
+        fill: FillFn,
+    ) -> Result<Range<Seq>, WalError> {
+        let result = self
+            .ask(|reply| Command::AppendMany { sizes, fill, reply })
+            .await
+            .ok_or(WalError::Stopped)?;
+        let range = result?;
+        Ok(range.first..range.next)
+    }
+
+    /// Reads durable records from `from` on (at most `max_records`, about `max_bytes` of payload).
+    pub async fn read(
+        &self,
+        from: Seq,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<WalFrame>, WalReadError> {
+        let result = self
+            .ask(|reply| Command::Read {
+                from,
+                max_records,
+                max_bytes,
+                reply,
+            })
+            .await
+            .ok_or(WalReadError::Stopped)?;
+        Ok(result?)
+    }
+
+    /// Stores the dispatcher's checkpoint (never backwards): written in place at once, synced within
+    /// 250 ms; compaction follows the synced value.
+    pub async fn store_checkpoint(&self, seq: Seq) -> Result<(), WalError> {
+        self.commands
+            .send(Command::StoreCheckpoint(seq))
+            .await
+            .map_err(|_| WalError::Stopped)
+    }
+
+    /// The current status.
+    pub fn status(&self) -> WalStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that wakes on every status change (durable frontier, latch, checkpoint).
+    pub fn subscribe(&self) -> watch::Receiver<WalStatus> {
+        self.status.clone()
+    }
+
+    /// Every record below this is durable.
+    pub fn durable_next_seq(&self) -> Seq {
+        self.status.borrow().durable_next_seq
+    }
+
+    /// True once a disk failure latched the WAL (`narad_ingress_wal_failed`).
+    pub fn is_latched(&self) -> bool {
+        self.status.borrow().latched.is_some()
+    }
+
+    /// Stops the host: no new commands, appends in flight finish, the checkpoint is synced now.
+    /// Returns the durable checkpoint.
+    pub async fn shutdown(&self) -> Result<Seq, ShutdownError> {
+        let result = self
+            .ask(|reply| Command::Shutdown { reply })
+            .await
+            .ok_or(ShutdownError::Stopped)?;
+        result.map_err(ShutdownError::Checkpoint)
+    }
+}
+
+/// Runs a blocking closure off the async threads (inline under madsim).
+#[cfg_attr(madsim, allow(deprecated))]
+async fn run_blocking<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(job)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+/// Opens the checkpointer and runs its startup I/O (first creation, or rewrite and sync of the
+/// recovered value) until it publishes the synced value.
+async fn open_checkpointer(
+    disk: &Arc<dyn Disk>,
+    config: CheckpointerConfig,
+    clock: Clock,
+) -> Result<Checkpointer, WalHostOpenError> {
+    let dir = config.dir.clone();
+    let read_disk = Arc::clone(disk);
+    let bytes = run_blocking(move || read_checkpoint_file(&*read_disk, &dir))
+        .await
+        .map_err(WalHostOpenError::Task)?
+        .map_err(WalHostOpenError::CheckpointRead)?;
+    let mut checkpointer = Checkpointer::open(config, clock.now(), bytes.as_deref())?;
+    for _ in 0..STARTUP_CHECKPOINT_ROUNDS_MAX {
+        let mut requests = Vec::new();
+        while let Some(output) = checkpointer.poll_output() {
+            match output {
+                CheckpointOutput::Io(request) => requests.push(request),
+                CheckpointOutput::Synced(_) => return Ok(checkpointer),
+                CheckpointOutput::Failed(failure) => {
+                    return Err(WalHostOpenError::CheckpointSync(failure))
+                }
+                CheckpointOutput::Flushed(_) => {}
+            }
+        }
+        for request in requests {
+            let io_disk = Arc::clone(disk);
+            let completion = run_blocking(move || execute(&*io_disk, &request))
+                .await
+                .map_err(WalHostOpenError::Task)?;
+            checkpointer.handle(clock.now(), CheckpointInput::Io(completion));
+        }
+    }
+    Err(WalHostOpenError::Task(
+        "the checkpoint's startup sync did not finish".to_string(),
+    ))
+}
+
+/// The actors' clock: `tokio::time` since the host started.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    start: tokio::time::Instant,
+}
+
+impl Clock {
+    fn now(&self) -> Instant {
+        let nanos = self.start.elapsed().as_nanos();
+        Instant(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    fn at(&self, instant: Instant) -> tokio::time::Instant {
+        self.start + std::time::Duration::from_nanos(instant.0)
+    }
+}
+
+/// Who waits for an append's outcome.
+type AppendReply = oneshot::Sender<Result<SeqRange, AppendError>>;
+
+/// The actor task's state.
+struct Runner {
+    wal: IngressWal,
+    checkpointer: Checkpointer,
+    wal_io: IoExecutor<IoEvent>,
+    checkpoint_io: IoExecutor<IoEvent>,
+    clock: Clock,
+    status: watch::Sender<WalStatus>,
+    appends: BTreeMap<AppendId, AppendReply>,
+    /// Append outcomes routed but not yet sent (sent at the end of each drain).
+    answers: Vec<(AppendReply, Result<SeqRange, AppendError>)>,
+    reads: BTreeMap<ReadId, oneshot::Sender<Result<Vec<WalFrame>, ReadError>>>,
+    next_id: u64,
+    /// Requests submitted to either executor whose completion has not been handled yet.
+    io_in_flight: usize,
+    /// No new command is taken once set.
+    stopping: bool,
+    shutdown_replies: Vec<oneshot::Sender<Result<Seq, CheckpointFailure>>>,
+    /// The final flush's outcome, once it came.
+    flushed: Option<Result<Seq, CheckpointFailure>>,
+}
+
+impl Runner {
+    async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut completions: mpsc::Receiver<IoEvent>,
+    ) {
+        self.drain();
+        // One timer, moved only when the earliest wake-up changes (not re-registered per command).
+        let timer = tokio::time::sleep_until(self.clock.at(Instant(0)));
+        tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
+        loop {
+            let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
+            if wake != armed {
+                if let Some(at) = wake {
+                    timer.as_mut().reset(self.clock.at(at));
+                }
+                armed = wake;
+            }
+            tokio::select! {
+                biased;
+                Some(event) = completions.recv() => {
+                    // Stage the appends already waiting first, so the flush this completion may
+                    // start carries them instead of leaving them for the one after.
+                    self.take_ready_commands(&mut commands);
+                    self.on_io(event);
+                }
+                command = commands.recv(), if !self.stopping => match command {
+                    Some(command) => {
+                        self.on_command(command);
+                        self.drain();
+                        self.take_ready_commands(&mut commands);
+                    }
+                    None => self.begin_stop(),
+                },
+                () = &mut timer, if armed.is_some() => {
+                    armed = None;
+                    self.on_tick();
+                }
+            }
+            self.drain();
+            // Stop only once nothing is outstanding: no caller waits and no request of either actor
+            // runs, so a WAL reopened on the same disk right after never races an old request.
+            if self.stopping
+                && self.appends.is_empty()
+                && self.reads.is_empty()
+                && self.io_in_flight == 0
+            {
+                if let Some(flushed) = self.flushed.clone() {
+                    for reply in self.shutdown_replies.drain(..) {
+                        // A caller that gave up waiting does not need the answer.
+                        let _ = reply.send(flushed.clone());
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles the commands already in the mailbox, at most [`COMMANDS_PER_TURN_MAX`].
+    fn take_ready_commands(&mut self, commands: &mut mpsc::Receiver<Command>) {
+        for _ in 0..COMMANDS_PER_TURN_MAX {
+            if self.stopping {
+                return;
+            }
+            match commands.try_recv() {
+                Ok(command) => {
+                    self.on_command(command);
+                    self.drain();
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return,
+                Err(mpsc::error::TryRecvError::Disconnected) => self.begin_stop(),
+            }
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn on_command(&mut self, command: Command) {
+        let now = self.clock.now();
+        match command {
+            Command::Append { record, reply } => {
+                let id = AppendId(self.next_id());
+                self.appends.insert(id, reply);
+                self.wal.handle(now, WalInput::Append { id, record });
+            }
+            Command::AppendMany { sizes, fill, reply } => {
+                let id = AppendId(self.next_id());
+                self.appends.insert(id, reply);
+                self.wal
+                    .handle(now, WalInput::AppendMany { id, sizes, fill });
+            }
+            Command::Read {
+                from,
+                max_records,
+                max_bytes,
+                reply,
+            } => {
+                let id = ReadId(self.next_id());
+                self.reads.insert(id, reply);
+                self.wal.handle(
+                    now,
+                    WalInput::Read {
+                        id,
+                        from,
+                        max_records,
+                        max_bytes,
+                    },
+                );
+            }
+            Command::StoreCheckpoint(seq) => {
+                self.checkpointer.handle(now, CheckpointInput::Store(seq));
+                self.status
+                    .send_modify(|status| status.checkpoint_stored = self.checkpointer.stored());
+            }
+            Command::Shutdown { reply } => {
+                self.shutdown_replies.push(reply);
+                self.begin_stop();
+            }
+        }
+    }
+
+    fn begin_stop(&mut self) {
+        if !self.stopping {
+            self.stopping = true;
+            self.checkpointer
+                .handle(self.clock.now(), CheckpointInput::Flush);
+        }
+    }
+
+    fn on_io(&mut self, event: IoEvent) {
+        self.io_in_flight -= 1;
+        let now = self.clock.now();
+        match event {
+            IoEvent::Wal(request, completion) => self.wal.handle(
+                now,
+                WalInput::IoDone {
+                    request,
+                    completion,
+                },
+            ),
+            IoEvent::Checkpoint(completion) => self
+                .checkpointer
+                .handle(now, CheckpointInput::Io(completion)),
+        }
+    }
+
+    /// Feeds each actor its tick once its own timeout has passed (by the clock, not the timer).
+    fn on_tick(&mut self) {
+        let now = self.clock.now();
+        if self.wal.poll_timeout().is_some_and(|at| at <= now) {
+            self.wal.handle(now, WalInput::Tick);
+        }
+        if self.checkpointer.poll_timeout().is_some_and(|at| at <= now) {
+            self.checkpointer.handle(now, CheckpointInput::Tick);
+        }
+    }
+
+    /// Routes both actors' outputs until neither has any (a synced checkpoint feeds the WAL), then
+    /// answers the appends, so a caller that is answered already sees the status that answer implies.
+    fn drain(&mut self) {
+        self.route_all();
+        for (reply, result) in self.answers.drain(..) {
+            // A caller that stopped waiting still had its record handled truthfully.
+            let _ = reply.send(result);
+        }
+    }
+
+    fn route_all(&mut self) {
+        loop {
+            let mut idle = true;
+            while let Some(output) = self.wal.poll_output() {
+                idle = false;
+                self.route_wal(output);
+            }
+            while let Some(output) = self.checkpointer.poll_output() {
+                idle = false;
+                self.route_checkpoint(output);
+            }
+            if idle {
+                return;
+            }
+        }
+    }
+
+    fn route_wal(&mut self, output: WalOutput) {
+        match output {
+            WalOutput::Io(request) => {
+                self.io_in_flight += 1;
+                self.wal_io.submit(request);
+            }
+            WalOutput::AppendDone { id, result } => {
+                if let Some(reply) = self.appends.remove(&id) {
+                    self.answers.push((reply, result));
+                }
+            }
+            WalOutput::Durable { next_seq } => self.status.send_modify(|status| {
+                status.repaired = true;
+                status.durable_next_seq = next_seq;
+            }),
+            WalOutput::ReadDone { id, result } => {
+                if let Some(reply) = self.reads.remove(&id) {
+                    let _ = reply.send(result);
+                }
+            }
+            WalOutput::Latched { fault } => {
+                tracing::error!(%fault, "ingress WAL latched: every append is refused until restart");
+                self.status
+                    .send_modify(|status| status.latched = Some(fault));
+            }
+            WalOutput::Warning(warning) => {
+                tracing::warn!(?warning, "{}", warning.message());
+            }
+        }
+    }
+
+    fn route_checkpoint(&mut self, output: CheckpointOutput) {
+        match output {
+            CheckpointOutput::Io(request) => {
+                self.io_in_flight += 1;
+                self.checkpoint_io.submit(request);
+            }
+            CheckpointOutput::Synced(seq) => {
+                self.status.send_modify(|status| {
+                    status.checkpoint_synced = seq;
+                    status.checkpoint_failure = None;
+                });
+                self.wal
+                    .handle(self.clock.now(), WalInput::CheckpointSynced { seq });
+            }
+            CheckpointOutput::Failed(failure) => {
+                tracing::warn!(op = ?failure.op, fault = %failure.fault, "ingress dispatch checkpoint store failed");
+                self.status
+                    .send_modify(|status| status.checkpoint_failure = Some(failure));
+            }
+            CheckpointOutput::Flushed(result) => {
+                if self.stopping {
+                    self.flushed = Some(result);
+                }
+            }
+        }
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use narad_core::checkpoint::CheckpointOp;
+
+    use super::*;
+    use crate::failpoints::{Counter, Failpoints, FaultKind, Rule};
+    use crate::fs_disk::FsDisk;
+
+    const DIR: &str = "wal";
+
+    /// FsDisk that counts `sync_data` calls on segments.
+    struct CountingDisk {
+        inner: FsDisk,
+        segment_syncs: AtomicU64,
+    }
+
+    impl Disk for CountingDisk {
+        fn create(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.create(path)
+        }
+        fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.create_dir_all(dir)
+        }
+        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+            self.inner.write_at(path, offset, data)
+        }
+        fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+            self.inner.write_zeros(path, offset, len)
+        }
+        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+            self.inner.read_at(path, offset, len)
+        }
+        fn len(&self, path: &str) -> Result<u64, IoFault> {
+            self.inner.len(path)
+        }
+        fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+            self.inner.set_len(path, len)
+        }
+        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+            if path.ends_with(".wal") {
+                self.segment_syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            self.inner.sync_data(path)
+        }
+        fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.sync_dir(dir)
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.remove(path)
+        }
+        fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+            self.inner.list(dir)
+        }
+    }
+
+    fn config() -> WalHostConfig {
+        WalHostConfig::new(WalConfig {
+            dir: DIR.to_string(),
+            ..WalConfig::default()
+        })
+    }
+
+    fn fs_disk(root: &std::path::Path) -> Arc<dyn Disk> {
+        Arc::new(FsDisk::new(root).expect("disk"))
+    }
+
+    fn record(index: u64) -> Vec<u8> {
+        format!("record {index:05}").into_bytes()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_take_dense_seqs_and_are_durable_when_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        assert_eq!(report.next_seq, Seq(0));
+        for index in 0..3 {
+            assert_eq!(host.append(record(index)).await, Ok(Seq(index)));
+        }
+        assert_eq!(host.durable_next_seq(), Seq(3));
+        assert_eq!(
+            host.append_many(vec![record(3), record(4), record(5)])
+                .await,
+            Ok(Seq(3)..Seq(6))
+        );
+        assert_eq!(host.durable_next_seq(), Seq(6));
+        let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
+        let payloads: Vec<Vec<u8>> = frames.iter().map(|frame| frame.payload.clone()).collect();
+        assert_eq!(payloads, (0..6).map(record).collect::<Vec<_>>());
+        assert_eq!(host.shutdown().await, Ok(Seq(0)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_fsyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(CountingDisk {
+            inner: FsDisk::new(dir.path()).unwrap(),
+            segment_syncs: AtomicU64::new(0),
+        });
+        let (host, _) = WalHost::open(disk.clone(), config()).await.unwrap();
+        let before = disk.segment_syncs.load(Ordering::Relaxed);
+        let appenders = 64u64;
+        let per_appender = 20u64;
+        let mut tasks = Vec::new();
+        for appender in 0..appenders {
+            let host = host.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut seqs = Vec::new();
+                for index in 0..per_appender {
+                    let seq = host.append(record(appender * 1000 + index)).await.unwrap();
+                    seqs.push(seq);
+                }
+                seqs
+            }));
+        }
+        let mut seqs = Vec::new();
+        for task in tasks {
+            seqs.extend(task.await.unwrap());
+        }
+        seqs.sort();
+        let records = appenders * per_appender;
+        assert_eq!(seqs, (0..records).map(Seq).collect::<Vec<_>>());
+        let syncs = disk.segment_syncs.load(Ordering::Relaxed) - before;
+        assert!(
+            syncs * 4 <= records,
+            "{records} records took {syncs} fsyncs: group commit must share them"
+        );
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_recovers_every_acknowledged_record() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            for index in 0..10 {
+                host.append(record(index)).await.unwrap();
+            }
+            host.append_many(vec![record(10), record(11)])
+                .await
+                .unwrap();
+            host.shutdown().await.unwrap();
+        }
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        assert_eq!(report.next_seq, Seq(12));
+        assert_eq!(host.durable_next_seq(), Seq(12));
+        let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
+        let got: Vec<(Seq, Vec<u8>)> = frames
+            .into_iter()
+            .map(|frame| (frame.seq, frame.payload))
+            .collect();
+        let want: Vec<(Seq, Vec<u8>)> = (0..12).map(|index| (Seq(index), record(index))).collect();
+        assert_eq!(got, want);
+        assert_eq!(host.append(record(12)).await, Ok(Seq(12)));
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checkpoint_round_trips_through_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            for index in 0..8 {
+                host.append(record(index)).await.unwrap();
+            }
+            host.store_checkpoint(Seq(5)).await.unwrap();
+            assert_eq!(host.shutdown().await, Ok(Seq(5)));
+        }
+        let bytes = std::fs::read(dir.path().join(DIR).join("checkpoint")).unwrap();
+        assert_eq!(bytes, 5u64.to_be_bytes());
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let status = host.status();
+        assert_eq!(status.checkpoint_synced, Seq(5));
+        assert_eq!(status.checkpoint_stored, Seq(5));
+        assert_eq!(status.dispatch_start, Seq(5));
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_synced_checkpoint_compacts_segments_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config();
+        config.wal.segment_bytes_max = 64 * 1024;
+        config.wal.record_bytes_max = 1024;
+        config.wal.rotate_dispatched_active_after_bytes = 1024;
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config).await.unwrap();
+        let payload = vec![7u8; 1000];
+        for _ in 0..300 {
+            host.append(payload.clone()).await.unwrap();
+        }
+        let segments = |path: &std::path::Path| {
+            std::fs::read_dir(path.join(DIR))
+                .unwrap()
+                .filter(|entry| {
+                    entry
+                        .as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".wal")
+                })
+                .count()
+        };
+        assert!(
+            segments(dir.path()) >= 4,
+            "300 KB of records in 64 KiB segments"
+        );
+        let mut status = host.subscribe();
+        host.store_checkpoint(Seq(300)).await.unwrap();
+        // Compaction follows only the synced value, which comes within the 250 ms flush delay.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            status.wait_for(|status| status.checkpoint_synced == Seq(300)),
+        )
+        .await
+        .expect("synced within the delay")
+        .unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while segments(dir.path()) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            segments(dir.path()),
+            1,
+            "everything dispatched is reclaimed"
+        );
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // Segment names start with a digit: the checkpoint file is spared.
+        let failpoints = Failpoints::new(vec![Rule {
+            path_prefix: format!("{DIR}/0"),
+            fault: FaultKind::Eio,
+            counter: Counter::Syncs,
+            after: 3,
+        }]);
+        let disk: Arc<dyn Disk> =
+            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let (host, _) = WalHost::open(disk, config()).await.unwrap();
+        let mut acked = 0u64;
+        let mut failure = None;
+        for index in 0..10 {
+            match host.append(record(index)).await {
+                Ok(seq) => {
+                    assert_eq!(seq, Seq(acked));
+                    acked += 1;
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        let error = WalError::Append(AppendError::Disk(IoFault::Eio));
+        assert_eq!(failure, Some(error.clone()));
+        assert!(host.is_latched());
+        assert_eq!(host.status().latched, Some(IoFault::Eio));
+        assert_eq!(host.append(record(99)).await, Err(error.clone()));
+        assert_eq!(host.append_many(vec![record(100)]).await, Err(error));
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_checkpoint_that_cannot_be_created_fails_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let failpoints = Failpoints::new(vec![Rule {
+            path_prefix: format!("{DIR}/checkpoint"),
+            fault: FaultKind::NoSpace,
+            counter: Counter::Bytes,
+            after: 0,
+        }]);
+        let disk: Arc<dyn Disk> =
+            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let error = WalHost::open(disk, config()).await.expect_err("no space");
+        assert!(
+            matches!(
+                &error,
+                WalHostOpenError::CheckpointSync(CheckpointFailure {
+                    op: CheckpointOp::Create,
+                    fault: IoFault::NoSpace
+                })
+            ),
+            "{error}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn handles_fail_with_stopped_after_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        host.shutdown().await.unwrap();
+        // A command sent now is never taken: it is dropped with the mailbox when the task ends.
+        assert_eq!(host.append(record(0)).await, Err(WalError::Stopped));
+        assert_eq!(host.shutdown().await, Err(ShutdownError::Stopped));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn over_simdisk_every_acknowledged_record_survives_a_power_loss() {
+        use narad_core::disk::sim::SimDisk;
+        let disk = SimDisk::new(7);
+        let (host, _) = WalHost::open(Arc::new(disk.clone()), config())
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for appender in 0..8u64 {
+            let host = host.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for index in 0..10 {
+                    let record = record(appender * 100 + index);
+                    let seq = host.append(record.clone()).await.unwrap();
+                    acked.push((seq, record));
+                }
+                acked
+            }));
+        }
+        let mut acked = Vec::new();
+        for task in tasks {
+            acked.extend(task.await.unwrap());
+        }
+        acked.sort();
+        host.store_checkpoint(Seq(40)).await.unwrap();
+        assert_eq!(host.shutdown().await, Ok(Seq(40)));
+        disk.crash();
+        let (host, report) = WalHost::open(Arc::new(disk.clone()), config())
+            .await
+            .unwrap();
+        assert_eq!(report.next_seq, Seq(80));
+        assert_eq!(host.status().checkpoint_synced, Seq(40));
+        let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
+        let recovered: Vec<(Seq, Vec<u8>)> = frames
+            .into_iter()
+            .map(|frame| (frame.seq, frame.payload))
+            .collect();
+        assert_eq!(recovered, acked);
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_truncates_a_torn_tail_and_appends_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            for index in 0..5 {
+                host.append(record(index)).await.unwrap();
+            }
+            host.shutdown().await.unwrap();
+        }
+        let segment = dir.path().join(DIR).join("00000000000000000000.wal");
+        let clean_len = std::fs::metadata(&segment).unwrap().len();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes.extend_from_slice(&[0xAB; 37]);
+        std::fs::write(&segment, &bytes).unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let torn = report.torn_tail.expect("a torn tail");
+        assert_eq!(
+            (torn.segment, torn.offset, torn.bytes_dropped),
+            (Seq(0), clean_len, 37)
+        );
+        assert_eq!(
+            std::fs::metadata(&segment).unwrap().len(),
+            clean_len,
+            "repaired on disk"
+        );
+        assert_eq!(host.append(record(5)).await, Ok(Seq(5)));
+        let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
+        let payloads: Vec<Vec<u8>> = frames.into_iter().map(|frame| frame.payload).collect();
+        assert_eq!(payloads, (0..6).map(record).collect::<Vec<_>>());
+        host.shutdown().await.unwrap();
+    }
+}
