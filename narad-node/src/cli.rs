@@ -1,5 +1,5 @@
-//! The `narad` command line (clap). `narad serve` runs a node; other subcommands (the `bench` client)
-//! come later.
+//! The `narad` command line (clap). `narad serve` runs a node; `narad bench` loads one (see
+//! [`crate::bench`]).
 
 use std::path::PathBuf;
 
@@ -25,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a node.
     Serve(ServeArgs),
+    /// Load a running node with produces and report throughput, latency and fsyncs per record.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `narad serve` flags. Each overrides the config file and the `NARAD_*` environment.
@@ -84,7 +86,9 @@ mod tests {
             "127.0.0.1:9",
         ])
         .unwrap();
-        let Command::Serve(args) = cli.command;
+        let Command::Serve(args) = cli.command else {
+            panic!("parsed serve")
+        };
         assert_eq!(
             args.overrides(),
             FlagOverrides {
@@ -103,7 +107,9 @@ mod tests {
     fn log_format_takes_json_or_text_only() {
         let parse = |value: &str| {
             Cli::try_parse_from(["narad", "serve", "--log-format", value]).map(|cli| {
-                let Command::Serve(args) = cli.command;
+                let Command::Serve(args) = cli.command else {
+                    panic!("parsed serve")
+                };
                 args.log_format
             })
         };
@@ -113,7 +119,11 @@ mod tests {
     }
 
     #[test]
-    fn there_is_no_bench_subcommand_yet() {
-        assert!(Cli::try_parse_from(["narad", "bench"]).is_err());
+    fn bench_is_a_subcommand() {
+        let cli = Cli::try_parse_from(["narad", "bench", "orders", "--workers", "64"]).unwrap();
+        let Command::Bench(args) = cli.command else {
+            panic!("parsed bench")
+        };
+        assert_eq!((args.topic.as_str(), args.workers), ("orders", 64));
     }
 }

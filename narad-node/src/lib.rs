@@ -9,7 +9,9 @@
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
 //! - [`wal_host`]: the ingress WAL and the checkpointer on tokio.
 //! - `server` (not under madsim): wires it all to a real listener.
+//! - [`bench`]: `narad bench`, the HTTP load generator.
 
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

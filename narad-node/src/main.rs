@@ -1,4 +1,5 @@
-//! The `narad` binary: `narad serve` runs a node (see `narad_node::server`).
+//! The `narad` binary: `narad serve` runs a node (see `narad_node::server`), `narad bench` loads one
+//! (see `narad_node::bench`).
 //!
 //! Exit codes: 0 after a graceful shutdown, 1 when the node fails, 2 for a configuration error.
 
@@ -10,7 +11,10 @@ fn main() -> std::process::ExitCode {
     use std::process::ExitCode;
 
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Bench(args) => return narad_node::bench::main(args),
+    };
     let config = match Config::load(&args.overrides(), &|key| std::env::var(key).ok()) {
         Ok(config) => config,
         Err(error) => {

@@ -1,0 +1,116 @@
+//! One keep-alive HTTP/1.1 connection on tokio: write a request, read its response, reuse the
+//! socket. One request in flight per connection (no pipelining), as a producer waiting for its 202
+//! behaves.
+
+use std::io;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::http1::{self, Framing};
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+
+/// A response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+/// A keep-alive connection to one address.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+    closed: bool,
+}
+
+impl Connection {
+    /// Connects (with `TCP_NODELAY`: a request is one write and waits for its answer).
+    pub async fn connect(addr: SocketAddr) -> io::Result<Connection> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Connection {
+            stream,
+            buffer: Vec::with_capacity(READ_CHUNK_BYTES),
+            closed: false,
+        })
+    }
+
+    /// Whether the server said it closes the connection (the caller should connect again).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Sends `request` (bytes from [`http1::request`]) and reads the whole response.
+    pub async fn exchange(&mut self, request: &[u8]) -> io::Result<Response> {
+        if self.closed {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the server closed this connection",
+            ));
+        }
+        self.stream.write_all(request).await?;
+        let head = loop {
+            match http1::parse_head(&self.buffer).map_err(invalid)? {
+                Some(head) => break head,
+                None => self.fill().await?,
+            }
+        };
+        self.buffer.drain(..head.head_bytes);
+        let body = match head.framing {
+            Framing::Empty => Vec::new(),
+            Framing::Length(length) => {
+                while self.buffer.len() < length {
+                    self.fill().await?;
+                }
+                self.buffer.drain(..length).collect()
+            }
+            Framing::Chunked => loop {
+                match http1::decode_chunked(&self.buffer).map_err(invalid)? {
+                    Some((body, used)) => {
+                        self.buffer.drain(..used);
+                        break body;
+                    }
+                    None => self.fill().await?,
+                }
+            },
+        };
+        self.closed = head.close;
+        Ok(Response {
+            status: head.status,
+            body,
+        })
+    }
+
+    async fn fill(&mut self) -> io::Result<()> {
+        let start = self.buffer.len();
+        self.buffer.resize(start + READ_CHUNK_BYTES, 0);
+        let read = self.stream.read(&mut self.buffer[start..]).await;
+        let read = match read {
+            Ok(read) => read,
+            Err(error) => {
+                self.buffer.truncate(start);
+                return Err(error);
+            }
+        };
+        self.buffer.truncate(start + read);
+        if read == 0 {
+            self.closed = true;
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before the response ended",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn invalid(error: http1::ProtocolError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, error)
+}

@@ -1,0 +1,133 @@
+//! `narad bench`: a load generator for a running node's produce path, over HTTP/1.1 keep-alive.
+//!
+//! W workers (tasks on a small tokio runtime, one connection each) send single produces
+//! (`POST /v1/topics/{t}/produce`, raw body of S bytes) or batches (`POST .../produce/batch`, N
+//! messages of S payload bytes), keyed (`--keys K`: key `k<m mod K>` for message m) or keyless, for a
+//! duration or a message count, closed-loop (each worker sends its next request when the last one is
+//! answered) or at a fixed offered rate (`--rate`, messages/s over all workers; latency is then measured
+//! from each request's scheduled start, so a node that falls behind shows it instead of slowing the
+//! schedule down).
+//!
+//! Around the measured window it scrapes `/metrics` and reports, besides the client's own msgs/s, MB/s
+//! (payload bytes, 10^6 B) and p50/p95/p99 latency: fsyncs per accepted record (WAL fdatasyncs, and
+//! partition-log fsyncs when the node exports them), records per group commit, and the node's
+//! accept→visible quantiles. Before the last scrape it waits (bounded by `--drain-timeout`) for
+//! `narad_ingress_dispatch_backlog_records` to reach 0, so every accepted record's visibility is
+//! counted.
+//!
+//! Layout: [`http1`] (request bytes, response parsing; pure), [`scrape`] (reading `/metrics`; pure),
+//! [`workload`] (the plan from the flags, bodies, latency summaries, the report; pure), and, outside
+//! madsim, `client` (one tokio connection) and `run` (the workers).
+
+#[cfg(not(madsim))]
+mod client;
+pub mod http1;
+#[cfg(not(madsim))]
+mod run;
+pub mod scrape;
+pub mod workload;
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+#[cfg(not(madsim))]
+pub use run::main;
+pub use workload::{LatencySummary, Plan, PlanError, Report};
+
+/// How the report is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object on one line.
+    Json,
+}
+
+/// `narad bench` flags.
+#[derive(Debug, Args, Clone, PartialEq)]
+pub struct BenchArgs {
+    /// Topic to produce to (created with `--partitions` if missing).
+    #[arg(default_value = "bench")]
+    pub topic: String,
+    /// The node's HTTP address (`host:port` or `http://host:port`).
+    #[arg(
+        long,
+        short = 's',
+        env = "NARAD_ADDR",
+        default_value = "http://127.0.0.1:7942"
+    )]
+    pub server: String,
+    /// Concurrent keep-alive connections, one request in flight each.
+    #[arg(long, short = 'w', default_value_t = 8)]
+    pub workers: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 256)]
+    pub size: usize,
+    /// Messages per batch request (`/produce/batch`); without it, single produces.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Run for this long (`500ms`, `10s`, `2m`) after the warm-up.
+    #[arg(long, value_parser = parse_duration, conflicts_with = "count")]
+    pub duration: Option<Duration>,
+    /// Send this many messages after the warm-up (default 10000 when no --duration is given).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Distinct keys (`k0` .. `k<K-1>`); 0 = keyless.
+    #[arg(long, default_value_t = 0)]
+    pub keys: u64,
+    /// Offered load in messages per second over all workers (default: as fast as answers come).
+    #[arg(long, value_name = "MSGS_PER_S")]
+    pub rate: Option<f64>,
+    /// Load sent before measuring starts (not counted).
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub warmup: Duration,
+    /// Partitions of the topic when the bench creates it.
+    #[arg(long, default_value_t = 8)]
+    pub partitions: u32,
+    /// Client runtime threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Longest wait after the load for the node's dispatch backlog to drain.
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    pub drain_timeout: Duration,
+    /// Report format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// Parses `250ms`, `10s`, `1.5s`, `2m` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (try 500ms, 10s, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "us" | "µs" => value / 1_000_000.0,
+        "m" | "min" => value * 60.0,
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|error| format!("{text:?}: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_ms_s_and_m() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+}

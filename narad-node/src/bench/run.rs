@@ -1,0 +1,390 @@
+//! The bench itself: create the topic, run the workers, scrape `/metrics` around the measured window,
+//! wait for the dispatch backlog to drain, and build the [`Report`].
+//!
+//! Scheduling: every request takes a ticket from one counter. Closed loop, a worker sends as soon as
+//! its previous request was answered. With `--rate`, ticket `i` is due at `start + i / requests_per_s`
+//! and its latency counts from that moment. A request is measured when it is due at or after the end
+//! of the warm-up; with `--count`, measured requests also claim one of `ceil(count / batch)` slots and
+//! the workers stop when none is left; with `--duration`, no request due after the end is sent.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs as _};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use tokio::time::Instant;
+
+use super::client::Connection;
+use super::http1;
+use super::scrape::Scrape;
+use super::workload::{
+    batch_body, payload, LatencySummary, NodeFigures, Plan, Report, Stop, LATENCY_SAMPLES_MAX,
+};
+use super::BenchArgs;
+
+/// How long a worker waits before connecting again after a failed connect.
+const RECONNECT_DELAY: Duration = Duration::from_millis(10);
+/// How often the backlog gauge is read while waiting for it to drain.
+const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Partition-log fsync counters the node may export (summed when present).
+const PARTITION_FSYNC_COUNTS: [&str; 2] = [
+    "narad_storage_fsync_duration_seconds_count",
+    "narad_partition_fsync_duration_seconds_count",
+];
+
+/// `narad bench`: runs the plan and prints the report. Exit code 0 when every request succeeded,
+/// 1 when any failed (the report is printed anyway), 2 for bad flags.
+pub fn main(args: BenchArgs) -> ExitCode {
+    let plan = match Plan::from_args(&args) {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("narad bench: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut builder = if plan.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(plan.threads);
+        builder
+    };
+    let runtime = match builder.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("narad bench: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(plan.clone())) {
+        Ok(report) => {
+            print!("{}", report.render(plan.output));
+            if plan.output == super::OutputFormat::Json {
+                println!();
+            }
+            if report.errors_total() > 0 || report.requests_ok == 0 {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(error) => {
+            eprintln!("narad bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What every worker shares.
+struct Shared {
+    plan: Plan,
+    addr: SocketAddr,
+    start: Instant,
+    measure_start: Instant,
+    /// No request due at or after this is sent (`--duration`).
+    end: Option<Instant>,
+    /// Seconds between two due times (`--rate`).
+    interval_s: Option<f64>,
+    tickets: AtomicU64,
+    /// Measured requests still to send (`--count`).
+    requests_left: AtomicU64,
+    payload: Vec<u8>,
+    /// The single-produce request when it never changes (keyless).
+    fixed_request: Option<Vec<u8>>,
+}
+
+impl Shared {
+    fn request(&self, ticket: u64) -> Vec<u8> {
+        if let Some(request) = &self.fixed_request {
+            return request.clone();
+        }
+        let plan = &self.plan;
+        let first = ticket * plan.messages_per_request();
+        match plan.batch {
+            Some(batch) => {
+                let keys: Vec<Option<String>> =
+                    (first..first + batch as u64).map(|m| plan.key(m)).collect();
+                http1::request(
+                    "POST",
+                    &plan.target(),
+                    &plan.authority,
+                    &[("Content-Type", "application/json")],
+                    &batch_body(&self.payload, &keys),
+                )
+            }
+            None => {
+                let target = match plan.key(first) {
+                    Some(key) => format!("{}?key={key}", plan.target()),
+                    None => plan.target(),
+                };
+                http1::request("POST", &target, &plan.authority, &[], &self.payload)
+            }
+        }
+    }
+}
+
+/// One worker's counts.
+#[derive(Default)]
+struct Tally {
+    requests_ok: u64,
+    errors: BTreeMap<String, u64>,
+    latencies_ns: Vec<u64>,
+    last_done: Option<Instant>,
+}
+
+/// Runs a bench against a node.
+pub async fn run(plan: Plan) -> anyhow::Result<Report> {
+    let addr = resolve(&plan.authority)?;
+    ensure_topic(addr, &plan).await?;
+    eprintln!("narad bench: producing ({})...", plan.describe());
+    let per_request = plan.messages_per_request();
+    let requests_left = match plan.stop {
+        Stop::Count(count) => count.div_ceil(per_request),
+        Stop::After(_) => u64::MAX,
+    };
+    let start = Instant::now();
+    let measure_start = start + plan.warmup;
+    let end = match plan.stop {
+        Stop::After(duration) => Some(measure_start + duration),
+        Stop::Count(_) => None,
+    };
+    let payload = payload(plan.payload_bytes);
+    let fixed_request = (plan.batch.is_none() && plan.keys == 0)
+        .then(|| http1::request("POST", &plan.target(), &plan.authority, &[], &payload));
+    let shared = Arc::new(Shared {
+        interval_s: plan.rate_per_s.map(|rate| per_request as f64 / rate),
+        plan: plan.clone(),
+        addr,
+        start,
+        measure_start,
+        end,
+        tickets: AtomicU64::new(0),
+        requests_left: AtomicU64::new(requests_left),
+        payload,
+        fixed_request,
+    });
+    let before = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_start).await;
+        scrape(addr).await
+    });
+    let samples_max = LATENCY_SAMPLES_MAX / plan.workers;
+    let workers: Vec<_> = (0..plan.workers)
+        .map(|_| tokio::spawn(worker(shared.clone(), samples_max)))
+        .collect();
+    let mut tally = Tally::default();
+    for handle in workers {
+        let one = handle.await.context("a bench worker panicked")?;
+        tally.requests_ok += one.requests_ok;
+        for (kind, count) in one.errors {
+            *tally.errors.entry(kind).or_default() += count;
+        }
+        tally.latencies_ns.extend(one.latencies_ns);
+        tally.last_done = tally.last_done.max(one.last_done);
+    }
+    let finished = tally.last_done.unwrap_or_else(Instant::now);
+    let elapsed_s = finished
+        .saturating_duration_since(measure_start)
+        .as_secs_f64();
+    let before = before.await.context("the metrics task panicked")?;
+    let (after, drained, backlog) = drain(addr, plan.drain_timeout).await;
+    let node = match (before, after) {
+        (Ok(before), Ok(after)) => Some(node_figures(&before, &after, drained, backlog)),
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("narad bench: cannot read /metrics: {error:#}");
+            None
+        }
+    };
+    let messages_ok = tally.requests_ok * per_request;
+    Ok(Report {
+        description: plan.describe(),
+        elapsed_s,
+        requests_ok: tally.requests_ok,
+        messages_ok,
+        payload_bytes_ok: messages_ok * plan.payload_bytes as u64,
+        errors: tally.errors,
+        latency: LatencySummary::from_nanos(tally.latencies_ns),
+        node,
+    })
+}
+
+async fn worker(shared: Arc<Shared>, samples_max: usize) -> Tally {
+    let mut tally = Tally::default();
+    let mut connection: Option<Connection> = None;
+    loop {
+        let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
+        let due = match shared.interval_s {
+            Some(interval_s) => {
+                shared.start + Duration::from_secs_f64(ticket as f64 * interval_s)
+            }
+            None => Instant::now(),
+        };
+        if shared.end.is_some_and(|end| due >= end) {
+            break;
+        }
+        let measured = due >= shared.measure_start;
+        if measured && !claim(&shared.requests_left) {
+            break;
+        }
+        if shared.interval_s.is_some() {
+            tokio::time::sleep_until(due).await;
+        }
+        let request = shared.request(ticket);
+        let outcome = exchange(&mut connection, shared.addr, &request).await;
+        let done = Instant::now();
+        if !measured {
+            continue;
+        }
+        tally.last_done = Some(done);
+        match outcome {
+            Ok(status) if (200..300).contains(&status) => {
+                tally.requests_ok += 1;
+                if tally.latencies_ns.len() < samples_max {
+                    let nanos = done.saturating_duration_since(due).as_nanos();
+                    tally
+                        .latencies_ns
+                        .push(u64::try_from(nanos).unwrap_or(u64::MAX));
+                }
+            }
+            Ok(status) => *tally.errors.entry(format!("status {status}")).or_default() += 1,
+            Err(kind) => *tally.errors.entry(kind).or_default() += 1,
+        }
+    }
+    tally
+}
+
+/// Takes one slot from `left`; false when none is left.
+fn claim(left: &AtomicU64) -> bool {
+    left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+/// One exchange on the worker's connection (opened first if needed): the status, or the kind of
+/// failure. A failed connection is dropped so the next request opens a new one.
+async fn exchange(
+    connection: &mut Option<Connection>,
+    addr: SocketAddr,
+    request: &[u8],
+) -> Result<u16, String> {
+    if connection.as_ref().is_none_or(Connection::is_closed) {
+        match Connection::connect(addr).await {
+            Ok(fresh) => *connection = Some(fresh),
+            Err(error) => {
+                tokio::time::sleep(RECONNECT_DELAY).await;
+                return Err(format!("connect: {}", error.kind()));
+            }
+        }
+    }
+    let open = connection.as_mut().expect("connected above");
+    match open.exchange(request).await {
+        Ok(response) => Ok(response.status),
+        Err(error) => {
+            *connection = None;
+            Err(format!("io: {}", error.kind()))
+        }
+    }
+}
+
+fn resolve(authority: &str) -> anyhow::Result<SocketAddr> {
+    authority
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {authority}"))?
+        .next()
+        .with_context(|| format!("{authority} resolves to no address"))
+}
+
+/// Creates the topic; an existing one (409) is used as it is.
+async fn ensure_topic(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
+    let body = serde_json::json!({"name": plan.topic, "partitions": plan.partitions}).to_string();
+    let request = http1::request(
+        "POST",
+        "/v1/topics",
+        &plan.authority,
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    );
+    let mut connection = Connection::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    let response = connection
+        .exchange(&request)
+        .await
+        .context("creating the topic")?;
+    match response.status {
+        201 | 409 => Ok(()),
+        status => bail!(
+            "creating topic {}: {status} {}",
+            plan.topic,
+            String::from_utf8_lossy(&response.body).trim()
+        ),
+    }
+}
+
+async fn scrape(addr: SocketAddr) -> anyhow::Result<Scrape> {
+    let request = http1::request("GET", "/metrics", &addr.to_string(), &[], b"");
+    let mut connection = Connection::connect(addr).await?;
+    let response = connection.exchange(&request).await?;
+    if response.status != 200 {
+        bail!("GET /metrics answered {}", response.status);
+    }
+    Ok(Scrape::parse(&String::from_utf8_lossy(&response.body)))
+}
+
+/// Scrapes until the dispatch backlog reads 0 or `timeout` passes; the last scrape, whether it
+/// drained, and the last backlog read.
+async fn drain(addr: SocketAddr, timeout: Duration) -> (anyhow::Result<Scrape>, bool, f64) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let scraped = scrape(addr).await;
+        let backlog = scraped
+            .as_ref()
+            .ok()
+            .and_then(|scrape| scrape.value("narad_ingress_dispatch_backlog_records"));
+        let drained = backlog == Some(0.0);
+        if drained || Instant::now() >= deadline {
+            return (scraped, drained, backlog.unwrap_or(f64::NAN));
+        }
+        tokio::time::sleep(DRAIN_POLL_INTERVAL).await;
+    }
+}
+
+fn node_figures(before: &Scrape, after: &Scrape, drained: bool, backlog: f64) -> NodeFigures {
+    let delta = |name: &str| after.sum(name) - before.sum(name);
+    let partition_fsyncs = PARTITION_FSYNC_COUNTS
+        .iter()
+        .any(|name| after.samples.iter().any(|sample| sample.name == *name))
+        .then(|| PARTITION_FSYNC_COUNTS.iter().map(|name| delta(name)).sum());
+    let commits = delta("narad_ingress_wal_group_commit_records_count");
+    let visible = match (
+        after.histogram("narad_accept_to_visible_seconds"),
+        before.histogram("narad_accept_to_visible_seconds"),
+    ) {
+        (Some(after), Some(before)) => Some(after.since(&before)),
+        (Some(after), None) => Some(after),
+        (None, _) => None,
+    };
+    let http_5xx = |scrape: &Scrape| {
+        scrape
+            .get(
+                "narad_errors_total",
+                &[("component", "http"), ("kind", "5xx")],
+            )
+            .unwrap_or(0.0)
+    };
+    NodeFigures {
+        accepted_records: delta("narad_ingress_accepted_records_total"),
+        wal_fsyncs: delta("narad_ingress_wal_fsync_duration_seconds_count"),
+        partition_fsyncs,
+        group_commit_records_mean: (commits > 0.0)
+            .then(|| delta("narad_ingress_wal_group_commit_records_sum") / commits),
+        accept_to_visible_p50_s: visible.as_ref().and_then(|h| h.quantile(0.50)),
+        accept_to_visible_p99_s: visible.as_ref().and_then(|h| h.quantile(0.99)),
+        accept_to_visible_p99_bound_s: visible.as_ref().and_then(|h| h.quantile_bound(0.99)),
+        visible_records: visible.as_ref().map_or(0.0, |h| h.count()),
+        http_5xx: http_5xx(after) - http_5xx(before),
+        backlog_drained: drained,
+        backlog_records: backlog,
+    }
+}

@@ -1,0 +1,667 @@
+//! What `narad bench` sends and what it reports, as pure data: the [`Plan`] checked from the flags,
+//! the request bodies, the latency summary, and the [`Report`] with its text and JSON forms.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{BenchArgs, OutputFormat};
+
+/// The most workers (connections) one bench opens.
+pub const WORKERS_MAX: usize = 4096;
+/// The most client runtime threads.
+pub const THREADS_MAX: usize = 64;
+/// The largest single-produce payload (the node's body limit).
+pub const SINGLE_PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+/// The most messages in one batch request (the node's limit).
+pub const BATCH_MESSAGES_MAX: usize = 1000;
+/// The largest batch body (the node's limit).
+pub const BATCH_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Latency samples kept over all workers; requests past it are counted but not timed.
+pub const LATENCY_SAMPLES_MAX: usize = 20_000_000;
+/// Messages sent when neither `--duration` nor `--count` is given (as Narad's Go `bench`).
+pub const COUNT_DEFAULT: u64 = 10_000;
+/// The JSON a payload is built from: `{"bench":"xxx…"}` (as Narad's Go `bench`).
+const PAYLOAD_FRAME: (&str, &str) = ("{\"bench\":\"", "\"}");
+
+/// When the measured load stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
+    /// After this long.
+    After(Duration),
+    /// After this many messages.
+    Count(u64),
+}
+
+/// A checked bench configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// `host:port` of the node.
+    pub authority: String,
+    /// Topic name.
+    pub topic: String,
+    /// Partitions when the bench creates the topic.
+    pub partitions: u32,
+    /// Connections.
+    pub workers: usize,
+    /// Payload bytes per message.
+    pub payload_bytes: usize,
+    /// Messages per batch request; `None` = single produces.
+    pub batch: Option<usize>,
+    /// When to stop.
+    pub stop: Stop,
+    /// Unmeasured load before the window.
+    pub warmup: Duration,
+    /// Distinct keys; 0 = keyless.
+    pub keys: u64,
+    /// Offered messages per second; `None` = closed loop.
+    pub rate_per_s: Option<f64>,
+    /// Client runtime threads.
+    pub threads: usize,
+    /// Longest wait for the backlog to drain.
+    pub drain_timeout: Duration,
+    /// Report format.
+    pub output: OutputFormat,
+}
+
+/// Why the flags do not make a bench.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// A flag is out of range.
+    #[error("--{flag}: {reason}")]
+    Flag {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn flag(flag: &'static str, reason: impl Into<String>) -> PlanError {
+    PlanError::Flag {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+impl Plan {
+    /// Checks the flags.
+    pub fn from_args(args: &BenchArgs) -> Result<Plan, PlanError> {
+        let authority = authority(&args.server)?;
+        if !(1..=WORKERS_MAX).contains(&args.workers) {
+            return Err(flag("workers", format!("between 1 and {WORKERS_MAX}")));
+        }
+        if !(1..=THREADS_MAX).contains(&args.threads) {
+            return Err(flag("threads", format!("between 1 and {THREADS_MAX}")));
+        }
+        if args.size == 0 {
+            return Err(flag("size", "a message needs at least one byte"));
+        }
+        if let Some(batch) = args.batch {
+            if !(1..=BATCH_MESSAGES_MAX).contains(&batch) {
+                return Err(flag("batch", format!("between 1 and {BATCH_MESSAGES_MAX}")));
+            }
+            let body = batch_body_bytes_estimate(batch, args.size, args.keys);
+            if body > BATCH_BODY_BYTES_MAX {
+                return Err(flag(
+                    "batch",
+                    format!("{batch} × {} B is a {body} B body, over the node's 16 MiB", args.size),
+                ));
+            }
+        } else if args.size > SINGLE_PAYLOAD_BYTES_MAX {
+            return Err(flag("size", "a single produce holds at most 1 MiB"));
+        }
+        if let Some(rate) = args.rate {
+            if !(rate.is_finite() && rate > 0.0) {
+                return Err(flag("rate", "a positive number of messages per second"));
+            }
+        }
+        let stop = match (args.duration, args.count) {
+            (Some(duration), _) if duration.is_zero() => {
+                return Err(flag("duration", "must be longer than 0"))
+            }
+            (Some(duration), _) => Stop::After(duration),
+            (None, Some(0)) => return Err(flag("count", "must be at least 1")),
+            (None, Some(count)) => Stop::Count(count),
+            (None, None) => Stop::Count(COUNT_DEFAULT),
+        };
+        Ok(Plan {
+            authority,
+            topic: args.topic.clone(),
+            partitions: args.partitions,
+            workers: args.workers,
+            payload_bytes: args.size,
+            batch: args.batch,
+            stop,
+            warmup: args.warmup,
+            keys: args.keys,
+            rate_per_s: args.rate,
+            threads: args.threads,
+            drain_timeout: args.drain_timeout,
+            output: args.output,
+        })
+    }
+
+    /// Messages per request.
+    pub fn messages_per_request(&self) -> u64 {
+        self.batch.map_or(1, |batch| batch as u64)
+    }
+
+    /// The request target of message `message` (its key when keyed).
+    pub fn target(&self) -> String {
+        match self.batch {
+            Some(_) => format!("/v1/topics/{}/produce/batch", self.topic),
+            None => format!("/v1/topics/{}/produce", self.topic),
+        }
+    }
+
+    /// The key of message number `message`, if keyed.
+    pub fn key(&self, message: u64) -> Option<String> {
+        (self.keys > 0).then(|| format!("k{}", message % self.keys))
+    }
+
+    /// One line describing the load.
+    pub fn describe(&self) -> String {
+        let shape = match self.batch {
+            Some(batch) => format!("batches of {batch}"),
+            None => "single produces".to_string(),
+        };
+        let keys = match self.keys {
+            0 => "keyless".to_string(),
+            keys => format!("{keys} keys"),
+        };
+        let stop = match self.stop {
+            Stop::After(duration) => format!("{:.1} s", duration.as_secs_f64()),
+            Stop::Count(count) => format!("{count} messages"),
+        };
+        let rate = match self.rate_per_s {
+            Some(rate) => format!(", offered {rate:.0} msgs/s"),
+            None => String::new(),
+        };
+        format!(
+            "topic {}, {} workers, {} B payloads, {shape}, {keys}, {stop}{rate}",
+            self.topic, self.workers, self.payload_bytes
+        )
+    }
+}
+
+/// `host:port` from `host:port` or `http://host:port[/]`.
+fn authority(server: &str) -> Result<String, PlanError> {
+    let rest = if let Some(rest) = server.strip_prefix("http://") {
+        rest
+    } else if server.starts_with("https://") {
+        return Err(flag("server", "https is not supported; use http://"));
+    } else {
+        server
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains('/') {
+        return Err(flag("server", format!("{server:?} is not host:port")));
+    }
+    Ok(rest.to_string())
+}
+
+fn batch_body_bytes_estimate(batch: usize, size: usize, keys: u64) -> usize {
+    let key_bytes = if keys > 0 {
+        12 + keys.to_string().len()
+    } else {
+        0
+    };
+    // {"messages":[ ... ]} and per message {"payload":...},
+    16 + batch * (size + key_bytes + 16)
+}
+
+/// A payload of exactly `bytes` bytes: `{"bench":"xxx…"}` (valid JSON, as Narad's Go bench sends) when
+/// it fits, else `x`s.
+pub fn payload(bytes: usize) -> Vec<u8> {
+    let frame = PAYLOAD_FRAME.0.len() + PAYLOAD_FRAME.1.len();
+    if bytes < frame {
+        return vec![b'x'; bytes];
+    }
+    let mut payload = Vec::with_capacity(bytes);
+    payload.extend_from_slice(PAYLOAD_FRAME.0.as_bytes());
+    payload.resize(bytes - PAYLOAD_FRAME.1.len(), b'x');
+    payload.extend_from_slice(PAYLOAD_FRAME.1.as_bytes());
+    payload
+}
+
+/// A batch body: every message carries `payload` (as a JSON value when it is JSON, else as a JSON
+/// string; either way the node stores exactly `payload`) and its key from `keys`.
+pub fn batch_body(payload: &[u8], keys: &[Option<String>]) -> Vec<u8> {
+    let value = if serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok() {
+        String::from_utf8_lossy(payload).into_owned()
+    } else {
+        serde_json::to_string(&String::from_utf8_lossy(payload)).expect("a string serializes")
+    };
+    let mut body = String::with_capacity(16 + keys.len() * (value.len() + 32));
+    body.push_str("{\"messages\":[");
+    for (index, key) in keys.iter().enumerate() {
+        if index > 0 {
+            body.push(',');
+        }
+        body.push('{');
+        if let Some(key) = key {
+            let _ = write!(
+                body,
+                "\"key\":{},",
+                serde_json::to_string(key).expect("a string serializes")
+            );
+        }
+        body.push_str("\"payload\":");
+        body.push_str(&value);
+        body.push('}');
+    }
+    body.push_str("]}");
+    body.into_bytes()
+}
+
+/// Request latencies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatencySummary {
+    /// Requests timed.
+    pub count: usize,
+    /// Median, seconds.
+    pub p50_s: f64,
+    /// 95th percentile, seconds.
+    pub p95_s: f64,
+    /// 99th percentile, seconds.
+    pub p99_s: f64,
+    /// Largest, seconds.
+    pub max_s: f64,
+}
+
+impl LatencySummary {
+    /// Nearest-rank percentiles of `nanos` (sorted here); `None` when empty.
+    pub fn from_nanos(mut nanos: Vec<u64>) -> Option<LatencySummary> {
+        if nanos.is_empty() {
+            return None;
+        }
+        nanos.sort_unstable();
+        let at = |q: f64| {
+            let rank = (q * nanos.len() as f64).ceil() as usize;
+            nanos[rank.clamp(1, nanos.len()) - 1] as f64 / 1e9
+        };
+        Some(LatencySummary {
+            count: nanos.len(),
+            p50_s: at(0.50),
+            p95_s: at(0.95),
+            p99_s: at(0.99),
+            max_s: nanos[nanos.len() - 1] as f64 / 1e9,
+        })
+    }
+}
+
+/// What the node's `/metrics` said about the measured window.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeFigures {
+    /// `narad_ingress_accepted_records_total` delta.
+    pub accepted_records: f64,
+    /// Ingress WAL fdatasyncs (`narad_ingress_wal_fsync_duration_seconds_count` delta).
+    pub wal_fsyncs: f64,
+    /// Partition-log fsyncs, when the node exports them.
+    pub partition_fsyncs: Option<f64>,
+    /// Mean records per WAL group commit.
+    pub group_commit_records_mean: Option<f64>,
+    /// accept→visible p50, interpolated in its bucket, seconds.
+    pub accept_to_visible_p50_s: Option<f64>,
+    /// accept→visible p99, interpolated in its bucket, seconds.
+    pub accept_to_visible_p99_s: Option<f64>,
+    /// The upper bound of the bucket holding the accept→visible p99, seconds.
+    pub accept_to_visible_p99_bound_s: Option<f64>,
+    /// Records whose visibility the histogram saw.
+    pub visible_records: f64,
+    /// `narad_errors_total{component="http",kind="5xx"}` delta.
+    pub http_5xx: f64,
+    /// Whether the backlog reached 0 before the last scrape.
+    pub backlog_drained: bool,
+    /// The backlog at the last scrape.
+    pub backlog_records: f64,
+}
+
+/// The outcome of a bench.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The load, in words.
+    pub description: String,
+    /// Measured window, seconds.
+    pub elapsed_s: f64,
+    /// Requests answered 2xx in the window.
+    pub requests_ok: u64,
+    /// Messages in those requests.
+    pub messages_ok: u64,
+    /// Payload bytes in those requests.
+    pub payload_bytes_ok: u64,
+    /// Failed requests by kind (`status 500`, `io`, ...).
+    pub errors: BTreeMap<String, u64>,
+    /// Client-side latency of the timed requests.
+    pub latency: Option<LatencySummary>,
+    /// The node's figures; `None` when `/metrics` could not be read.
+    pub node: Option<NodeFigures>,
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.3} ms", seconds * 1e3)
+}
+
+fn opt_ms(seconds: Option<f64>) -> String {
+    seconds.map_or_else(|| "n/a".to_string(), ms)
+}
+
+impl Report {
+    /// Failed requests in total.
+    pub fn errors_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    /// Messages per second.
+    pub fn msgs_per_s(&self) -> f64 {
+        per_second(self.messages_ok as f64, self.elapsed_s)
+    }
+
+    /// Payload megabytes (10^6 B) per second.
+    pub fn mb_per_s(&self) -> f64 {
+        per_second(self.payload_bytes_ok as f64, self.elapsed_s) / 1e6
+    }
+
+    /// Fsyncs per accepted record (WAL and, when exported, partition logs).
+    pub fn fsyncs_per_record(&self) -> Option<f64> {
+        let node = self.node.as_ref()?;
+        (node.accepted_records > 0.0).then(|| {
+            (node.wal_fsyncs + node.partition_fsyncs.unwrap_or(0.0)) / node.accepted_records
+        })
+    }
+
+    /// The report in `format`.
+    pub fn render(&self, format: OutputFormat) -> String {
+        match format {
+            OutputFormat::Text => self.text(),
+            OutputFormat::Json => self.json(),
+        }
+    }
+
+    /// Human-readable lines.
+    pub fn text(&self) -> String {
+        let mut out = format!("narad bench: {}\n", self.description);
+        let errors = if self.errors.is_empty() {
+            "0 failed".to_string()
+        } else {
+            let kinds: Vec<String> = self
+                .errors
+                .iter()
+                .map(|(kind, count)| format!("{count} {kind}"))
+                .collect();
+            format!("{} failed ({})", self.errors_total(), kinds.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "  requests    {} ok ({} messages), {errors} in {:.2} s",
+            self.requests_ok, self.messages_ok, self.elapsed_s
+        );
+        let _ = writeln!(
+            out,
+            "  throughput  {:.1} msgs/s, {:.2} MB/s of payload",
+            self.msgs_per_s(),
+            self.mb_per_s()
+        );
+        if let Some(latency) = &self.latency {
+            let _ = writeln!(
+                out,
+                "  latency     p50 {}  p95 {}  p99 {}  max {}",
+                ms(latency.p50_s),
+                ms(latency.p95_s),
+                ms(latency.p99_s),
+                ms(latency.max_s)
+            );
+        }
+        match &self.node {
+            None => out.push_str("  node        /metrics not readable\n"),
+            Some(node) => {
+                let partition = node
+                    .partition_fsyncs
+                    .map_or_else(String::new, |count| format!(" + {count:.0} partition"));
+                let per_record = self
+                    .fsyncs_per_record()
+                    .map_or_else(|| "n/a".to_string(), |value| format!("{value:.4}"));
+                let _ = writeln!(
+                    out,
+                    "  fsyncs      {per_record} per record ({:.0} WAL{partition} for {:.0} accepted records; {} records per group commit)",
+                    node.wal_fsyncs,
+                    node.accepted_records,
+                    node.group_commit_records_mean
+                        .map_or_else(|| "n/a".to_string(), |mean| format!("{mean:.1}"))
+                );
+                let bound = node
+                    .accept_to_visible_p99_bound_s
+                    .map_or_else(|| "n/a".to_string(), ms);
+                let _ = writeln!(
+                    out,
+                    "  visible     accept→visible p50 {}  p99 {} (bucket ≤ {bound}) over {:.0} records",
+                    opt_ms(node.accept_to_visible_p50_s),
+                    opt_ms(node.accept_to_visible_p99_s),
+                    node.visible_records
+                );
+                if !node.backlog_drained {
+                    let _ = writeln!(
+                        out,
+                        "  WARNING     dispatch backlog still {:.0} records at the end: accept→visible misses them",
+                        node.backlog_records
+                    );
+                }
+                if node.http_5xx > 0.0 {
+                    let _ = writeln!(out, "  node 5xx    {:.0}", node.http_5xx);
+                }
+            }
+        }
+        out
+    }
+
+    /// One JSON object.
+    pub fn json(&self) -> String {
+        let latency = self.latency.map(|latency| {
+            serde_json::json!({
+                "p50_ms": latency.p50_s * 1e3,
+                "p95_ms": latency.p95_s * 1e3,
+                "p99_ms": latency.p99_s * 1e3,
+                "max_ms": latency.max_s * 1e3,
+                "timed": latency.count,
+            })
+        });
+        let node = self.node.as_ref().map(|node| {
+            serde_json::json!({
+                "accepted_records": node.accepted_records,
+                "wal_fsyncs": node.wal_fsyncs,
+                "partition_fsyncs": node.partition_fsyncs,
+                "fsyncs_per_record": self.fsyncs_per_record(),
+                "group_commit_records_mean": node.group_commit_records_mean,
+                "accept_to_visible_p50_ms": node.accept_to_visible_p50_s.map(|s| s * 1e3),
+                "accept_to_visible_p99_ms": node.accept_to_visible_p99_s.map(|s| s * 1e3),
+                "accept_to_visible_p99_bound_ms": node.accept_to_visible_p99_bound_s.map(|s| s * 1e3),
+                "visible_records": node.visible_records,
+                "http_5xx": node.http_5xx,
+                "backlog_drained": node.backlog_drained,
+            })
+        });
+        serde_json::json!({
+            "description": self.description,
+            "elapsed_s": self.elapsed_s,
+            "requests_ok": self.requests_ok,
+            "messages_ok": self.messages_ok,
+            "msgs_per_s": self.msgs_per_s(),
+            "mb_per_s": self.mb_per_s(),
+            "errors": self.errors,
+            "latency": latency,
+            "node": node,
+        })
+        .to_string()
+    }
+}
+
+fn per_second(amount: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        amount / seconds
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> BenchArgs {
+        let mut argv = vec!["narad", "bench"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Bench(args) => args,
+            Command::Serve(_) => unreachable!("parsed bench"),
+        }
+    }
+
+    #[test]
+    fn defaults_follow_narads_go_bench() {
+        let plan = Plan::from_args(&args(&[])).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                authority: "127.0.0.1:7942".to_string(),
+                topic: "bench".to_string(),
+                partitions: 8,
+                workers: 8,
+                payload_bytes: 256,
+                batch: None,
+                stop: Stop::Count(10_000),
+                warmup: Duration::ZERO,
+                keys: 0,
+                rate_per_s: None,
+                threads: 1,
+                drain_timeout: Duration::from_secs(30),
+                output: OutputFormat::Text,
+            }
+        );
+    }
+
+    #[test]
+    fn flags_reach_the_plan() {
+        let plan = Plan::from_args(&args(&[
+            "orders", "-s", "10.0.0.1:80/", "-w", "64", "--size", "1024", "--batch", "100",
+            "--duration", "5s", "--keys", "16", "--rate", "2000", "--warmup", "1s",
+        ]))
+        .unwrap();
+        assert_eq!(plan.authority, "10.0.0.1:80");
+        assert_eq!(plan.topic, "orders");
+        assert_eq!(plan.batch, Some(100));
+        assert_eq!(plan.stop, Stop::After(Duration::from_secs(5)));
+        assert_eq!(plan.rate_per_s, Some(2000.0));
+        assert_eq!(plan.target(), "/v1/topics/orders/produce/batch");
+        assert_eq!(plan.key(17), Some("k1".to_string()));
+        assert_eq!(
+            plan.describe(),
+            "topic orders, 64 workers, 1024 B payloads, batches of 100, 16 keys, 5.0 s, offered 2000 msgs/s"
+        );
+    }
+
+    #[test]
+    fn out_of_range_flags_are_refused() {
+        let refused = |extra: &[&str]| Plan::from_args(&args(extra)).unwrap_err().to_string();
+        assert_eq!(refused(&["-w", "0"]), "--workers: between 1 and 4096");
+        assert_eq!(refused(&["--size", "0"]), "--size: a message needs at least one byte");
+        assert_eq!(
+            refused(&["--size", "1048577"]),
+            "--size: a single produce holds at most 1 MiB"
+        );
+        assert_eq!(refused(&["--batch", "1001"]), "--batch: between 1 and 1000");
+        assert_eq!(
+            refused(&["--batch", "1000", "--size", "20000"]),
+            "--batch: 1000 × 20000 B is a 20016016 B body, over the node's 16 MiB"
+        );
+        assert_eq!(
+            refused(&["--rate", "0"]),
+            "--rate: a positive number of messages per second"
+        );
+        assert_eq!(refused(&["--count", "0"]), "--count: must be at least 1");
+        assert_eq!(
+            refused(&["-s", "https://x:1"]),
+            "--server: https is not supported; use http://"
+        );
+        assert!(Cli::try_parse_from(["narad", "bench", "--count", "1", "--duration", "1s"]).is_err());
+    }
+
+    #[test]
+    fn payloads_are_exactly_their_size_and_json_when_they_fit() {
+        assert_eq!(payload(3), b"xxx".to_vec());
+        assert_eq!(payload(12), b"{\"bench\":\"\"}".to_vec());
+        assert_eq!(payload(15), b"{\"bench\":\"xxx\"}".to_vec());
+        assert_eq!(payload(1024).len(), 1024);
+    }
+
+    #[test]
+    fn batch_bodies_embed_json_payloads_verbatim_and_quote_the_rest() {
+        let keys = [Some("k1".to_string()), None];
+        assert_eq!(
+            String::from_utf8(batch_body(&payload(15), &keys)).unwrap(),
+            "{\"messages\":[{\"key\":\"k1\",\"payload\":{\"bench\":\"xxx\"}},{\"payload\":{\"bench\":\"xxx\"}}]}"
+        );
+        assert_eq!(
+            String::from_utf8(batch_body(b"xy", &[None])).unwrap(),
+            "{\"messages\":[{\"payload\":\"xy\"}]}"
+        );
+        let estimate = batch_body_bytes_estimate(100, 1024, 16);
+        let real = batch_body(&payload(1024), &vec![Some("k15".to_string()); 100]).len();
+        assert!(estimate >= real, "{estimate} < {real}");
+    }
+
+    #[test]
+    fn latency_percentiles_are_nearest_rank() {
+        let nanos: Vec<u64> = (1..=1000).rev().map(|ms| ms * 1_000_000).collect();
+        let summary = LatencySummary::from_nanos(nanos).unwrap();
+        assert_eq!(
+            summary,
+            LatencySummary {
+                count: 1000,
+                p50_s: 0.5,
+                p95_s: 0.95,
+                p99_s: 0.99,
+                max_s: 1.0
+            }
+        );
+        assert_eq!(LatencySummary::from_nanos(vec![]), None);
+        let one = LatencySummary::from_nanos(vec![7]).unwrap();
+        assert_eq!((one.p50_s, one.p99_s), (7e-9, 7e-9));
+    }
+
+    #[test]
+    fn the_report_computes_rates_and_fsyncs_per_record() {
+        let report = Report {
+            description: "d".to_string(),
+            elapsed_s: 2.0,
+            requests_ok: 1000,
+            messages_ok: 1000,
+            payload_bytes_ok: 1_024_000,
+            errors: BTreeMap::from([("status 500".to_string(), 2)]),
+            latency: None,
+            node: Some(NodeFigures {
+                accepted_records: 1000.0,
+                wal_fsyncs: 40.0,
+                partition_fsyncs: Some(10.0),
+                ..NodeFigures::default()
+            }),
+        };
+        assert_eq!(report.msgs_per_s(), 500.0);
+        assert_eq!(report.mb_per_s(), 0.512);
+        assert_eq!(report.fsyncs_per_record(), Some(0.05));
+        assert_eq!(report.errors_total(), 2);
+        let text = report.text();
+        assert!(
+            text.contains("  requests    1000 ok (1000 messages), 2 failed (2 status 500) in 2.00 s\n"),
+            "{text}"
+        );
+        assert!(text.contains("  throughput  500.0 msgs/s, 0.51 MB/s of payload\n"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(json["msgs_per_s"], 500.0);
+        assert_eq!(json["node"]["fsyncs_per_record"], 0.05);
+        assert_eq!(json["errors"]["status 500"], 2);
+    }
+}
