@@ -11,6 +11,10 @@
 //! `ready` line — no polling loops, no sleeps. Every wait is bounded ([`START_TIMEOUT`]). A node is
 //! killed (SIGKILL) when dropped; its log is printed if the test panicked, to explain the failure.
 
+pub mod conn;
+pub mod ledger;
+pub mod load;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -30,6 +34,8 @@ pub struct Node {
     data_dir: PathBuf,
     /// Keeps the temporary data dir alive (and removes it at the end) when the harness made it.
     _temp: Option<tempfile::TempDir>,
+    /// Extra environment variables, kept across restarts.
+    env: Vec<(String, String)>,
     child: Option<Child>,
     addr: SocketAddr,
     lines: Option<Receiver<String>>,
@@ -74,19 +80,38 @@ impl Node {
     pub fn start(binary: &Path) -> Node {
         let temp = tempfile::tempdir().expect("temporary data dir");
         let data_dir = temp.path().to_path_buf();
-        let mut node = Node::spawn(binary, &data_dir, Some(temp));
+        let mut node = Node::spawn(binary, &data_dir, Some(temp), Vec::new());
         node.wait_ready();
         node
     }
 
     /// Starts a node on `data_dir` (kept after the test) and waits until it is ready.
     pub fn start_in(binary: &Path, data_dir: &Path) -> Node {
-        let mut node = Node::spawn(binary, data_dir, None);
+        let mut node = Node::spawn(binary, data_dir, None, Vec::new());
         node.wait_ready();
         node
     }
 
-    fn spawn(binary: &Path, data_dir: &Path, temp: Option<tempfile::TempDir>) -> Node {
+    /// Starts a node on a fresh temporary data dir with extra environment variables (kept for every
+    /// restart) and waits until it is ready.
+    pub fn start_with_env(binary: &Path, env: &[(&str, &str)]) -> Node {
+        let temp = tempfile::tempdir().expect("temporary data dir");
+        let data_dir = temp.path().to_path_buf();
+        let env = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        let mut node = Node::spawn(binary, &data_dir, Some(temp), env);
+        node.wait_ready();
+        node
+    }
+
+    fn spawn(
+        binary: &Path,
+        data_dir: &Path,
+        temp: Option<tempfile::TempDir>,
+        env: Vec<(String, String)>,
+    ) -> Node {
         let mut child = Command::new(binary)
             .args([
                 "serve",
@@ -99,6 +124,7 @@ impl Node {
             .arg("--data-dir")
             .arg(data_dir)
             .env("NARAD_LOG_LEVEL", "info")
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -123,6 +149,7 @@ impl Node {
             binary: binary.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             _temp: temp,
+            env,
             child: Some(child),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             lines: Some(lines),
@@ -209,7 +236,8 @@ impl Node {
     pub fn restart(&mut self) {
         self.kill();
         let temp = self._temp.take();
-        let mut next = Node::spawn(&self.binary, &self.data_dir, temp);
+        let env = std::mem::take(&mut self.env);
+        let mut next = Node::spawn(&self.binary, &self.data_dir, temp, env);
         next.wait_ready();
         std::mem::swap(self, &mut next);
         // `next` is now the dead node: nothing left to kill, and its temp dir moved over.

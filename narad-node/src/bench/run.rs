@@ -216,9 +216,7 @@ async fn worker(shared: Arc<Shared>, samples_max: usize) -> Tally {
     loop {
         let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
         let due = match shared.interval_s {
-            Some(interval_s) => {
-                shared.start + Duration::from_secs_f64(ticket as f64 * interval_s)
-            }
+            Some(interval_s) => shared.start + Duration::from_secs_f64(ticket as f64 * interval_s),
             None => Instant::now(),
         };
         if shared.end.is_some_and(|end| due >= end) {

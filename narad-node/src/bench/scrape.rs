@@ -286,12 +286,22 @@ broken line
     fn histograms_subtract_and_give_bounded_and_interpolated_quantiles() {
         let after = Scrape::parse(TEXT).histogram("narad_h").unwrap();
         let before = Histogram {
-            buckets: vec![(0.001, 2.0), (0.002, 2.0), (0.004, 2.0), (f64::INFINITY, 2.0)],
+            buckets: vec![
+                (0.001, 2.0),
+                (0.002, 2.0),
+                (0.004, 2.0),
+                (f64::INFINITY, 2.0),
+            ],
         };
         let delta = after.since(&before);
         assert_eq!(
             delta.buckets,
-            vec![(0.001, 0.0), (0.002, 4.0), (0.004, 8.0), (f64::INFINITY, 8.0)]
+            vec![
+                (0.001, 0.0),
+                (0.002, 4.0),
+                (0.004, 8.0),
+                (f64::INFINITY, 8.0)
+            ]
         );
         assert_eq!(delta.count(), 8.0);
         assert_eq!(delta.quantile_bound(0.5), Some(0.002));
@@ -326,7 +336,10 @@ broken line
             scrape.value("narad_ingress_accepted_records_total"),
             Some(7.0)
         );
-        assert_eq!(scrape.value("narad_ingress_dispatch_backlog_records"), Some(0.0));
+        assert_eq!(
+            scrape.value("narad_ingress_dispatch_backlog_records"),
+            Some(0.0)
+        );
         let histogram = scrape.histogram("narad_accept_to_visible_seconds").unwrap();
         assert_eq!(histogram.count(), 1.0);
         assert_eq!(histogram.quantile_bound(0.99), Some(0.0032));

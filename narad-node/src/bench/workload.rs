@@ -105,7 +105,10 @@ impl Plan {
             if body > BATCH_BODY_BYTES_MAX {
                 return Err(flag(
                     "batch",
-                    format!("{batch} × {} B is a {body} B body, over the node's 16 MiB", args.size),
+                    format!(
+                        "{batch} × {} B is a {body} B body, over the node's 16 MiB",
+                        args.size
+                    ),
                 ));
             }
         } else if args.size > SINGLE_PAYLOAD_BYTES_MAX {
@@ -546,8 +549,23 @@ mod tests {
     #[test]
     fn flags_reach_the_plan() {
         let plan = Plan::from_args(&args(&[
-            "orders", "-s", "10.0.0.1:80/", "-w", "64", "--size", "1024", "--batch", "100",
-            "--duration", "5s", "--keys", "16", "--rate", "2000", "--warmup", "1s",
+            "orders",
+            "-s",
+            "10.0.0.1:80/",
+            "-w",
+            "64",
+            "--size",
+            "1024",
+            "--batch",
+            "100",
+            "--duration",
+            "5s",
+            "--keys",
+            "16",
+            "--rate",
+            "2000",
+            "--warmup",
+            "1s",
         ]))
         .unwrap();
         assert_eq!(plan.authority, "10.0.0.1:80");
@@ -567,7 +585,10 @@ mod tests {
     fn out_of_range_flags_are_refused() {
         let refused = |extra: &[&str]| Plan::from_args(&args(extra)).unwrap_err().to_string();
         assert_eq!(refused(&["-w", "0"]), "--workers: between 1 and 4096");
-        assert_eq!(refused(&["--size", "0"]), "--size: a message needs at least one byte");
+        assert_eq!(
+            refused(&["--size", "0"]),
+            "--size: a message needs at least one byte"
+        );
         assert_eq!(
             refused(&["--size", "1048577"]),
             "--size: a single produce holds at most 1 MiB"
@@ -586,7 +607,9 @@ mod tests {
             refused(&["-s", "https://x:1"]),
             "--server: https is not supported; use http://"
         );
-        assert!(Cli::try_parse_from(["narad", "bench", "--count", "1", "--duration", "1s"]).is_err());
+        assert!(
+            Cli::try_parse_from(["narad", "bench", "--count", "1", "--duration", "1s"]).is_err()
+        );
     }
 
     #[test]
@@ -655,10 +678,15 @@ mod tests {
         assert_eq!(report.errors_total(), 2);
         let text = report.text();
         assert!(
-            text.contains("  requests    1000 ok (1000 messages), 2 failed (2 status 500) in 2.00 s\n"),
+            text.contains(
+                "  requests    1000 ok (1000 messages), 2 failed (2 status 500) in 2.00 s\n"
+            ),
             "{text}"
         );
-        assert!(text.contains("  throughput  500.0 msgs/s, 0.51 MB/s of payload\n"), "{text}");
+        assert!(
+            text.contains("  throughput  500.0 msgs/s, 0.51 MB/s of payload\n"),
+            "{text}"
+        );
         let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
         assert_eq!(json["msgs_per_s"], 500.0);
         assert_eq!(json["node"]["fsyncs_per_record"], 0.05);

@@ -1,0 +1,375 @@
+//! Producer threads for the crash and disk-failure tests: each sends produces with unique payload
+//! ids (`<name>-<n>`) to whatever address the shared [`Target`] holds, records every outcome in its
+//! own [`Ledger`], and keeps going through node restarts.
+//!
+//! A producer is keyed (key `k<n mod 13>` for record `n`) or keyless, and sends single produces or
+//! batches whose sizes cycle through 1..=max. When the node is down ([`Target::set`] with `None`) or a
+//! request fails, it waits for the target to change (bounded, [`RETRY_WAIT`]) instead of spinning.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::conn::{Conn, ConnError};
+use crate::ledger::{Ledger, Outcome, Seen};
+use crate::START_TIMEOUT;
+
+/// How long a producer waits after a failed request before it tries again (less if the target
+/// changes).
+pub const RETRY_WAIT: Duration = Duration::from_millis(20);
+/// Distinct keys of keyed producers.
+pub const KEYS: u64 = 13;
+/// The most records one partition's replay reads.
+pub const REPLAY_RECORDS_MAX: u64 = 10_000_000;
+
+/// The node's current address, `None` while it is down.
+#[derive(Debug)]
+pub struct Target {
+    state: Mutex<(u64, Option<SocketAddr>)>,
+    changed: Condvar,
+}
+
+impl Target {
+    /// A target at `addr`.
+    pub fn new(addr: SocketAddr) -> Arc<Target> {
+        Arc::new(Target {
+            state: Mutex::new((0, Some(addr))),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Option<SocketAddr>)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the address (`None`: down) and wakes every waiting producer.
+    pub fn set(&self, addr: Option<SocketAddr>) {
+        let mut state = self.lock();
+        state.0 += 1;
+        state.1 = addr;
+        self.changed.notify_all();
+    }
+
+    /// Waits (at most `timeout`) for an address; returns it with its generation.
+    pub fn wait_up(&self, timeout: Duration) -> Option<(u64, SocketAddr)> {
+        let state = self.lock();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, timeout, |state| state.1.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        state.1.map(|addr| (state.0, addr))
+    }
+
+    /// Waits (at most `timeout`) for the generation to move past `generation`.
+    pub fn wait_change(&self, generation: u64, timeout: Duration) {
+        let state = self.lock();
+        let _ = self
+            .changed
+            .wait_timeout_while(state, timeout, |state| state.0 == generation)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+/// Single produces or batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// `POST /produce`, one record.
+    Single,
+    /// `POST /produce/batch`, 1..=max records (cycling).
+    Batch {
+        /// The largest batch.
+        max: usize,
+    },
+}
+
+/// One producer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerSpec {
+    /// Unique name; record ids are `<name>-<n>`.
+    pub name: String,
+    /// Keyed or keyless.
+    pub keyed: bool,
+    /// Single or batch.
+    pub shape: Shape,
+}
+
+impl ProducerSpec {
+    /// The four kinds: keyed/keyless × single/batch, named `ks`, `us`, `kb`, `ub` plus `suffix`.
+    pub fn all_kinds(suffix: &str, batch_max: usize) -> Vec<ProducerSpec> {
+        let batch = Shape::Batch { max: batch_max };
+        [
+            ("ks", true, Shape::Single),
+            ("us", false, Shape::Single),
+            ("kb", true, batch),
+            ("ub", false, batch),
+        ]
+        .into_iter()
+        .map(|(name, keyed, shape)| ProducerSpec {
+            name: format!("{name}{suffix}"),
+            keyed,
+            shape,
+        })
+        .collect()
+    }
+}
+
+/// Counts of answers, shared by the producers.
+#[derive(Debug, Default)]
+pub struct Progress {
+    counts: Mutex<Counts>,
+    changed: Condvar,
+}
+
+/// Records by answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Records answered 202.
+    pub acked: u64,
+    /// Records answered 5xx.
+    pub failed_5xx: u64,
+    /// Records whose connection failed mid-request.
+    pub broken: u64,
+    /// Records answered 4xx.
+    pub refused: u64,
+}
+
+impl Progress {
+    fn add(&self, update: impl FnOnce(&mut Counts)) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        update(&mut counts);
+        self.changed.notify_all();
+    }
+
+    /// The counts now.
+    pub fn counts(&self) -> Counts {
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits (at most `timeout`) until `done(counts)`; returns the counts then.
+    pub fn wait_until(&self, timeout: Duration, done: impl Fn(&Counts) -> bool) -> Counts {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let (counts, _) = self
+            .changed
+            .wait_timeout_while(counts, timeout, |counts| !done(counts))
+            .unwrap_or_else(|p| p.into_inner());
+        *counts
+    }
+}
+
+/// Running producers.
+pub struct Producers {
+    stop: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    handles: Vec<JoinHandle<Ledger>>,
+}
+
+impl Producers {
+    /// Starts one thread per spec, producing to `topic` at `target`.
+    pub fn start(topic: &str, target: &Arc<Target>, specs: Vec<ProducerSpec>) -> Producers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
+        let handles = specs
+            .into_iter()
+            .map(|spec| {
+                let topic = topic.to_string();
+                let target = target.clone();
+                let stop = stop.clone();
+                let progress = progress.clone();
+                std::thread::Builder::new()
+                    .name(format!("producer-{}", spec.name))
+                    .spawn(move || produce(&topic, &target, &spec, &stop, &progress))
+                    .expect("spawn a producer thread")
+            })
+            .collect();
+        Producers {
+            stop,
+            progress,
+            handles,
+        }
+    }
+
+    /// The shared answer counts.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Stops every producer (each finishes its request in flight) and returns their merged ledger.
+    pub fn stop(self) -> Ledger {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut ledger = Ledger::new();
+        for handle in self.handles {
+            ledger.merge(handle.join().expect("a producer thread panicked"));
+        }
+        ledger
+    }
+}
+
+fn produce(
+    topic: &str,
+    target: &Target,
+    spec: &ProducerSpec,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> Ledger {
+    let mut ledger = Ledger::new();
+    let mut conn: Option<Conn> = None;
+    let mut next = 0u64;
+    let mut batches = 0usize;
+    while !stop.load(Ordering::SeqCst) {
+        let Some((generation, addr)) = target.wait_up(START_TIMEOUT) else {
+            break;
+        };
+        let conn = conn.get_or_insert_with(|| Conn::new(addr));
+        conn.retarget(addr);
+        let count = match spec.shape {
+            Shape::Single => 1,
+            Shape::Batch { max } => {
+                batches += 1;
+                1 + batches % max.max(1)
+            }
+        };
+        let records: Vec<(String, Option<String>)> = (next..next + count as u64)
+            .map(|n| {
+                let key = spec.keyed.then(|| format!("k{}", n % KEYS));
+                (format!("{}-{n}", spec.name), key)
+            })
+            .collect();
+        next += count as u64;
+        let answer = match spec.shape {
+            Shape::Single => {
+                let (id, key) = &records[0];
+                let path = match key {
+                    Some(key) => format!("/v1/topics/{topic}/produce?key={key}"),
+                    None => format!("/v1/topics/{topic}/produce"),
+                };
+                conn.post(&path, id.as_bytes())
+            }
+            Shape::Batch { .. } => conn.request(
+                "POST",
+                &format!("/v1/topics/{topic}/produce/batch"),
+                &[("Content-Type", "application/json")],
+                batch_body(&records).as_bytes(),
+            ),
+        };
+        let records_count = records.len() as u64;
+        let outcome = match answer {
+            Ok(response) if response.status == 202 => {
+                progress.add(|c| c.acked += records_count);
+                Outcome::Acked
+            }
+            Ok(response) if response.status >= 500 => {
+                progress.add(|c| c.failed_5xx += records_count);
+                target.wait_change(generation, RETRY_WAIT);
+                Outcome::Ambiguous(format!("status {}", response.status))
+            }
+            Ok(response) => {
+                progress.add(|c| c.refused += records_count);
+                Outcome::Refused(response.status, response.text())
+            }
+            Err(ConnError::Connect(_)) => {
+                // Never sent: the ids are not in the ledger, so seeing one would be a phantom.
+                target.wait_change(generation, RETRY_WAIT);
+                continue;
+            }
+            Err(ConnError::Exchange(error)) => {
+                progress.add(|c| c.broken += records_count);
+                target.wait_change(generation, RETRY_WAIT);
+                Outcome::Ambiguous(format!("connection failed ({:?})", error.kind()))
+            }
+        };
+        for (id, key) in records {
+            ledger.record(id, key, outcome.clone());
+        }
+    }
+    ledger
+}
+
+fn batch_body(records: &[(String, Option<String>)]) -> String {
+    let messages: Vec<serde_json::Value> = records
+        .iter()
+        .map(|(id, key)| match key {
+            Some(key) => serde_json::json!({"key": key, "payload": id}),
+            None => serde_json::json!({"payload": id}),
+        })
+        .collect();
+    serde_json::json!({ "messages": messages }).to_string()
+}
+
+/// Reads every record of partitions `0..partitions` of `topic` by replay (offset 0 up to the first
+/// 204), on one keep-alive connection. An unexpected answer is an error naming it.
+pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Vec<Seen>, String> {
+    let mut conn = Conn::new(addr);
+    let mut seen = Vec::new();
+    for partition in 0..partitions {
+        for offset in 0..REPLAY_RECORDS_MAX {
+            let path = format!("/v1/topics/{topic}/consume?partition={partition}&offset={offset}");
+            // A GET is safe to repeat once on a fresh connection.
+            let response = conn
+                .get(&path)
+                .or_else(|_| conn.get(&path))
+                .map_err(|error| format!("GET {path}: {error}"))?;
+            match response.status {
+                204 => break,
+                200 => {
+                    let json: serde_json::Value = serde_json::from_slice(&response.body)
+                        .map_err(|error| format!("GET {path}: {error}: {}", response.text()))?;
+                    let payload = json["payload"]
+                        .as_str()
+                        .ok_or_else(|| format!("GET {path}: payload not a string: {json}"))?;
+                    seen.push(Seen {
+                        partition,
+                        offset,
+                        key: json["key"].as_str().map(str::to_string),
+                        payload: payload.to_string(),
+                    });
+                }
+                status => return Err(format!("GET {path}: {status} {}", response.text())),
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// Waits for `duration` of real time (black-box tests poll a real process's metrics).
+#[allow(clippy::disallowed_methods)] // Polling a real process needs real time.
+pub fn pause(duration: Duration) {
+    std::thread::sleep(duration);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_bodies_carry_ids_as_payloads_and_keys_when_keyed() {
+        let body = batch_body(&[("kb-0".into(), Some("k0".into())), ("kb-1".into(), None)]);
+        assert_eq!(
+            body,
+            "{\"messages\":[{\"key\":\"k0\",\"payload\":\"kb-0\"},{\"payload\":\"kb-1\"}]}"
+        );
+    }
+
+    #[test]
+    fn the_four_kinds_have_distinct_names() {
+        let specs = ProducerSpec::all_kinds("0", 8);
+        let names: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
+        assert_eq!(names, ["ks0", "us0", "kb0", "ub0"]);
+        assert_eq!(specs[2].shape, Shape::Batch { max: 8 });
+    }
+
+    #[test]
+    fn a_target_wakes_waiters_when_it_comes_back() {
+        let target = Target::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        target.set(None);
+        assert_eq!(target.wait_up(Duration::from_millis(1)), None);
+        let waiter = {
+            let target = target.clone();
+            std::thread::spawn(move || target.wait_up(Duration::from_secs(30)))
+        };
+        let addr = SocketAddr::from(([127, 0, 0, 1], 2));
+        target.set(Some(addr));
+        assert_eq!(waiter.join().unwrap(), Some((2, addr)));
+    }
+}
