@@ -22,7 +22,7 @@ use rand_chacha::ChaCha8Rng;
 const TOPIC: &str = "crash";
 const PARTITIONS: u32 = 4;
 /// Kills when `NARAD_CRASH_ROUNDS` is unset.
-const ROUNDS_DEFAULT: u32 = 6;
+const ROUNDS_DEFAULT: u32 = 8;
 /// Largest batch the batch producers send.
 const BATCH_MAX: usize = 16;
 /// Newly acknowledged records before a kill: drawn from this range.

@@ -10,7 +10,8 @@
 //!
 //! Around the measured window it scrapes `/metrics` and reports, besides the client's own msgs/s, MB/s
 //! (payload bytes, 10^6 B) and p50/p95/p99 latency: fsyncs per accepted record (WAL fdatasyncs, and
-//! partition-log fsyncs when the node exports them), records per group commit, and the node's
+//! partition-log fsyncs when the node exports them), records per group commit, dispatcher commits per
+//! record (each at most one partition-log fsync on the owner), and the node's
 //! accept→visible quantiles. Before the last scrape it waits (bounded by `--drain-timeout`) for
 //! `narad_ingress_dispatch_backlog_records` to reach 0, so every accepted record's visibility is
 //! counted.

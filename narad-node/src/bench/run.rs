@@ -375,6 +375,7 @@ fn node_figures(before: &Scrape, after: &Scrape, drained: bool, backlog: f64) ->
         accepted_records: delta("narad_ingress_accepted_records_total"),
         wal_fsyncs: delta("narad_ingress_wal_fsync_duration_seconds_count"),
         partition_fsyncs,
+        dispatch_commits: delta("narad_ingress_dispatch_commit_duration_seconds_count"),
         group_commit_records_mean: (commits > 0.0)
             .then(|| delta("narad_ingress_wal_group_commit_records_sum") / commits),
         accept_to_visible_p50_s: visible.as_ref().and_then(|h| h.quantile(0.50)),

@@ -303,6 +303,10 @@ pub struct NodeFigures {
     pub wal_fsyncs: f64,
     /// Partition-log fsyncs, when the node exports them.
     pub partition_fsyncs: Option<f64>,
+    /// Dispatcher commits (`narad_ingress_dispatch_commit_duration_seconds_count` delta): each costs
+    /// the owner at most one partition-log fsync (combined commits share one), so they bound the
+    /// partition fsyncs a node that does not export them paid.
+    pub dispatch_commits: f64,
     /// Mean records per WAL group commit.
     pub group_commit_records_mean: Option<f64>,
     /// accept→visible p50, interpolated in its bucket, seconds.
@@ -433,6 +437,14 @@ impl Report {
                     node.group_commit_records_mean
                         .map_or_else(|| "n/a".to_string(), |mean| format!("{mean:.1}"))
                 );
+                if node.accepted_records > 0.0 {
+                    let _ = writeln!(
+                        out,
+                        "  dispatch    {:.4} commits per record ({:.0} commits; each at most one partition-log fsync)",
+                        node.dispatch_commits / node.accepted_records,
+                        node.dispatch_commits
+                    );
+                }
                 let bound = node
                     .accept_to_visible_p99_bound_s
                     .map_or_else(|| "n/a".to_string(), ms);
@@ -474,6 +486,7 @@ impl Report {
                 "accepted_records": node.accepted_records,
                 "wal_fsyncs": node.wal_fsyncs,
                 "partition_fsyncs": node.partition_fsyncs,
+                "dispatch_commits": node.dispatch_commits,
                 "fsyncs_per_record": self.fsyncs_per_record(),
                 "group_commit_records_mean": node.group_commit_records_mean,
                 "accept_to_visible_p50_ms": node.accept_to_visible_p50_s.map(|s| s * 1e3),
