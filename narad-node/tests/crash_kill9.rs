@@ -5,7 +5,8 @@
 //! reported), nothing that was never produced, every record under the key it was produced with.
 //!
 //! The kill moments are drawn from a seeded ChaCha8Rng: after a random number of newly acknowledged
-//! records, plus a random delay of up to [`KILL_DELAY_MS_MAX`] ms. `NARAD_CRASH_SEED` fixes the seed
+//! records, plus a random delay of up to [`KILL_DELAY_MS_MAX`] ms; in some rounds the restarted node
+//! is killed once more, a few milliseconds into its recovery, before the restart that lets it finish. `NARAD_CRASH_SEED` fixes the seed
 //! (otherwise a fresh one is drawn and printed) and `NARAD_CRASH_ROUNDS` the number of kills. The
 //! same seed gives the same schedule; the interleaving with the node's own timing is real, so a
 //! failure may need a few reruns to reproduce — every run prints its seed and the rerun command.
@@ -30,6 +31,10 @@ const ACKS_BEFORE_KILL_MIN: u64 = 50;
 const ACKS_BEFORE_KILL_MAX: u64 = 800;
 /// Extra delay after those acknowledgements, drawn up to this.
 const KILL_DELAY_MS_MAX: u64 = 25;
+/// Chance that a round also kills the restarted node during its recovery.
+const RECOVERY_KILL_PROBABILITY: f64 = 0.35;
+/// How far into recovery that second kill lands, drawn up to this (from the `http listening` line).
+const RECOVERY_KILL_DELAY_MS_MAX: u64 = 30;
 /// Longest wait for a round's acknowledgements (a node that stops accepting fails the test).
 const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest wait for the dispatch backlog to reach 0 at the end.
@@ -105,13 +110,24 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
         if round > rounds {
             break;
         }
+        // Some rounds also crash the restarted node while it recovers (before it is ready).
+        let recovery_kill = rng
+            .random_bool(RECOVERY_KILL_PROBABILITY)
+            .then(|| Duration::from_millis(rng.random_range(0..=RECOVERY_KILL_DELAY_MS_MAX)));
         pause(delay);
         node.kill();
         target.set(None);
+        if let Some(recovery_delay) = recovery_kill {
+            node.restart_unready();
+            pause(recovery_delay);
+        }
         node.restart();
         target.set(Some(node.addr()));
+        let again = recovery_kill.map_or_else(String::new, |recovery_delay| {
+            format!(", and again {recovery_delay:?} into its recovery")
+        });
         eprintln!(
-            "round {round}: kill -9 after {wanted} more acknowledged records + {delay:?}; \
+            "round {round}: kill -9 after {wanted} more acknowledged records + {delay:?}{again}; \
              restarted ({:?})",
             producers.progress().counts()
         );

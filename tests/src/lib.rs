@@ -234,11 +234,17 @@ impl Node {
 
     /// Kills the node (SIGKILL) and starts it again on the same data dir.
     pub fn restart(&mut self) {
+        self.restart_unready();
+        self.wait_ready();
+    }
+
+    /// Kills the node (SIGKILL) and starts it again on the same data dir, returning once it listens,
+    /// while it may still be recovering (to crash it again mid-recovery).
+    pub fn restart_unready(&mut self) {
         self.kill();
         let temp = self._temp.take();
         let env = std::mem::take(&mut self.env);
         let mut next = Node::spawn(&self.binary, &self.data_dir, temp, env);
-        next.wait_ready();
         std::mem::swap(self, &mut next);
         // `next` is now the dead node: nothing left to kill, and its temp dir moved over.
     }
