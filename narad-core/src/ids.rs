@@ -5,7 +5,11 @@ use core::fmt;
 macro_rules! id_newtype {
     ($(#[$meta:meta])* $name:ident($inner:ty)) => {
         $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(
+            Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash,
+            serde::Serialize, serde::Deserialize,
+        )]
+        #[serde(transparent)]
         pub struct $name(pub $inner);
 
         impl fmt::Display for $name {

@@ -1,7 +1,25 @@
 //! The Narad node: drivers that host `narad-core`'s actors over real files (and, under `--cfg madsim`,
 //! over the simulator's disk and network).
+//!
+//! - [`config`], [`cli`], [`logging`]: `narad serve`'s configuration and start-up.
+//! - [`metastore`]: topic metadata on raft-rs, persisted through the `Disk` seam.
+//! - [`http`]: the `/v1` surface as plain functions (called by the axum router, or by the simulator).
+//! - [`metrics`]: every Prometheus metric of the node.
+//! - [`clock`]: the node's only clock reads.
+//! - [`fs_disk`] (with [`failpoints`]): the `Disk` seam over real files; [`io`]: the I/O executor that
+//!   runs actors' requests on a `Disk`; [`wal_host`]: the ingress WAL and its checkpoint on tokio.
+//! - `server` (not under madsim): wires it all to a real listener.
 
+pub mod cli;
+pub mod clock;
+pub mod config;
 pub mod failpoints;
 pub mod fs_disk;
+pub mod http;
 pub mod io;
+pub mod logging;
+pub mod metastore;
+pub mod metrics;
+#[cfg(not(madsim))]
+pub mod server;
 pub mod wal_host;

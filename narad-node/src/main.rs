@@ -1,5 +1,46 @@
-//! The `narad` binary.
+//! The `narad` binary: `narad serve` runs a node (see `narad_node::server`).
+//!
+//! Exit codes: 0 after a graceful shutdown, 1 when the node fails, 2 for a configuration error.
 
-fn main() {
-    println!("narad");
+#[cfg(not(madsim))]
+fn main() -> std::process::ExitCode {
+    use clap::Parser as _;
+    use narad_node::cli::{Cli, Command};
+    use narad_node::config::Config;
+    use std::process::ExitCode;
+
+    let cli = Cli::parse();
+    let Command::Serve(args) = cli.command;
+    let config = match Config::load(&args.overrides(), &|key| std::env::var(key).ok()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("narad: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = narad_node::logging::init(&config.log) {
+        eprintln!("narad: {error}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("narad: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(narad_node::server::serve(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "node failed");
+            ExitCode::FAILURE
+        }
+    }
 }
+
+/// Under the simulator the node is started by the harness, not by this binary.
+#[cfg(madsim)]
+fn main() {}

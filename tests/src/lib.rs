@@ -1,1 +1,349 @@
 //! Black-box test support: start a real `narad` process on a free loopback port and talk HTTP to it.
+//!
+//! Decision: the tests themselves live in `narad-node/tests/*.rs`, because only a package's own
+//! integration tests get `env!("CARGO_BIN_EXE_narad")` — cargo then builds the binary before the tests,
+//! for `cargo test --workspace` and `cargo test -p narad-node` alike. This crate is the reusable part
+//! (process control, a tiny HTTP/1.1 client, log capture) that those tests, and later the crash and
+//! disk-failure tests, share; `narad-node` takes it as a dev-dependency.
+//!
+//! A node is started with `--http-addr 127.0.0.1:0 --log-format text`; the harness reads its log lines
+//! (stderr) on a thread, learns the bound address from the `http listening` line and readiness from the
+//! `ready` line — no polling loops, no sleeps. Every wait is bounded ([`START_TIMEOUT`]). A node is
+//! killed (SIGKILL) when dropped; its log is printed if the test panicked, to explain the failure.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Longest wait for a node to bind, become ready, or exit.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for one HTTP exchange.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running `narad serve --dev` process.
+pub struct Node {
+    binary: PathBuf,
+    data_dir: PathBuf,
+    /// Keeps the temporary data dir alive (and removes it at the end) when the harness made it.
+    _temp: Option<tempfile::TempDir>,
+    child: Option<Child>,
+    addr: SocketAddr,
+    lines: Option<Receiver<String>>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+/// An HTTP answer.
+#[derive(Clone, Debug)]
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (panics with the body when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|error| panic!("not JSON ({error}): {}", self.text()))
+    }
+
+    /// The first value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+impl Node {
+    /// Starts a node on a fresh temporary data dir and waits until it is ready.
+    pub fn start(binary: &Path) -> Node {
+        let temp = tempfile::tempdir().expect("temporary data dir");
+        let data_dir = temp.path().to_path_buf();
+        let mut node = Node::spawn(binary, &data_dir, Some(temp));
+        node.wait_ready();
+        node
+    }
+
+    /// Starts a node on `data_dir` (kept after the test) and waits until it is ready.
+    pub fn start_in(binary: &Path, data_dir: &Path) -> Node {
+        let mut node = Node::spawn(binary, data_dir, None);
+        node.wait_ready();
+        node
+    }
+
+    fn spawn(binary: &Path, data_dir: &Path, temp: Option<tempfile::TempDir>) -> Node {
+        let mut child = Command::new(binary)
+            .args([
+                "serve",
+                "--dev",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "text",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("NARAD_LOG_LEVEL", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary.display()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (sender, lines) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(line.clone());
+                if sender.send(line).is_err() {
+                    // Nobody waits for lines any more; keep draining so the node never blocks.
+                }
+            }
+        });
+        let mut node = Node {
+            binary: binary.to_path_buf(),
+            data_dir: data_dir.to_path_buf(),
+            _temp: temp,
+            child: Some(child),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            lines: Some(lines),
+            log,
+        };
+        let listening = node.wait_for_line(|line| line.contains("http listening"));
+        node.addr = parse_addr(&listening)
+            .unwrap_or_else(|| node.fail(&format!("no address in {listening:?}")));
+        node
+    }
+
+    fn wait_ready(&mut self) {
+        self.wait_for_line(|line| line.contains("narad_node::server: ready"));
+    }
+
+    /// Waits (at most [`START_TIMEOUT`]) for a log line matching `wanted`, and returns it.
+    #[allow(clippy::disallowed_methods)] // Bounding a wait on a real process needs the real clock.
+    pub fn wait_for_line(&mut self, wanted: impl Fn(&str) -> bool) -> String {
+        let lines = self.lines.as_ref().expect("log lines are read");
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if wanted(&line) => return line,
+                Ok(_) => {}
+                Err(_) => self.fail("the expected log line never came"),
+            }
+        }
+    }
+
+    fn fail(&self, why: &str) -> ! {
+        panic!("{why}; node log:\n{}", self.log().join("\n"));
+    }
+
+    /// The node's log lines so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The HTTP address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// SIGKILL, as a crash: nothing is flushed.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit status.
+    #[allow(clippy::disallowed_methods)] // Bounding a wait on a real process needs the real clock.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the node is running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill -TERM failed");
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for the node") {
+                return status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                self.fail("the node did not exit after SIGTERM");
+            }
+            // Wait for the next log line (or its end) instead of sleeping.
+            if let Some(lines) = &self.lines {
+                let _ = lines.recv_timeout(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Kills the node (SIGKILL) and starts it again on the same data dir.
+    pub fn restart(&mut self) {
+        self.kill();
+        let temp = self._temp.take();
+        let mut next = Node::spawn(&self.binary, &self.data_dir, temp);
+        next.wait_ready();
+        std::mem::swap(self, &mut next);
+        // `next` is now the dead node: nothing left to kill, and its temp dir moved over.
+    }
+
+    /// One HTTP exchange: `Connection: close`, body sent with its length.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        http(self.addr, method, path, headers, body)
+            .unwrap_or_else(|error| self.fail(&format!("{method} {path}: {error}")))
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Response {
+        self.request("GET", path, &[], b"")
+    }
+
+    /// `POST path` with a body.
+    pub fn post(&self, path: &str, body: &[u8]) -> Response {
+        self.request("POST", path, &[], body)
+    }
+
+    /// `PATCH path` with a body.
+    pub fn patch(&self, path: &str, body: &[u8]) -> Response {
+        self.request("PATCH", path, &[], body)
+    }
+
+    /// `DELETE path`.
+    pub fn delete(&self, path: &str) -> Response {
+        self.request("DELETE", path, &[], b"")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- narad log ({}) ---\n{}",
+                self.addr,
+                self.log().join("\n")
+            );
+        }
+    }
+}
+
+/// Reads `addr=IP:PORT` from a text log line.
+fn parse_addr(line: &str) -> Option<SocketAddr> {
+    let start = line.find("addr=")? + "addr=".len();
+    let rest = &line[start..];
+    let end = rest.find(' ').unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+/// A minimal HTTP/1.1 client: one request per connection.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT)?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("malformed response: {:?}", String::from_utf8_lossy(&raw)),
+        )
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Response> {
+    let split = raw.windows(4).position(|window| window == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let length = headers
+        .iter()
+        .find(|(name, _)| name == "content-length")
+        .and_then(|(_, value)| value.parse::<usize>().ok());
+    if let Some(length) = length {
+        body.truncate(length);
+    }
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_are_read_from_the_listening_line() {
+        let line = "2026-01-01T00:00:00Z  INFO narad_node::server: http listening addr=127.0.0.1:4567 data_dir=/x dev=true";
+        assert_eq!(
+            parse_addr(line),
+            Some(SocketAddr::from(([127, 0, 0, 1], 4567)))
+        );
+        assert_eq!(parse_addr("nothing"), None);
+    }
+
+    #[test]
+    fn responses_parse_status_headers_and_body() {
+        let raw = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n{}\n";
+        let response = parse_response(raw).unwrap();
+        assert_eq!(response.status, 201);
+        assert_eq!(response.header("Content-Type"), Some("application/json"));
+        assert_eq!(response.text(), "{}\n");
+    }
+}

@@ -1,1 +1,409 @@
 //! The replicated metadata state machine: topics and incarnations, assignments, members.
+//!
+//! # Contract
+//! [`MetaState::apply`] is a pure, deterministic function of the state and one [`Command`]: every
+//! replica that applies the same log reaches the same state and the same [`Applied`] / [`TopicError`]
+//! answers. Nothing in it reads a clock or draws randomness; values that need either (a topic's
+//! `created_at_s`) travel inside the command, filled in by the proposer.
+//!
+//! Commands are checked again when applied, whatever the proposer checked: a proposal raced by another
+//! (two creates of one name) is refused deterministically by whichever applies second.
+//!
+//! # Incarnations
+//! Every create takes the next [`TopicId`] from a counter in the state (starting at 1), so a topic
+//! deleted and created again under the same name gets a new id, and an id is never reused. Every applied
+//! command that changes a topic stamps it with the state's [`MetaState::version`] (one more per applied
+//! command, refused ones included), so a topic's `metadata_version` only grows, across recreations too.
+//!
+//! # Assignments
+//! A partition's owner is picked at create (and at a partition increase) round-robin over the members in
+//! id order, starting at member `id mod members`. A partition created while there are no members stays
+//! unassigned (`None`) until a member is added, which assigns every unassigned partition by the same rule.
+//! Rebalancing on membership change belongs to the cluster issue.
+//!
+//! # Encoding
+//! Commands and snapshots are postcard (serde) behind one format byte ([`COMMAND_FORMAT_1`],
+//! [`SNAPSHOT_FORMAT_1`]). Postcard encodes enum variants by index and struct fields by position: new
+//! variants go at the end, and a field change needs a new format byte. Decoding is total: bad bytes are an
+//! [`EncodingError`], never a panic.
+
+mod topic;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{NodeId, PartitionId, TopicId};
+
+pub use topic::{
+    normalize_retention_ms, validate_topic_name, AlterTopic, CreateTopic, Topic, TopicError,
+    TopicSettings, ACKED_AHEAD_PER_PARTITION_DEFAULT, IN_FLIGHT_PER_PARTITION_DEFAULT,
+    PARTITIONS_DEFAULT, PARTITIONS_MAX, PARTITIONS_MIN, RETENTION_MS_DEFAULT, RETENTION_MS_MIN,
+    SCHEMA_BYTES_MAX, TOPICS_MAX, TOPIC_NAME_BYTES_MAX, VISIBILITY_TIMEOUT_MS_DEFAULT,
+};
+
+/// Format byte of an encoded [`Command`].
+pub const COMMAND_FORMAT_1: u8 = 1;
+/// Format byte of an encoded [`MetaState`] snapshot.
+pub const SNAPSHOT_FORMAT_1: u8 = 1;
+/// Most members the state holds.
+pub const MEMBERS_MAX: usize = 1024;
+/// Longest member address, in bytes.
+pub const MEMBER_ADDR_BYTES_MAX: usize = 255;
+
+/// Why bytes did not decode as a command or snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EncodingError {
+    /// Empty input, or a format byte this release does not read.
+    #[error("unknown metastore format byte {0:?}")]
+    UnknownFormat(Option<u8>),
+    /// The body did not decode (truncated, trailing bytes, bad values).
+    #[error("malformed metastore encoding: {0}")]
+    Malformed(String),
+}
+
+/// One entry of the replicated log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a topic incarnation.
+    CreateTopic(CreateTopic),
+    /// Change a topic's settings, partition count or schema.
+    AlterTopic(AlterTopic),
+    /// Delete a topic (by name).
+    DeleteTopic {
+        /// Topic name.
+        name: String,
+    },
+    /// Move one partition to another owner.
+    AssignPartition {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the assignment was decided for; a recreated topic refuses it.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+        /// New owner (must be a member).
+        owner: NodeId,
+    },
+    /// Add (or re-address) a cluster member.
+    AddMember {
+        /// Member id.
+        node: NodeId,
+        /// Its cluster address.
+        addr: String,
+    },
+    /// Remove a cluster member (its partitions keep their owner until reassigned).
+    RemoveMember {
+        /// Member id.
+        node: NodeId,
+    },
+}
+
+impl Command {
+    /// Encodes the command behind [`COMMAND_FORMAT_1`].
+    pub fn encode(&self) -> Vec<u8> {
+        encode_with_format(COMMAND_FORMAT_1, self)
+    }
+
+    /// Decodes a command written by [`Command::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Command, EncodingError> {
+        decode_with_format(COMMAND_FORMAT_1, bytes)
+    }
+}
+
+/// What an applied command changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The created topic, as stored.
+    TopicCreated(Topic),
+    /// The altered topic, as stored.
+    TopicAltered(Topic),
+    /// The deleted incarnation.
+    TopicDeleted(TopicId),
+    /// The topic after the assignment.
+    PartitionAssigned(Topic),
+    /// The member is in the member set.
+    MemberAdded(NodeId),
+    /// The member was removed (or was not there).
+    MemberRemoved(NodeId),
+}
+
+/// A cluster member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its cluster address.
+    pub addr: String,
+}
+
+/// The whole replicated state: what every replica holds after applying the same log prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaState {
+    topics: BTreeMap<String, Topic>,
+    members: BTreeMap<NodeId, Member>,
+    /// The id the next create takes (ids start at 1; 0 is never an incarnation).
+    next_topic_id: u64,
+    /// Applied commands so far, refused ones included.
+    version: u64,
+}
+
+impl MetaState {
+    /// An empty state: no topics, no members.
+    pub fn new() -> Self {
+        MetaState {
+            next_topic_id: 1,
+            ..MetaState::default()
+        }
+    }
+
+    /// Applies one command. Refusals change nothing but the version.
+    pub fn apply(&mut self, command: &Command) -> Result<Applied, TopicError> {
+        self.version += 1;
+        let result = match command {
+            Command::CreateTopic(create) => self.create_topic(create),
+            Command::AlterTopic(alter) => self.alter_topic(alter),
+            Command::DeleteTopic { name } => self.delete_topic(name),
+            Command::AssignPartition {
+                topic,
+                topic_id,
+                partition,
+                owner,
+            } => self.assign_partition(topic, *topic_id, *partition, *owner),
+            Command::AddMember { node, addr } => self.add_member(*node, addr),
+            Command::RemoveMember { node } => {
+                self.members.remove(node);
+                Ok(Applied::MemberRemoved(*node))
+            }
+        };
+        self.check_invariants();
+        result
+    }
+
+    /// The live topic of that name.
+    pub fn topic(&self, name: &str) -> Option<&Topic> {
+        self.topics.get(name)
+    }
+
+    /// Up to `limit` topics with names after `after` (all of them when `after` is empty), in name
+    /// order, and whether more follow.
+    pub fn topics_after(&self, after: &str, limit: usize) -> (Vec<&Topic>, bool) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let lower = if after.is_empty() {
+            Unbounded
+        } else {
+            Excluded(after)
+        };
+        let mut range = self
+            .topics
+            .range::<str, _>((lower, Unbounded))
+            .map(|(_, topic)| topic);
+        let page: Vec<&Topic> = range.by_ref().take(limit).collect();
+        let more = range.next().is_some();
+        (page, more)
+    }
+
+    /// How many live topics there are.
+    pub fn topic_count(&self) -> usize {
+        self.topics.len()
+    }
+
+    /// The members, by id.
+    pub fn members(&self) -> &BTreeMap<NodeId, Member> {
+        &self.members
+    }
+
+    /// How many commands have been applied (refused ones included).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_1`].
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        encode_with_format(SNAPSHOT_FORMAT_1, self)
+    }
+
+    /// Decodes a snapshot written by [`MetaState::encode_snapshot`].
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
+        let state: MetaState = decode_with_format(SNAPSHOT_FORMAT_1, bytes)?;
+        state
+            .invariant_violation()
+            .map_or(Ok(()), |what| Err(EncodingError::Malformed(what)))?;
+        Ok(state)
+    }
+
+    fn create_topic(&mut self, create: &CreateTopic) -> Result<Applied, TopicError> {
+        let create = create.normalized()?;
+        if self.topics.contains_key(&create.name) {
+            return Err(TopicError::Exists);
+        }
+        if self.topics.len() >= TOPICS_MAX {
+            return Err(TopicError::TooManyTopics);
+        }
+        let id = TopicId(self.next_topic_id);
+        self.next_topic_id += 1;
+        let mut topic = Topic {
+            name: create.name.clone(),
+            id,
+            owners: Vec::new(),
+            schema_version: u32::from(create.schema.is_some()),
+            schema: create.schema,
+            settings: create.settings,
+            owner: create.owner,
+            created_at_s: create.created_at_s,
+            metadata_version: self.version,
+        };
+        self.grow_partitions(&mut topic, create.partitions);
+        self.topics.insert(create.name, topic.clone());
+        Ok(Applied::TopicCreated(topic))
+    }
+
+    fn alter_topic(&mut self, alter: &AlterTopic) -> Result<Applied, TopicError> {
+        let mut topic = self
+            .topics
+            .get(&alter.name)
+            .cloned()
+            .ok_or(TopicError::NotFound)?;
+        let plan = alter.plan(&topic)?;
+        topic.settings = plan.settings;
+        self.grow_partitions(&mut topic, plan.partitions);
+        if plan.schema.is_some() {
+            topic.schema = plan.schema;
+            topic.schema_version += 1;
+        }
+        topic.metadata_version = self.version;
+        self.topics.insert(topic.name.clone(), topic.clone());
+        Ok(Applied::TopicAltered(topic))
+    }
+
+    fn delete_topic(&mut self, name: &str) -> Result<Applied, TopicError> {
+        let topic = self.topics.remove(name).ok_or(TopicError::NotFound)?;
+        Ok(Applied::TopicDeleted(topic.id))
+    }
+
+    fn assign_partition(
+        &mut self,
+        name: &str,
+        topic_id: TopicId,
+        partition: PartitionId,
+        owner: NodeId,
+    ) -> Result<Applied, TopicError> {
+        if !self.members.contains_key(&owner) {
+            return Err(TopicError::UnknownMember(owner));
+        }
+        let version = self.version;
+        let topic = match self.topics.get_mut(name) {
+            Some(topic) if topic.id == topic_id => topic,
+            _ => return Err(TopicError::NotFound),
+        };
+        let slot = topic
+            .owners
+            .get_mut(partition.0 as usize)
+            .ok_or(TopicError::PartitionOutOfRange)?;
+        *slot = Some(owner);
+        topic.metadata_version = version;
+        Ok(Applied::PartitionAssigned(topic.clone()))
+    }
+
+    fn add_member(&mut self, node: NodeId, addr: &str) -> Result<Applied, TopicError> {
+        if addr.len() > MEMBER_ADDR_BYTES_MAX
+            || (self.members.len() >= MEMBERS_MAX && !self.members.contains_key(&node))
+        {
+            return Err(TopicError::MemberRefused);
+        }
+        self.members.insert(
+            node,
+            Member {
+                addr: addr.to_string(),
+            },
+        );
+        let version = self.version;
+        let members: Vec<NodeId> = self.members.keys().copied().collect();
+        for topic in self.topics.values_mut() {
+            if topic.owners.iter().any(Option::is_none) {
+                for (index, slot) in topic.owners.iter_mut().enumerate() {
+                    if slot.is_none() {
+                        *slot = Some(pick_owner(&members, topic.id, index));
+                    }
+                }
+                topic.metadata_version = version;
+            }
+        }
+        Ok(Applied::MemberAdded(node))
+    }
+
+    /// Extends `topic.owners` to `partitions`, assigning the new partitions round-robin.
+    fn grow_partitions(&self, topic: &mut Topic, partitions: u32) {
+        let members: Vec<NodeId> = self.members.keys().copied().collect();
+        let from = topic.owners.len();
+        for index in from..partitions as usize {
+            let owner = (!members.is_empty()).then(|| pick_owner(&members, topic.id, index));
+            topic.owners.push(owner);
+        }
+    }
+
+    /// What is wrong with the state, if anything. Decoding a snapshot refuses a state that fails this.
+    fn invariant_violation(&self) -> Option<String> {
+        if self.next_topic_id == 0 {
+            return Some("next topic id is 0".to_string());
+        }
+        for (name, topic) in &self.topics {
+            if name != &topic.name {
+                return Some(format!("topic {name} is stored under another name"));
+            }
+            if topic.id.0 == 0 || topic.id.0 >= self.next_topic_id {
+                return Some(format!("topic {name} has id {} out of range", topic.id));
+            }
+            if topic.owners.is_empty() || topic.owners.len() > PARTITIONS_MAX as usize {
+                return Some(format!(
+                    "topic {name} has {} partitions",
+                    topic.owners.len()
+                ));
+            }
+            if topic.metadata_version > self.version {
+                return Some(format!("topic {name} is from a future version"));
+            }
+        }
+        None
+    }
+
+    fn check_invariants(&self) {
+        if let Some(what) = self.invariant_violation() {
+            panic!("metastore invariant violated: {what}");
+        }
+    }
+}
+
+/// The round-robin owner of partition `index` of topic `id` over `members` (non-empty, in id order).
+fn pick_owner(members: &[NodeId], id: TopicId, index: usize) -> NodeId {
+    let count = members.len() as u64;
+    let start = id.0 % count;
+    members[((start + index as u64) % count) as usize]
+}
+
+fn encode_with_format<T: Serialize>(format: u8, value: &T) -> Vec<u8> {
+    let mut out = vec![format];
+    let body = postcard::to_allocvec(value).expect("postcard encodes every metastore value");
+    out.extend_from_slice(&body);
+    out
+}
+
+fn decode_with_format<T: for<'de> Deserialize<'de>>(
+    format: u8,
+    bytes: &[u8],
+) -> Result<T, EncodingError> {
+    match bytes.split_first() {
+        Some((&first, body)) if first == format => {
+            let (value, rest) = postcard::take_from_bytes(body)
+                .map_err(|error| EncodingError::Malformed(error.to_string()))?;
+            if rest.is_empty() {
+                Ok(value)
+            } else {
+                Err(EncodingError::Malformed("trailing bytes".to_string()))
+            }
+        }
+        Some((&first, _)) => Err(EncodingError::UnknownFormat(Some(first))),
+        None => Err(EncodingError::UnknownFormat(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

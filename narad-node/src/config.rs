@@ -1,0 +1,538 @@
+//! The node's configuration: embedded defaults, then a TOML file (`--config`), then `NARAD_*`
+//! environment variables, then command-line flags — each layer overriding the one before.
+//!
+//! Decisions:
+//! - The file is TOML (the Go release read JSON); unknown keys are refused with the key's name and
+//!   place, so a misspelt setting never silently keeps its default.
+//! - Environment variables are read from an explicit table ([`ENV_KEYS`]), not through clap, so the
+//!   precedence file < env < flags holds for keys that have no flag as well. Other `NARAD_*` variables
+//!   (the CLI client's `NARAD_ADDR`, say) are ignored.
+//! - `--dev` is a flag only: single node, auth off, and the HTTP address must be a loopback one.
+//! - Basic auth is not built yet, so a node started without `--dev` must say `security.enabled = false`
+//!   (file or `NARAD_SECURITY_ENABLED=false`); otherwise start-up refuses with a message saying so,
+//!   rather than serving unauthenticated while the operator believes auth is on.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default HTTP listen address.
+pub const HTTP_ADDR_DEFAULT: &str = "127.0.0.1:7942";
+/// Default data directory.
+pub const DATA_DIR_DEFAULT: &str = "./narad-data";
+/// Default ingress WAL group-commit backstop.
+pub const INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT: u64 = 10;
+/// Largest accepted ingress WAL backstop: beyond a second a missed wake-up would stall produces.
+pub const INGRESS_WAL_SYNC_INTERVAL_MS_MAX: u64 = 1_000;
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line (the default, as in the Go release).
+    #[default]
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// The whole node configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Development mode: single node, auth off, loopback only. Set by `--dev`, never by the file.
+    #[serde(skip)]
+    pub dev: bool,
+    /// The config file this came from, if any.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+    /// `[http]`.
+    pub http: HttpConfig,
+    /// `[cluster]`.
+    pub cluster: ClusterConfig,
+    /// `[storage]`.
+    pub storage: StorageConfig,
+    /// `[log]`.
+    pub log: LogConfig,
+    /// `[security]`.
+    pub security: SecurityConfig,
+}
+
+/// `[http]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Listen address (`NARAD_HTTP_ADDR`, `--http-addr`); port 0 picks a free port.
+    pub addr: String,
+    /// How long a graceful shutdown waits for requests in flight, ms.
+    pub shutdown_grace_ms: u64,
+}
+
+/// `[cluster]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This node's member id (`NARAD_NODE_ID`, `--node-id`); never 0 (raft reserves it).
+    pub node_id: u32,
+}
+
+/// `[storage]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Root of everything the node stores (`NARAD_DATA_DIR`, `--data-dir`).
+    pub data_dir: PathBuf,
+    /// Prepare the next WAL segment off the append path (zero-filled, with a trailer). Off by default.
+    pub ingress_wal_prealloc: bool,
+    /// Group-commit backstop: bounds a missed wake-up of the WAL sync loop, ms.
+    pub ingress_wal_sync_interval_ms: u64,
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter: `info`, `debug`, `narad_node=debug,info`, ...
+    pub level: String,
+    /// Line format.
+    pub format: LogFormat,
+}
+
+/// `[security]`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    /// Basic auth on `/v1` (on by default, as in the Go release; not built yet, see the module doc).
+    pub enabled: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            addr: HTTP_ADDR_DEFAULT.to_string(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { node_id: 1 }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: PathBuf::from(DATA_DIR_DEFAULT),
+            ingress_wal_prealloc: false,
+            ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_string(),
+            format: LogFormat::Json,
+        }
+    }
+}
+
+impl Default for SecurityConfig {
+    fn default() -> Self {
+        SecurityConfig { enabled: true }
+    }
+}
+
+/// Why the configuration could not be built.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config file {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS's reason.
+        reason: String,
+    },
+    /// The file is not valid TOML for this schema (an unknown key is named here).
+    #[error("config file {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message, naming the key and its line.
+        reason: String,
+    },
+    /// An environment variable holds a value its key cannot take.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The merged configuration breaks a rule.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The flags of `narad serve` that override configuration keys (`None` = not given).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlagOverrides {
+    /// `--config FILE`.
+    pub config: Option<PathBuf>,
+    /// `--dev`.
+    pub dev: bool,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--http-addr`.
+    pub http_addr: Option<String>,
+    /// `--node-id`.
+    pub node_id: Option<u32>,
+    /// `--log-level`.
+    pub log_level: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<LogFormat>,
+}
+
+/// A configuration key settable from the environment.
+type EnvSetter = fn(&mut Config, &str) -> Result<(), String>;
+
+/// Every `NARAD_*` variable the node reads, and the key it sets.
+pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
+    ("NARAD_HTTP_ADDR", |config, value| {
+        config.http.addr = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_HTTP_SHUTDOWN_GRACE_MS", |config, value| {
+        config.http.shutdown_grace_ms = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_NODE_ID", |config, value| {
+        config.cluster.node_id = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_DATA_DIR", |config, value| {
+        config.storage.data_dir = PathBuf::from(value);
+        Ok(())
+    }),
+    ("NARAD_STORAGE_INGRESS_WAL_PREALLOC", |config, value| {
+        config.storage.ingress_wal_prealloc = parse_bool(value)?;
+        Ok(())
+    }),
+    (
+        "NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS",
+        |config, value| {
+            config.storage.ingress_wal_sync_interval_ms = parse_number(value)?;
+            Ok(())
+        },
+    ),
+    ("NARAD_LOG_LEVEL", |config, value| {
+        config.log.level = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_LOG_FORMAT", |config, value| {
+        config.log.format = match value {
+            "json" => LogFormat::Json,
+            "text" => LogFormat::Text,
+            _ => return Err("expected json or text".to_string()),
+        };
+        Ok(())
+    }),
+    ("NARAD_SECURITY_ENABLED", |config, value| {
+        config.security.enabled = parse_bool(value)?;
+        Ok(())
+    }),
+];
+
+fn parse_number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| "expected a non-negative integer".to_string())
+}
+
+fn parse_bool(value: &str) -> Result<bool, String> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err("expected true or false".to_string()),
+    }
+}
+
+impl Config {
+    /// Builds the configuration: defaults → `flags.config` file → environment (`env` looks a variable
+    /// up) → flags, then checks the result.
+    pub fn load(
+        flags: &FlagOverrides,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut config = match &flags.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        for (var, set) in ENV_KEYS {
+            if let Some(value) = env(var) {
+                set(&mut config, &value).map_err(|reason| ConfigError::Env {
+                    var,
+                    value: value.clone(),
+                    reason,
+                })?;
+            }
+        }
+        config.apply_flags(flags);
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Parses TOML text; unknown keys are errors naming the key.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|error| ConfigError::Parse {
+            path: path.display().to_string(),
+            reason: error.to_string().trim_end().replace('\n', " "),
+        })?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    fn apply_flags(&mut self, flags: &FlagOverrides) {
+        if let Some(dir) = &flags.data_dir {
+            self.storage.data_dir = dir.clone();
+        }
+        if let Some(addr) = &flags.http_addr {
+            self.http.addr = addr.clone();
+        }
+        if let Some(node_id) = flags.node_id {
+            self.cluster.node_id = node_id;
+        }
+        if let Some(level) = &flags.log_level {
+            self.log.level = level.clone();
+        }
+        if let Some(format) = flags.log_format {
+            self.log.format = format;
+        }
+        if flags.dev {
+            self.dev = true;
+            self.security.enabled = false;
+        }
+    }
+
+    /// The HTTP listen address, parsed.
+    pub fn http_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.http.addr.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "http.addr {:?} is not an IP:port address",
+                self.http.addr
+            ))
+        })
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let addr = self.http_addr()?;
+        if self.dev && !addr.ip().is_loopback() {
+            return Err(ConfigError::Invalid(format!(
+                "--dev serves on loopback only, but http.addr is {addr}"
+            )));
+        }
+        if self.cluster.node_id == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.node_id must not be 0".to_string(),
+            ));
+        }
+        let interval = self.storage.ingress_wal_sync_interval_ms;
+        if interval == 0 || interval > INGRESS_WAL_SYNC_INTERVAL_MS_MAX {
+            return Err(ConfigError::Invalid(format!(
+                "storage.ingress_wal_sync_interval_ms must be between 1 and {INGRESS_WAL_SYNC_INTERVAL_MS_MAX}, got {interval}"
+            )));
+        }
+        if self.storage.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid(
+                "storage.data_dir must not be empty".to_string(),
+            ));
+        }
+        if self.security.enabled {
+            return Err(ConfigError::Invalid(
+                "basic auth (security.enabled = true, the default) is not built yet: run \
+                 `narad serve --dev`, or set security.enabled = false (NARAD_SECURITY_ENABLED=false)"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        move |key| map.get(key).cloned()
+    }
+
+    fn dev_flags() -> FlagOverrides {
+        FlagOverrides {
+            dev: true,
+            ..FlagOverrides::default()
+        }
+    }
+
+    fn with_file(text: &str) -> (tempfile::TempDir, FlagOverrides) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("narad.toml");
+        std::fs::write(&path, text).unwrap();
+        let flags = FlagOverrides {
+            config: Some(path),
+            ..dev_flags()
+        };
+        (dir, flags)
+    }
+
+    #[test]
+    fn dev_mode_uses_the_embedded_defaults() {
+        let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
+        assert_eq!(config.http.addr, "127.0.0.1:7942");
+        assert_eq!(config.storage.data_dir, PathBuf::from("./narad-data"));
+        assert!(!config.storage.ingress_wal_prealloc);
+        assert_eq!(config.storage.ingress_wal_sync_interval_ms, 10);
+        assert_eq!(config.cluster.node_id, 1);
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert!(config.dev);
+        assert!(!config.security.enabled);
+    }
+
+    #[test]
+    fn file_then_env_then_flags_take_precedence() {
+        let (_dir, mut flags) = with_file(
+            "[http]\naddr = \"127.0.0.1:1\"\n[storage]\ndata_dir = \"/file\"\n\
+             ingress_wal_sync_interval_ms = 20\ningress_wal_prealloc = true\n[log]\nlevel = \"debug\"\n",
+        );
+        let env = env_of(&[
+            ("NARAD_HTTP_ADDR", "127.0.0.1:2"),
+            ("NARAD_DATA_DIR", "/env"),
+            ("NARAD_LOG_FORMAT", "text"),
+        ]);
+        let config = Config::load(&flags, &env).unwrap();
+        assert_eq!(config.http.addr, "127.0.0.1:2");
+        assert_eq!(config.storage.data_dir, PathBuf::from("/env"));
+        assert_eq!(config.storage.ingress_wal_sync_interval_ms, 20);
+        assert!(config.storage.ingress_wal_prealloc);
+        assert_eq!(config.log.level, "debug");
+        assert_eq!(config.log.format, LogFormat::Text);
+
+        flags.http_addr = Some("127.0.0.1:3".to_string());
+        flags.data_dir = Some(PathBuf::from("/flag"));
+        let config = Config::load(&flags, &env).unwrap();
+        assert_eq!(config.http.addr, "127.0.0.1:3");
+        assert_eq!(config.storage.data_dir, PathBuf::from("/flag"));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused_by_name() {
+        let (_dir, flags) = with_file("[storage]\ningress_wal_shards = 4\n");
+        let error = Config::load(&flags, &env_of(&[])).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("unknown field `ingress_wal_shards`"),
+            "message: {text}"
+        );
+        assert!(text.contains("narad.toml"), "message: {text}");
+
+        let (_dir, flags) = with_file("colour = \"blue\"\n");
+        let text = Config::load(&flags, &env_of(&[])).unwrap_err().to_string();
+        assert!(text.contains("unknown field `colour`"), "message: {text}");
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error_naming_it() {
+        let flags = FlagOverrides {
+            config: Some(PathBuf::from("/nonexistent/narad.toml")),
+            ..dev_flags()
+        };
+        let error = Config::load(&flags, &env_of(&[])).unwrap_err();
+        assert!(
+            matches!(error, ConfigError::Read { ref path, .. } if path == "/nonexistent/narad.toml")
+        );
+    }
+
+    #[test]
+    fn bad_environment_values_are_refused_by_name() {
+        let error = Config::load(
+            &dev_flags(),
+            &env_of(&[("NARAD_STORAGE_INGRESS_WAL_PREALLOC", "maybe")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            error,
+            ConfigError::Env {
+                var: "NARAD_STORAGE_INGRESS_WAL_PREALLOC",
+                value: "maybe".to_string(),
+                reason: "expected true or false".to_string(),
+            }
+        );
+    }
+
+    #[test]
+    fn dev_mode_refuses_a_non_loopback_address() {
+        let flags = FlagOverrides {
+            http_addr: Some("0.0.0.0:7942".to_string()),
+            ..dev_flags()
+        };
+        assert_eq!(
+            Config::load(&flags, &env_of(&[])).unwrap_err(),
+            ConfigError::Invalid(
+                "--dev serves on loopback only, but http.addr is 0.0.0.0:7942".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn without_dev_auth_must_be_switched_off_explicitly() {
+        let error = Config::load(&FlagOverrides::default(), &env_of(&[])).unwrap_err();
+        assert!(error.to_string().contains("basic auth"), "{error}");
+        let config = Config::load(
+            &FlagOverrides::default(),
+            &env_of(&[("NARAD_SECURITY_ENABLED", "false")]),
+        )
+        .unwrap();
+        assert!(!config.dev);
+        assert!(!config.security.enabled);
+    }
+
+    #[test]
+    fn sync_interval_is_bounded() {
+        for bad in ["0", "1001"] {
+            let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS", bad)]);
+            assert!(matches!(
+                Config::load(&dev_flags(), &env),
+                Err(ConfigError::Invalid(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn node_id_zero_is_refused() {
+        let env = env_of(&[("NARAD_NODE_ID", "0")]);
+        assert_eq!(
+            Config::load(&dev_flags(), &env).unwrap_err(),
+            ConfigError::Invalid("cluster.node_id must not be 0".to_string())
+        );
+    }
+}

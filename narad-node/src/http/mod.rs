@@ -1,0 +1,169 @@
+//! HTTP `/v1`, wire-compatible with Narad's surface (`shared/spec/narad-v1-surface.md`), with the
+//! produce-path spec winning where they differ (batch produce, keyless round-robin, format-2 records).
+//!
+//! Structure: every route is a plain async function of an [`App`] and already-read request parts
+//! (path parameters, the raw query string, a size-bounded [`Body`]) returning a [`Reply`]. The axum
+//! router ([`router`], compiled only outside madsim) only reads the request, bounds the body and turns
+//! the `Reply` into a response; the simulator calls the same functions directly. So every validation
+//! rule, status code and message lives in these functions and is unit-tested without a socket.
+//!
+//! The produce and consume machinery sits behind the [`seams`] traits: [`ProduceSink`] (the ingress
+//! WAL host), [`PartitionReader`] and [`PartitionStats`] (the partition logs). The metastore is used
+//! directly (its handle is cheap and testable over `SimDisk`).
+//!
+//! Auth: off. `--dev` runs without it, and start-up refuses `security.enabled = true` until Basic auth
+//! and grants are built, so every created topic's `owner` is empty (omitted from the JSON).
+
+pub mod consume;
+pub mod ops;
+pub mod produce;
+pub mod reply;
+#[cfg(not(madsim))]
+pub mod router;
+mod routing_local;
+pub mod schema;
+pub mod seams;
+pub mod topics;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::metastore::Metastore;
+use crate::metrics::Metrics;
+
+pub use reply::Reply;
+pub use seams::{
+    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink, ReadError,
+    ReadOutcome, StoredRecord, TopicKey,
+};
+
+/// Largest raw body of a single produce, and of every JSON request body: 1 MiB.
+pub const BODY_BYTES_MAX: usize = 1024 * 1024;
+/// Largest raw (and decoded) body of a batch produce: 16 MiB.
+pub const BATCH_BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// A request body, already read up to its route's limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// The whole body.
+    Bytes(Vec<u8>),
+    /// The body was longer than the route allows (answered 413 where the surface's check order
+    /// reaches the body).
+    TooLarge,
+}
+
+/// Everything the routes share.
+pub struct App {
+    /// The local metastore replica (topics).
+    pub metastore: Metastore,
+    /// Where accepted produces go.
+    pub sink: Arc<dyn ProduceSink>,
+    /// Replay reads.
+    pub reader: Arc<dyn PartitionReader>,
+    /// Partition figures for `GET /v1/topics/{t}`.
+    pub stats: Arc<dyn PartitionStats>,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+    schemas: schema::SchemaCache,
+    keyless: routing_local::KeylessRotations,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("ready", &self.is_ready())
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// An app that is not ready yet; `keyless_seed` seeds the keyless rotations' random starts.
+    pub fn new(
+        metastore: Metastore,
+        sink: Arc<dyn ProduceSink>,
+        reader: Arc<dyn PartitionReader>,
+        stats: Arc<dyn PartitionStats>,
+        metrics: Arc<Metrics>,
+        keyless_seed: u64,
+    ) -> App {
+        App {
+            metastore,
+            sink,
+            reader,
+            stats,
+            metrics,
+            ready: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            schemas: schema::SchemaCache::default(),
+            keyless: routing_local::KeylessRotations::new(keyless_seed),
+        }
+    }
+
+    /// Marks recovery done (`/readyz` answers 200 from now on).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether recovery is done.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Marks a graceful shutdown in progress (`/healthz` answers 503 from now on).
+    pub fn set_shutting_down(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Whether a graceful shutdown is in progress.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// A raw query string's parameters, `%` and `+` decoded.
+#[derive(Debug, Default)]
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    /// Parses a raw query string (`None` = no `?`).
+    pub fn parse(raw: Option<&str>) -> Query {
+        let pairs = raw
+            .map(|raw| {
+                form_urlencoded::parse(raw.as_bytes())
+                    .map(|(key, value)| (key.into_owned(), value.into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Query { pairs }
+    }
+
+    /// The one value of `name`; a repeated parameter is a 400.
+    pub fn single(&self, name: &str) -> Result<Option<&str>, Reply> {
+        let mut values = self.pairs.iter().filter(|(key, _)| key == name);
+        let first = values.next().map(|(_, value)| value.as_str());
+        if values.next().is_some() {
+            return Err(Reply::error(
+                400,
+                &format!("invalid argument: repeated query parameter {name:?}"),
+            ));
+        }
+        Ok(first)
+    }
+}
+
+/// Parses a partition or offset query value: a non-negative decimal integer.
+pub fn parse_index(name: &str, value: &str) -> Result<u64, Reply> {
+    value.parse::<u64>().map_err(|_| {
+        Reply::error(
+            400,
+            &format!("invalid argument: {name} must be a non-negative integer"),
+        )
+    })
+}

@@ -1,0 +1,115 @@
+//! The seams between the HTTP surface and the produce/consume machinery built elsewhere: the ingress
+//! WAL host implements [`ProduceSink`], the partition logs implement [`PartitionReader`] and
+//! [`PartitionStats`]. The HTTP code only ever sees these traits, so the simulator and the unit tests can
+//! plug in their own.
+//!
+//! The methods return boxed futures (not `async fn`) so the traits stay object-safe behind `Arc<dyn _>`.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use narad_core::codec::wal::ProduceRecord;
+use narad_core::ids::{Offset, PartitionId, TopicId};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why an append was not made durable. Every variant means "not acknowledged": the HTTP answer is a 5xx
+/// and the client may retry (possibly duplicating, as the delivery contract allows).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    /// The WAL's write or fsync failed, now or earlier (the latch holds until restart).
+    #[error("ingress WAL failed: {0}")]
+    WalFailed(String),
+    /// No WAL is accepting appends (not started, or shutting down).
+    #[error("ingress WAL unavailable")]
+    Unavailable,
+}
+
+/// Where accepted produces go: the ingress WAL host.
+///
+/// Contract: the returned future resolves `Ok` only once every record of the call is fsynced in the
+/// WAL (the 202 promise); `append_many` stages its records in order with consecutive sequence numbers
+/// and one group commit, all or nothing as far as the answer goes.
+pub trait ProduceSink: Send + Sync {
+    /// Appends one record and waits for its group commit.
+    fn append(&self, record: ProduceRecord) -> BoxFuture<'_, Result<(), AppendError>>;
+    /// Appends a batch's records in order and waits for the group commit holding the last one.
+    fn append_many(&self, records: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), AppendError>>;
+}
+
+/// A topic incarnation, as the partition logs key it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicKey {
+    /// Topic name.
+    pub name: String,
+    /// Incarnation id.
+    pub id: TopicId,
+}
+
+/// A visible record read back from a partition log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// Its offset.
+    pub offset: Offset,
+    /// The key it was produced with, if any.
+    pub key: Option<Vec<u8>>,
+    /// The payload bytes.
+    pub payload: Vec<u8>,
+    /// When the owner committed it, Unix ms.
+    pub committed_at_ms: u64,
+}
+
+/// What a replay read found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// The record at the offset.
+    Record(StoredRecord),
+    /// The offset is at or past the high watermark (HTTP 204).
+    PastEnd,
+    /// The offset is below the oldest retained record (HTTP 410).
+    Gone,
+}
+
+/// Why a replay read failed (HTTP 410, as the surface answers an unreadable offset).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("partition read failed: {0}")]
+pub struct ReadError(pub String);
+
+/// Replay reads of visible records.
+pub trait PartitionReader: Send + Sync {
+    /// Reads the record at `offset` of one partition, without reserving it.
+    fn read(
+        &self,
+        topic: &TopicKey,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>>;
+}
+
+/// One partition's storage figures, as `GET /v1/topics/{t}` reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStat {
+    /// Segment files.
+    pub segments: u64,
+    /// Oldest retained offset.
+    pub oldest_offset: Offset,
+    /// The offset the next record will take.
+    pub next_offset: Offset,
+    /// The visibility boundary.
+    pub high_watermark: Offset,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// When the oldest segment was created, Unix s (omitted when unknown).
+    pub oldest_segment_at_s: Option<u64>,
+}
+
+/// Storage figures of partitions. A partition with no log yet reports all zeros.
+pub trait PartitionStats: Send + Sync {
+    /// Figures of one partition.
+    fn partition_stat(
+        &self,
+        topic: &TopicKey,
+        partition: PartitionId,
+    ) -> BoxFuture<'_, PartitionStat>;
+}

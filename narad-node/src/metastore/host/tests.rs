@@ -1,0 +1,140 @@
+use narad_core::disk::sim::{FaultKind, FaultRule, SimDisk};
+use narad_core::ids::TopicId;
+use narad_core::metastore::{CreateTopic, TopicSettings};
+
+use super::*;
+
+fn options() -> MetastoreOptions {
+    MetastoreOptions::new(NodeId(1), "127.0.0.1:7943".to_string())
+}
+
+fn create(name: &str) -> Command {
+    Command::CreateTopic(CreateTopic {
+        name: name.to_string(),
+        partitions: 0,
+        settings: TopicSettings {
+            retention_ms: 0,
+            visibility_timeout_ms: 0,
+            max_in_flight_per_partition: 0,
+            max_acked_ahead_per_partition: 0,
+        },
+        schema: None,
+        owner: String::new(),
+        created_at_s: 1,
+    })
+}
+
+async fn open(disk: &SimDisk, options: MetastoreOptions) -> Metastore {
+    let metastore = Metastore::open(Arc::new(disk.clone()), options)
+        .await
+        .unwrap();
+    metastore.wait_caught_up().await.unwrap();
+    metastore
+        .wait_until(|view| view.state.members().contains_key(&NodeId(1)))
+        .await
+        .unwrap();
+    metastore
+}
+
+fn created_id(result: Result<Applied, ProposeError>) -> TopicId {
+    match result {
+        Ok(Applied::TopicCreated(topic)) => topic.id,
+        other => panic!("expected a created topic, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_proposal_is_answered_once_applied_and_visible_in_the_view() {
+    let disk = SimDisk::new(1);
+    let metastore = open(&disk, options()).await;
+    assert_eq!(
+        created_id(metastore.propose(create("orders")).await),
+        TopicId(1)
+    );
+    let view = metastore.view();
+    let topic = view.state.topic("orders").unwrap();
+    assert_eq!(topic.owners, vec![Some(NodeId(1)); 3]);
+    assert!(view.state.members().contains_key(&NodeId(1)));
+    assert_eq!(
+        metastore.propose(create("orders")).await,
+        Err(ProposeError::Refused(TopicError::Exists))
+    );
+}
+
+#[tokio::test]
+async fn topics_survive_a_restart_and_ids_keep_counting() {
+    let disk = SimDisk::new(2);
+    {
+        let metastore = open(&disk, options()).await;
+        created_id(metastore.propose(create("a")).await);
+        created_id(metastore.propose(create("b")).await);
+        metastore
+            .propose(Command::DeleteTopic {
+                name: "b".to_string(),
+            })
+            .await
+            .unwrap();
+    }
+    // Everything acknowledged was fsynced: a power loss keeps it.
+    disk.crash();
+    let metastore = open(&disk, options()).await;
+    let view = metastore.view();
+    assert_eq!(
+        view.state.topic("a").map(|topic| topic.id),
+        Some(TopicId(1))
+    );
+    assert_eq!(view.state.topic("b"), None);
+    assert_eq!(created_id(metastore.propose(create("b")).await), TopicId(3));
+}
+
+#[tokio::test]
+async fn a_snapshot_keeps_the_state_and_shortens_the_log() {
+    let disk = SimDisk::new(3);
+    let mut options = options();
+    options.snapshot_every_entries = 5;
+    {
+        let metastore = open(&disk, options.clone()).await;
+        for index in 0..12 {
+            created_id(metastore.propose(create(&format!("t{index:02}"))).await);
+        }
+    }
+    assert!(disk.durable_image("metastore/snapshot").is_some());
+    disk.crash();
+    let metastore = open(&disk, options).await;
+    let view = metastore.view();
+    assert_eq!(view.state.topic_count(), 12);
+    assert_eq!(
+        view.state.topic("t11").map(|topic| topic.id),
+        Some(TopicId(12))
+    );
+    assert_eq!(
+        created_id(metastore.propose(create("t12")).await),
+        TopicId(13)
+    );
+}
+
+#[tokio::test]
+async fn a_disk_failure_latches_proposals_but_reads_keep_serving() {
+    let disk = SimDisk::new(4);
+    let metastore = open(&disk, options()).await;
+    created_id(metastore.propose(create("a")).await);
+    disk.add_fault(FaultRule {
+        path_prefix: "metastore/log".to_string(),
+        kind: FaultKind::SyncEio,
+        chance_ppm: 1_000_000,
+        remaining: Some(1),
+    });
+    let failure = "metastore disk failure: input/output error".to_string();
+    assert_eq!(
+        metastore.propose(create("b")).await,
+        Err(ProposeError::Unavailable(failure.clone()))
+    );
+    // The fault is gone, but a failed fsync is never retried: still latched.
+    assert_eq!(
+        metastore.propose(create("c")).await,
+        Err(ProposeError::Unavailable(failure.clone()))
+    );
+    let view = metastore.view();
+    assert!(view.state.topic("a").is_some());
+    assert_eq!(view.failed, Some(failure));
+}

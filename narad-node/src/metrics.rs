@@ -1,0 +1,334 @@
+//! The node's Prometheus metrics (prometheus-client, OpenMetrics text on `/metrics`).
+//!
+//! Every metric issue 4 names is declared here, with the `/v1` surface's names where it has them
+//! (`narad_http_*`, `narad_errors_total`, `narad_messages_produced_total`, ...). The HTTP layer updates
+//! the `http_*`, `errors_total{component="http"}`, `produce_rejections_total` and
+//! `ingress_accepted_records_total` families itself; the ingress WAL, dispatcher and partition hosts
+//! update the rest when they are wired in (until then those read 0).
+//!
+//! Decision: families with labels that only the HTTP layer knows up front (`errors_total{http,5xx}`) are
+//! created at start so an alert on them sees a 0, not an absent series.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// `Content-Type` of the `/metrics` answer.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `errors_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `http`, `messaging`, `storage`, `metrics`, `ingress`, `metastore`.
+    pub component: String,
+    /// What failed (`5xx`, `append`, `consume`, ...).
+    pub kind: String,
+}
+
+/// Per-partition labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: String,
+}
+
+/// `produce_rejections_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectionLabels {
+    /// Topic name.
+    pub topic: String,
+    /// `schema`.
+    pub reason: String,
+}
+
+/// `http_requests_total` / `http_request_duration_seconds` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    /// The route pattern (`POST /v1/topics/{topic}/produce`) or `unmatched`.
+    pub route: String,
+    /// Request method.
+    pub method: String,
+    /// Status code.
+    pub status: String,
+}
+
+/// Per-route byte counters' labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route pattern or `unmatched`.
+    pub route: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 50 µs to ~26 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+}
+
+/// Every metric of the node.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Durable next WAL seq minus the stored checkpoint: what a restart would replay.
+    pub ingress_dispatch_backlog_records: Gauge,
+    /// Bytes of those records.
+    pub ingress_dispatch_backlog_bytes: Gauge,
+    /// Age of the oldest undispatched record, seconds.
+    pub ingress_dispatch_oldest_record_age_seconds: Gauge<f64, AtomicU64>,
+    /// 1 once the ingress WAL latched a write/fsync failure.
+    pub ingress_wal_failed: Gauge,
+    /// Records answered 202.
+    pub ingress_accepted_records: Counter,
+    /// WAL fdatasync latency.
+    pub ingress_wal_fsync_duration_seconds: Histogram,
+    /// Records per WAL group commit.
+    pub ingress_wal_group_commit_records: Histogram,
+    /// Dispatcher commit latency (send to answer).
+    pub ingress_dispatch_commit_duration_seconds: Histogram,
+    /// Records rerouted to a sibling partition.
+    pub ingress_dispatch_reroutes: Counter,
+    /// Accept (202) to visible (high watermark) latency.
+    pub accept_to_visible_seconds: Histogram,
+    /// Errors by component and kind.
+    pub errors: Family<ErrorLabels, Counter>,
+    /// Records committed to partitions.
+    pub messages_produced: Family<PartitionLabels, Counter>,
+    /// Payload bytes committed to partitions.
+    pub bytes_produced: Family<PartitionLabels, Counter>,
+    /// Produces refused by validation (`reason="schema"`).
+    pub produce_rejections: Family<RejectionLabels, Counter>,
+    /// HTTP requests answered.
+    pub http_requests: Family<HttpLabels, Counter>,
+    /// HTTP request latency.
+    pub http_request_duration_seconds: HistogramFamily<HttpLabels>,
+    /// Request body bytes.
+    pub http_request_bytes_in: Family<RouteLabels, Counter>,
+    /// Response body bytes.
+    pub http_response_bytes_out: Family<RouteLabels, Counter>,
+    /// HTTP requests being served.
+    pub http_requests_in_flight: Gauge,
+}
+
+impl Metrics {
+    /// Registers every metric under the `narad_` prefix.
+    pub fn new() -> Metrics {
+        let mut m = Metrics {
+            ingress_dispatch_backlog_records: Gauge::default(),
+            ingress_dispatch_backlog_bytes: Gauge::default(),
+            ingress_dispatch_oldest_record_age_seconds: Gauge::default(),
+            ingress_wal_failed: Gauge::default(),
+            ingress_accepted_records: Counter::default(),
+            ingress_wal_fsync_duration_seconds: latency_histogram(),
+            ingress_wal_group_commit_records: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
+            ingress_dispatch_commit_duration_seconds: latency_histogram(),
+            ingress_dispatch_reroutes: Counter::default(),
+            accept_to_visible_seconds: latency_histogram(),
+            errors: Family::default(),
+            messages_produced: Family::default(),
+            bytes_produced: Family::default(),
+            produce_rejections: Family::default(),
+            http_requests: Family::default(),
+            http_request_duration_seconds: Family::new_with_constructor(latency_histogram),
+            http_request_bytes_in: Family::default(),
+            http_response_bytes_out: Family::default(),
+            http_requests_in_flight: Gauge::default(),
+            registry: Registry::with_prefix("narad"),
+        };
+        let r = &mut m.registry;
+        r.register(
+            "ingress_dispatch_backlog_records",
+            "Records a restart would replay: durable next WAL seq minus the stored checkpoint",
+            m.ingress_dispatch_backlog_records.clone(),
+        );
+        r.register(
+            "ingress_dispatch_backlog_bytes",
+            "Bytes of the undispatched WAL records",
+            m.ingress_dispatch_backlog_bytes.clone(),
+        );
+        r.register(
+            "ingress_dispatch_oldest_record_age_seconds",
+            "Age of the oldest undispatched WAL record",
+            m.ingress_dispatch_oldest_record_age_seconds.clone(),
+        );
+        r.register(
+            "ingress_wal_failed",
+            "1 once the ingress WAL latched a write or fsync failure (until restart)",
+            m.ingress_wal_failed.clone(),
+        );
+        r.register(
+            "ingress_accepted_records",
+            "Records acknowledged with 202 (fsynced in the ingress WAL)",
+            m.ingress_accepted_records.clone(),
+        );
+        r.register(
+            "ingress_wal_fsync_duration_seconds",
+            "Ingress WAL fdatasync latency",
+            m.ingress_wal_fsync_duration_seconds.clone(),
+        );
+        r.register(
+            "ingress_wal_group_commit_records",
+            "Records made durable by one ingress WAL group commit",
+            m.ingress_wal_group_commit_records.clone(),
+        );
+        r.register(
+            "ingress_dispatch_commit_duration_seconds",
+            "Dispatcher commit latency, send to answer",
+            m.ingress_dispatch_commit_duration_seconds.clone(),
+        );
+        r.register(
+            "ingress_dispatch_reroutes",
+            "Records rerouted to a sibling partition",
+            m.ingress_dispatch_reroutes.clone(),
+        );
+        r.register(
+            "accept_to_visible_seconds",
+            "Latency from the 202 to the record becoming visible",
+            m.accept_to_visible_seconds.clone(),
+        );
+        r.register("errors", "Errors by component and kind", m.errors.clone());
+        r.register(
+            "messages_produced",
+            "Records committed to a partition",
+            m.messages_produced.clone(),
+        );
+        r.register(
+            "bytes_produced",
+            "Payload bytes committed to a partition",
+            m.bytes_produced.clone(),
+        );
+        r.register(
+            "produce_rejections",
+            "Produces refused by validation",
+            m.produce_rejections.clone(),
+        );
+        r.register(
+            "http_requests",
+            "HTTP requests answered",
+            m.http_requests.clone(),
+        );
+        r.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            m.http_request_duration_seconds.clone(),
+        );
+        r.register(
+            "http_request_bytes_in",
+            "HTTP request body bytes",
+            m.http_request_bytes_in.clone(),
+        );
+        r.register(
+            "http_response_bytes_out",
+            "HTTP response body bytes",
+            m.http_response_bytes_out.clone(),
+        );
+        r.register(
+            "http_requests_in_flight",
+            "HTTP requests being served",
+            m.http_requests_in_flight.clone(),
+        );
+        m.error("http", "5xx");
+        m
+    }
+
+    /// The counter `errors_total{component, kind}`.
+    pub fn error(&self, component: &str, kind: &str) -> Counter {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                component: component.to_string(),
+                kind: kind.to_string(),
+            })
+            .clone()
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String does not fail");
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_issue_4_metric_is_exposed() {
+        let metrics = Metrics::new();
+        // Labelled families appear once they have a series (as in every Prometheus client).
+        let partition = PartitionLabels {
+            topic: "t".to_string(),
+            partition: "0".to_string(),
+        };
+        metrics.messages_produced.get_or_create(&partition).inc();
+        metrics.bytes_produced.get_or_create(&partition).inc();
+        metrics
+            .produce_rejections
+            .get_or_create(&RejectionLabels {
+                topic: "t".to_string(),
+                reason: "schema".to_string(),
+            })
+            .inc();
+        let http = HttpLabels {
+            route: "GET /healthz".to_string(),
+            method: "GET".to_string(),
+            status: "200".to_string(),
+        };
+        metrics.http_requests.get_or_create(&http).inc();
+        metrics
+            .http_request_duration_seconds
+            .get_or_create(&http)
+            .observe(0.1);
+        let route = RouteLabels {
+            route: "GET /healthz".to_string(),
+        };
+        metrics.http_request_bytes_in.get_or_create(&route).inc();
+        metrics.http_response_bytes_out.get_or_create(&route).inc();
+        let text = metrics.encode();
+        for name in [
+            "narad_ingress_dispatch_backlog_records",
+            "narad_ingress_dispatch_backlog_bytes",
+            "narad_ingress_dispatch_oldest_record_age_seconds",
+            "narad_ingress_wal_failed",
+            "narad_ingress_accepted_records",
+            "narad_ingress_wal_fsync_duration_seconds",
+            "narad_ingress_wal_group_commit_records",
+            "narad_ingress_dispatch_commit_duration_seconds",
+            "narad_ingress_dispatch_reroutes",
+            "narad_accept_to_visible_seconds",
+            "narad_errors",
+            "narad_messages_produced",
+            "narad_bytes_produced",
+            "narad_produce_rejections",
+            "narad_http_requests",
+            "narad_http_request_duration_seconds",
+            "narad_http_request_bytes_in",
+            "narad_http_response_bytes_out",
+            "narad_http_requests_in_flight",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} ")),
+                "{name} missing from:\n{text}"
+            );
+        }
+        let fresh = Metrics::new().encode();
+        assert!(fresh.contains("narad_errors_total{component=\"http\",kind=\"5xx\"} 0\n"));
+        assert!(fresh.contains("narad_ingress_wal_failed 0\n"));
+        assert!(fresh.contains("narad_ingress_dispatch_backlog_records 0\n"));
+    }
+}

@@ -1,0 +1,656 @@
+//! The ledger checker: lives outside the node, records every produce attempt and its outcome, and judges
+//! what the node finally serves.
+//!
+//! Every record carries a unique id in its payload ([`crate::payload`]). The ledger knows, per id, the
+//! topic name and incarnation it was produced to, the partition it should land on (explicit or keyed;
+//! keyless records may land anywhere), and the outcome of its produce call. [`Ledger::check`] takes two
+//! observations — every partition read at the liveness deadline, and read again after the final crash
+//! and restart — and classifies:
+//!
+//! * **lost** — 202'd, its incarnation not deleted, and absent from the final read (including a record
+//!   that was visible at the deadline and vanished after the crash);
+//! * **unseen** — 202'd, not deleted, present in the final read but absent at the liveness deadline;
+//! * **phantom** — served but never produced as such: undecodable or damaged payload, unknown id, or an
+//!   id whose produce was refused (4xx, which promises nothing was stored);
+//! * **misplaced** — a known id served under another topic name or another incarnation;
+//! * **duplicates** — extra copies in the final read (allowed; a histogram of copies per record);
+//! * **reroutes** — copies on another partition of the right incarnation than the one the record was
+//!   aimed at (allowed; counted).
+//!
+//! Records whose incarnation was deleted, and records destroyed by an injected bit rot (the harness
+//! scans the struck file), are excused from lost/unseen; they may still be phantoms or misplaced.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use narad_core::{Offset, PartitionId, TopicId};
+
+use crate::payload;
+
+/// Partition of a keyed record, as Narad /v1 routes it: FNV-1a 32-bit of the key, modulo partitions.
+pub fn key_partition(key: &[u8], partitions: u32) -> PartitionId {
+    assert!(partitions > 0, "a topic has at least one partition");
+    let mut hash: u32 = 0x811c_9dc5;
+    for &byte in key {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    PartitionId(hash % partitions)
+}
+
+/// Identifies one produce call (single or batch) in the ledger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttemptId(pub u32);
+
+/// How a produce call ended, as the client saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// Still running (never completed before the check: treated as ambiguous).
+    Pending,
+    /// `202 Accepted`: every record of the call must become visible.
+    Accepted,
+    /// A 4xx refusal: nothing of the call may become visible.
+    Refused,
+    /// A 5xx answer or a reset connection: ambiguous.
+    Failed,
+    /// The client gave up waiting: ambiguous.
+    TimedOut,
+}
+
+impl Outcome {
+    /// The name used in traces and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Pending => "pending",
+            Outcome::Accepted => "202",
+            Outcome::Refused => "4xx",
+            Outcome::Failed => "5xx",
+            Outcome::TimedOut => "timeout",
+        }
+    }
+}
+
+/// What the ledger knows about one record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordEntry {
+    /// The produce call it was part of.
+    pub attempt: AttemptId,
+    /// Topic name it was produced to.
+    pub topic: String,
+    /// The incarnation current when it was produced.
+    pub topic_id: TopicId,
+    /// Where it should land: `Some` for explicit and keyed produces, `None` for keyless.
+    pub aimed_at: Option<PartitionId>,
+}
+
+/// One record as a partition read served it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// Topic name that was read.
+    pub topic: String,
+    /// The incarnation the node served it from.
+    pub topic_id: TopicId,
+    /// Partition read.
+    pub partition: PartitionId,
+    /// Its offset there.
+    pub offset: Offset,
+    /// Payload bytes.
+    pub payload: Vec<u8>,
+}
+
+/// Everything served by one read of every partition of every topic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// The records, in read order.
+    pub served: Vec<Served>,
+}
+
+/// A served record that should not exist where it was found.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Anomaly {
+    /// Topic name read.
+    pub topic: String,
+    /// Incarnation served.
+    pub topic_id: TopicId,
+    /// Partition read.
+    pub partition: PartitionId,
+    /// Offset served.
+    pub offset: Offset,
+    /// Why it is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for Anomaly {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{}/{}@{}: {}",
+            self.topic, self.topic_id, self.partition, self.offset, self.reason
+        )
+    }
+}
+
+/// The verdict of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Records whose call got a 202.
+    pub accepted: u64,
+    /// Records whose call ended ambiguously (5xx, reset, timeout, pending).
+    pub ambiguous: u64,
+    /// Records whose call was refused (4xx).
+    pub refused: u64,
+    /// Lost record ids (see the module documentation).
+    pub lost: Vec<u64>,
+    /// The subset of `lost` that was visible at the liveness deadline, then vanished.
+    pub vanished: Vec<u64>,
+    /// Unseen record ids.
+    pub unseen: Vec<u64>,
+    /// Phantoms.
+    pub phantoms: Vec<Anomaly>,
+    /// Misplaced copies.
+    pub misplaced: Vec<Anomaly>,
+    /// Copies per record → number of records with that many copies (only counts of 2 or more).
+    pub duplicates: BTreeMap<u32, u64>,
+    /// Copies found on a partition other than the one they were aimed at.
+    pub reroutes: u64,
+    /// 202'd records excused because their incarnation was deleted.
+    pub excused_deleted: u64,
+    /// 202'd records excused because an injected bit rot destroyed them.
+    pub excused_rot: u64,
+}
+
+impl Report {
+    /// Whether the run broke the promise.
+    pub fn failed(&self) -> bool {
+        !self.lost.is_empty()
+            || !self.unseen.is_empty()
+            || !self.phantoms.is_empty()
+            || !self.misplaced.is_empty()
+    }
+
+    /// Extra copies over all records (a record served 3 times counts 2).
+    pub fn duplicate_copies(&self) -> u64 {
+        self.duplicates
+            .iter()
+            .map(|(&copies, &records)| u64::from(copies - 1) * records)
+            .sum()
+    }
+
+    /// The histogram as `copies:records` pairs, e.g. `2:14 3:1`.
+    pub fn duplicates_histogram(&self) -> String {
+        let parts: Vec<String> = self
+            .duplicates
+            .iter()
+            .map(|(copies, records)| format!("{copies}:{records}"))
+            .collect();
+        parts.join(" ")
+    }
+}
+
+/// The record of every produce attempt of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Ledger {
+    records: Vec<RecordEntry>,
+    attempts: Vec<Outcome>,
+    deleted: BTreeSet<TopicId>,
+    rotted: BTreeSet<u64>,
+}
+
+impl Ledger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Ledger::default()
+    }
+
+    /// Opens a produce call; its outcome is [`Outcome::Pending`] until [`Ledger::complete`].
+    pub fn begin(&mut self) -> AttemptId {
+        let id = AttemptId(u32::try_from(self.attempts.len()).expect("fewer than 2^32 attempts"));
+        self.attempts.push(Outcome::Pending);
+        id
+    }
+
+    /// Registers one record of a call and returns its id (dense from 0), to encode in its payload.
+    pub fn add_record(
+        &mut self,
+        attempt: AttemptId,
+        topic: &str,
+        topic_id: TopicId,
+        aimed_at: Option<PartitionId>,
+    ) -> u64 {
+        assert!(
+            (attempt.0 as usize) < self.attempts.len(),
+            "unknown attempt"
+        );
+        self.records.push(RecordEntry {
+            attempt,
+            topic: topic.to_string(),
+            topic_id,
+            aimed_at,
+        });
+        self.records.len() as u64 - 1
+    }
+
+    /// Records how a call ended.
+    pub fn complete(&mut self, attempt: AttemptId, outcome: Outcome) {
+        let slot = &mut self.attempts[attempt.0 as usize];
+        assert_eq!(*slot, Outcome::Pending, "a call completes once");
+        *slot = outcome;
+    }
+
+    /// Marks an incarnation as deleted (confirmed by the node).
+    pub fn incarnation_deleted(&mut self, topic_id: TopicId) {
+        self.deleted.insert(topic_id);
+    }
+
+    /// Excuses records an injected bit rot destroyed.
+    pub fn rotted(&mut self, ids: impl IntoIterator<Item = u64>) {
+        self.rotted.extend(ids);
+    }
+
+    /// The entry of a record id.
+    pub fn record(&self, id: u64) -> Option<&RecordEntry> {
+        self.records.get(usize::try_from(id).ok()?)
+    }
+
+    /// The outcome of a record's call.
+    pub fn outcome_of(&self, id: u64) -> Option<Outcome> {
+        self.record(id)
+            .map(|entry| self.attempts[entry.attempt.0 as usize])
+    }
+
+    /// Number of records registered.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record was registered.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Whether a 202'd record must be visible (not excused by deletion or bit rot).
+    fn must_be_visible(&self, id: u64) -> bool {
+        let entry = &self.records[id as usize];
+        self.attempts[entry.attempt.0 as usize] == Outcome::Accepted
+            && !self.deleted.contains(&entry.topic_id)
+            && !self.rotted.contains(&id)
+    }
+
+    /// How many records that must be visible are not served, correctly placed, in `observation`:
+    /// the cheap question the liveness phase asks before the full [`Ledger::check`].
+    pub fn missing(&self, observation: &Observation) -> usize {
+        let served: BTreeSet<u64> = observation
+            .served
+            .iter()
+            .filter_map(|served| {
+                let id = payload::decode(&served.payload).ok()?;
+                let entry = self.record(id)?;
+                (entry.topic == served.topic && entry.topic_id == served.topic_id).then_some(id)
+            })
+            .collect();
+        (0..self.records.len() as u64)
+            .filter(|&id| self.must_be_visible(id) && !served.contains(&id))
+            .count()
+    }
+
+    /// Judges the two observations: see the module documentation.
+    pub fn check(&self, at_deadline: &Observation, after_final: &Observation) -> Report {
+        let mut report = Report::default();
+        for (id, entry) in self.records.iter().enumerate() {
+            match self.attempts[entry.attempt.0 as usize] {
+                Outcome::Accepted => {
+                    report.accepted += 1;
+                    if self.deleted.contains(&entry.topic_id) {
+                        report.excused_deleted += 1;
+                    } else if self.rotted.contains(&(id as u64)) {
+                        report.excused_rot += 1;
+                    }
+                }
+                Outcome::Refused => report.refused += 1,
+                Outcome::Pending | Outcome::Failed | Outcome::TimedOut => report.ambiguous += 1,
+            }
+        }
+        let mut anomalies_phantom = BTreeSet::new();
+        let mut anomalies_misplaced = BTreeSet::new();
+        let deadline_copies = self.classify(
+            at_deadline,
+            &mut anomalies_phantom,
+            &mut anomalies_misplaced,
+            None,
+        );
+        let final_copies = self.classify(
+            after_final,
+            &mut anomalies_phantom,
+            &mut anomalies_misplaced,
+            Some(&mut report.reroutes),
+        );
+        for id in 0..self.records.len() as u64 {
+            if !self.must_be_visible(id) {
+                continue;
+            }
+            let at_final = final_copies.get(&id).copied().unwrap_or(0);
+            let at_deadline = deadline_copies.get(&id).copied().unwrap_or(0);
+            if at_final == 0 {
+                report.lost.push(id);
+                if at_deadline > 0 {
+                    report.vanished.push(id);
+                }
+            } else if at_deadline == 0 {
+                report.unseen.push(id);
+            }
+        }
+        for &copies in final_copies.values() {
+            if copies >= 2 {
+                *report.duplicates.entry(copies).or_default() += 1;
+            }
+        }
+        report.phantoms = anomalies_phantom.into_iter().collect();
+        report.misplaced = anomalies_misplaced.into_iter().collect();
+        report
+    }
+
+    /// Counts correctly placed copies per id; collects phantoms and misplaced copies (deduplicated by
+    /// location and payload, so a record seen in both observations counts once).
+    fn classify(
+        &self,
+        observation: &Observation,
+        phantoms: &mut BTreeSet<Anomaly>,
+        misplaced: &mut BTreeSet<Anomaly>,
+        mut reroutes: Option<&mut u64>,
+    ) -> BTreeMap<u64, u32> {
+        let mut copies: BTreeMap<u64, u32> = BTreeMap::new();
+        for served in &observation.served {
+            let anomaly = |reason: String| Anomaly {
+                topic: served.topic.clone(),
+                topic_id: served.topic_id,
+                partition: served.partition,
+                offset: served.offset,
+                reason,
+            };
+            let id = match payload::decode(&served.payload) {
+                Ok(id) => id,
+                Err(error) => {
+                    phantoms.insert(anomaly(format!(
+                        "payload of {} bytes is not a produced payload ({error:?}), crc32 {:08x}",
+                        served.payload.len(),
+                        crc32fast::hash(&served.payload)
+                    )));
+                    continue;
+                }
+            };
+            let Some(entry) = self.record(id) else {
+                phantoms.insert(anomaly(format!("record {id} was never produced")));
+                continue;
+            };
+            if self.attempts[entry.attempt.0 as usize] == Outcome::Refused {
+                phantoms.insert(anomaly(format!(
+                    "record {id} was refused (4xx) yet is served"
+                )));
+                continue;
+            }
+            if entry.topic != served.topic || entry.topic_id != served.topic_id {
+                misplaced.insert(anomaly(format!(
+                    "record {id} was produced to {}#{}",
+                    entry.topic, entry.topic_id
+                )));
+                continue;
+            }
+            *copies.entry(id).or_default() += 1;
+            if let (Some(count), Some(aimed)) = (reroutes.as_deref_mut(), entry.aimed_at) {
+                if aimed != served.partition {
+                    *count += 1;
+                }
+            }
+        }
+        copies
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORDERS: TopicId = TopicId(1);
+
+    fn served(topic: &str, topic_id: TopicId, partition: u32, offset: u64, id: u64) -> Served {
+        Served {
+            topic: topic.into(),
+            topic_id,
+            partition: PartitionId(partition),
+            offset: Offset(offset),
+            payload: payload::encode(id, 32),
+        }
+    }
+
+    /// Two accepted records aimed at partition 0 of orders#1, one timed out.
+    fn ledger() -> Ledger {
+        let mut ledger = Ledger::new();
+        let call = ledger.begin();
+        assert_eq!(
+            ledger.add_record(call, "orders", ORDERS, Some(PartitionId(0))),
+            0
+        );
+        assert_eq!(
+            ledger.add_record(call, "orders", ORDERS, Some(PartitionId(0))),
+            1
+        );
+        ledger.complete(call, Outcome::Accepted);
+        let call = ledger.begin();
+        assert_eq!(ledger.add_record(call, "orders", ORDERS, None), 2);
+        ledger.complete(call, Outcome::TimedOut);
+        ledger
+    }
+
+    fn both(served: Vec<Served>) -> (Observation, Observation) {
+        let observation = Observation { served };
+        (observation.clone(), observation)
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.accepted, 2);
+        assert_eq!(report.ambiguous, 1);
+        assert_eq!(report.reroutes, 0);
+        assert_eq!(report.duplicate_copies(), 0);
+    }
+
+    #[test]
+    fn an_accepted_record_never_served_is_lost() {
+        let (deadline, last) = both(vec![served("orders", ORDERS, 0, 0, 0)]);
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.lost, vec![1]);
+        assert!(report.vanished.is_empty());
+        assert!(report.unseen.is_empty());
+    }
+
+    #[test]
+    fn a_record_served_at_the_deadline_but_gone_after_the_final_crash_is_lost() {
+        let deadline = Observation {
+            served: vec![
+                served("orders", ORDERS, 0, 0, 0),
+                served("orders", ORDERS, 0, 1, 1),
+            ],
+        };
+        let last = Observation {
+            served: vec![served("orders", ORDERS, 0, 0, 0)],
+        };
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.lost, vec![1]);
+        assert_eq!(report.vanished, vec![1]);
+    }
+
+    #[test]
+    fn an_accepted_record_missing_at_the_deadline_is_unseen() {
+        let deadline = Observation {
+            served: vec![served("orders", ORDERS, 0, 0, 0)],
+        };
+        let last = Observation {
+            served: vec![
+                served("orders", ORDERS, 0, 0, 0),
+                served("orders", ORDERS, 0, 1, 1),
+            ],
+        };
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.unseen, vec![1]);
+        assert!(report.lost.is_empty());
+    }
+
+    #[test]
+    fn a_damaged_payload_is_a_phantom() {
+        let mut bad = served("orders", ORDERS, 0, 2, 1);
+        bad.payload[25] ^= 4;
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            bad,
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.phantoms.len(), 1, "deduplicated across observations");
+        assert_eq!(report.phantoms[0].offset, Offset(2));
+        assert!(report.phantoms[0].reason.contains("Corrupt"));
+    }
+
+    #[test]
+    fn an_id_never_produced_is_a_phantom() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("orders", ORDERS, 0, 2, 99),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.phantoms.len(), 1);
+        assert!(report.phantoms[0].reason.contains("never produced"));
+    }
+
+    #[test]
+    fn a_refused_record_that_is_served_is_a_phantom() {
+        let mut ledger = ledger();
+        let call = ledger.begin();
+        let id = ledger.add_record(call, "orders", ORDERS, None);
+        ledger.complete(call, Outcome::Refused);
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("orders", ORDERS, 1, 0, id),
+        ]);
+        let report = ledger.check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.refused, 1);
+        assert!(report.phantoms[0].reason.contains("refused"));
+    }
+
+    #[test]
+    fn a_record_served_under_another_topic_is_misplaced() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("events", TopicId(5), 0, 0, 1),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.misplaced.len(), 1);
+        assert_eq!(report.misplaced[0].topic, "events");
+    }
+
+    #[test]
+    fn a_record_served_in_a_recreated_incarnation_is_misplaced() {
+        let mut ledger = ledger();
+        ledger.incarnation_deleted(ORDERS);
+        let (deadline, last) = both(vec![served("orders", TopicId(2), 0, 0, 0)]);
+        let report = ledger.check(&deadline, &last);
+        assert!(report.failed());
+        assert_eq!(report.misplaced.len(), 1);
+        assert!(report.misplaced[0].reason.contains("orders#1"));
+        assert!(report.lost.is_empty(), "the old incarnation was deleted");
+        assert_eq!(report.excused_deleted, 2);
+    }
+
+    #[test]
+    fn records_of_a_deleted_incarnation_need_not_be_served() {
+        let mut ledger = ledger();
+        ledger.incarnation_deleted(ORDERS);
+        let report = ledger.check(&Observation::default(), &Observation::default());
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.excused_deleted, 2);
+    }
+
+    #[test]
+    fn records_destroyed_by_bit_rot_are_excused() {
+        let mut ledger = ledger();
+        ledger.rotted([1]);
+        let (deadline, last) = both(vec![served("orders", ORDERS, 0, 0, 0)]);
+        let report = ledger.check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.excused_rot, 1);
+    }
+
+    #[test]
+    fn ambiguous_records_may_be_served_or_not() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("orders", ORDERS, 3, 0, 2),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.reroutes, 0, "keyless records are not aimed");
+    }
+
+    #[test]
+    fn duplicates_are_counted_in_a_histogram_and_pass() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("orders", ORDERS, 0, 2, 1),
+            served("orders", ORDERS, 0, 3, 0),
+            served("orders", ORDERS, 0, 4, 0),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.duplicates, BTreeMap::from([(2, 1), (3, 1)]));
+        assert_eq!(report.duplicate_copies(), 3);
+        assert_eq!(report.duplicates_histogram(), "2:1 3:1");
+    }
+
+    #[test]
+    fn copies_on_a_sibling_partition_are_reroutes_and_pass() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 2, 0, 1),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.reroutes, 1);
+    }
+
+    #[test]
+    fn missing_counts_required_records_not_served_in_place() {
+        let ledger = ledger();
+        let observation = Observation {
+            served: vec![
+                served("orders", ORDERS, 0, 0, 0),
+                served("orders", TopicId(9), 0, 1, 1),
+            ],
+        };
+        assert_eq!(ledger.missing(&observation), 1, "record 1 is misplaced");
+        assert_eq!(ledger.missing(&Observation::default()), 2);
+    }
+
+    #[test]
+    fn key_partition_is_fnv1a_32_modulo_partitions() {
+        // FNV-1a 32 of "" is the offset basis 0x811c9dc5; of "a" it is 0xe40c292c.
+        assert_eq!(key_partition(b"", 1000), PartitionId(0x811c_9dc5 % 1000));
+        assert_eq!(key_partition(b"a", 7), PartitionId(0xe40c_292c % 7));
+    }
+}

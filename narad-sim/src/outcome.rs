@@ -1,0 +1,96 @@
+//! What a run is asked to do and what it found: shared by the runner (madsim only) and the sweep
+//! reporting (compiled everywhere, so its tables are unit-tested in normal builds).
+
+use std::sync::Arc;
+
+use crate::ledger::Report;
+use crate::scenario::Scenario;
+use crate::schedule::FaultEvent;
+use crate::seam::PlantedBug;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// The scenario.
+    pub scenario: Arc<Scenario>,
+    /// Its path as the user gave it (for replay commands).
+    pub scenario_path: String,
+    /// The seed.
+    pub seed: u64,
+    /// The bug to plant.
+    pub plant_bug: Option<PlantedBug>,
+    /// Keep the readable trace.
+    pub trace: bool,
+    /// Replaces the scenario's (explicit or generated) fault schedule; `shrink` sets it.
+    pub schedule: Option<Vec<FaultEvent>>,
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Default)]
+pub struct RunOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// The ledger's verdict.
+    pub report: Report,
+    /// In-node invariant violations.
+    pub violations: Vec<String>,
+    /// Harness-level failures: a panic, the node never booting, a read that never succeeded, ...
+    pub errors: Vec<String>,
+    /// Hash over the event trace.
+    pub trace_hash: u64,
+    /// Events traced.
+    pub trace_events: u64,
+    /// The readable trace, when asked for.
+    pub trace_lines: Option<Vec<String>>,
+    /// The fault schedule the run applied.
+    pub schedule: Vec<FaultEvent>,
+    /// Simulated time the run took, in nanoseconds.
+    pub sim_ns: u64,
+    /// Produce calls made.
+    pub produce_calls: u64,
+    /// Crashes applied (the final crash included).
+    pub crashes: u64,
+    /// Records whose produce got a 202.
+    pub accepted: u64,
+    /// What the ledger knows about the first lost and unseen records.
+    pub details: Vec<String>,
+}
+
+impl RunOutcome {
+    /// Whether the run failed.
+    pub fn failed(&self) -> bool {
+        self.report.failed() || !self.violations.is_empty() || !self.errors.is_empty()
+    }
+
+    /// A one-line reason for a failure.
+    pub fn reason(&self) -> String {
+        let mut parts = Vec::new();
+        let r = &self.report;
+        for (name, count) in [
+            ("lost", r.lost.len()),
+            ("unseen", r.unseen.len()),
+            ("phantoms", r.phantoms.len()),
+            ("misplaced", r.misplaced.len()),
+            ("violations", self.violations.len()),
+        ] {
+            if count > 0 {
+                parts.push(format!("{name}={count}"));
+            }
+        }
+        if let Some(error) = self.errors.first() {
+            parts.push(format!("error: {error}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "panic with a non-text payload".to_string()
+    }
+}

@@ -1,0 +1,944 @@
+//! One simulated run: a scenario and a seed, under madsim (compiled only with `--cfg madsim`).
+//!
+//! The run builds its own madsim [`Runtime`] from the seed, so runs of different seeds can go on in
+//! parallel OS threads. Inside it:
+//! 1. the seed's knobs and fault schedule are drawn ([`crate::scenario::Scenario::draw`], [`schedule::generate`]);
+//! 2. the node boots in its own madsim node on a fresh [`SimDisk`]; the scenario's topics are created;
+//! 3. **safety phase**: producer tasks run the workload (every record registered in the [`Ledger`] before
+//!    it is sent), a churn task deletes and recreates churning topics, and the injector applies the
+//!    schedule: crash (`Handle::kill` and [`SimDisk::crash`] in one instant, restart later), pause, disk
+//!    error episodes ([`SimDisk`] fault rules on the node's path prefixes), slow-disk episodes
+//!    ([`SimIo`]), bit rot ([`SimDisk::rot`] at a place the harness draws; its victims are excused in the
+//!    ledger);
+//! 4. **liveness phase**: every fault heals (rules cleared, node resumed or restarted); once the node's
+//!    backlog is 0 — or at the liveness deadline at the latest — every partition is read;
+//! 5. a **final crash** and restart, a settle period, and a second read;
+//! 6. the ledger judges both reads; in-node invariant violations and harness errors also fail the run.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use madsim::runtime::{Handle, Runtime};
+use madsim::task::NodeId as MadsimNodeId;
+use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule, SimDisk};
+use narad_core::{NodeId, Offset, PartitionId, TopicId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::ledger::{key_partition, Ledger, Observation, Outcome, Served};
+use crate::outcome::{panic_text, RunOutcome, RunSpec};
+use crate::payload;
+use crate::scenario::{pick_weighted, Knobs, TopicSpec};
+use crate::schedule::{self, DiskError, FaultEvent, Target};
+use crate::seam::{
+    derive_seed, DiskLayout, NodeContext, NodeError, PlantedBug, Probe, ProduceRecord, SimIo,
+    SimNode, TopicInfo,
+};
+
+/// Extra simulated time beyond the scenario's phases before madsim's time limit stops a run.
+const TIME_LIMIT_MARGIN: Duration = Duration::from_secs(120);
+/// How long a failed boot waits before the supervisor tries again.
+const BOOT_RETRY: Duration = Duration::from_millis(500);
+/// How often the liveness phase polls the node's status.
+const STATUS_POLL: Duration = Duration::from_millis(20);
+/// How long a topic-management or read call may take before the harness retries it.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between retries of topic-management and read calls.
+const ADMIN_RETRY: Duration = Duration::from_millis(100);
+/// Records asked for per read call.
+const READ_RECORDS_MAX: usize = 1000;
+/// Read calls per partition before the harness gives up on it (a bound on a node serving forever).
+const READ_CALLS_MAX: usize = 100_000;
+/// Records of each failure category described in a run's details.
+const DETAILS_MAX: usize = 10;
+/// A connection to a node that is down is refused after this long.
+const REFUSED_DELAY: Duration = Duration::from_millis(1);
+
+fn sim_now_ns() -> u64 {
+    madsim::time::TimeHandle::current().elapsed().as_nanos() as u64
+}
+
+/// Runs one seed to completion in its own madsim runtime. Never panics: a panic inside the simulation
+/// becomes a harness error of the outcome.
+pub fn run<N: SimNode>(spec: &RunSpec) -> RunOutcome {
+    let phases = &spec.scenario.phases;
+    let budget_ms = phases.safety_ms + phases.liveness_ms + phases.final_settle_ms;
+    let mut runtime = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
+    runtime.set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN);
+    let spec_inner = spec.clone();
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        runtime.block_on(simulate::<N>(spec_inner))
+    }));
+    match result {
+        Ok(outcome) => outcome,
+        Err(payload) => RunOutcome {
+            seed: spec.seed,
+            errors: vec![format!("panic: {}", panic_text(payload.as_ref()))],
+            ..RunOutcome::default()
+        },
+    }
+}
+
+/// Whether the node is up, paused or down, as the harness made it.
+#[derive(Clone, Copy, Debug, Default)]
+struct NodeState {
+    down: bool,
+    paused: bool,
+    /// Bumped at every crash, pause and heal so a stale timer cannot undo a later change.
+    generation: u64,
+}
+
+/// The harness's side of one simulated node.
+struct Server<N: SimNode> {
+    madsim_id: MadsimNodeId,
+    slot: Arc<Mutex<Option<N>>>,
+    state: Mutex<NodeState>,
+    disk: SimDisk,
+    probe: Probe,
+    crashes: AtomicU32,
+}
+
+/// How a call to the node ended, from the client's side.
+enum Call<T> {
+    /// The node answered.
+    Done(T),
+    /// The node was down: connection refused.
+    Refused,
+    /// The node died while the call was in flight: connection reset.
+    Reset,
+    /// The client gave up.
+    TimedOut,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+impl<N: SimNode> Server<N> {
+    fn boot(
+        disk: SimDisk,
+        io: SimIo,
+        probe: Probe,
+        seed: u64,
+        plant_bug: Option<PlantedBug>,
+    ) -> Arc<Self> {
+        let slot: Arc<Mutex<Option<N>>> = Arc::new(Mutex::new(None));
+        let boots = Arc::new(AtomicU32::new(0));
+        let init_slot = slot.clone();
+        let init_probe = probe.clone();
+        let init_disk = disk.clone();
+        let node_seed = derive_seed(seed, "node/0");
+        let node = Handle::current()
+            .create_node()
+            .name("narad-0")
+            .ip("10.0.0.1".parse().expect("a valid address"))
+            .init(move || {
+                let ctx = NodeContext {
+                    node_id: NodeId(0),
+                    seed: node_seed,
+                    boot: boots.fetch_add(1, Ordering::Relaxed),
+                    disk: init_disk.clone(),
+                    io: io.clone(),
+                    plant_bug,
+                    probe: init_probe.clone(),
+                };
+                let slot = init_slot.clone();
+                async move {
+                    loop {
+                        match N::start(ctx.clone()).await {
+                            Ok(node) => {
+                                ctx.probe
+                                    .event("harness", format_args!("boot {} ready", ctx.boot));
+                                *lock(&slot) = Some(node);
+                                break;
+                            }
+                            Err(error) => {
+                                ctx.probe.event(
+                                    "harness",
+                                    format_args!("boot {} failed: {error}", ctx.boot),
+                                );
+                                tokio::time::sleep(BOOT_RETRY).await;
+                            }
+                        }
+                    }
+                    // The node's main task must not return: madsim ends a node whose init returns.
+                    std::future::pending::<()>().await;
+                }
+            })
+            .build();
+        Arc::new(Server {
+            madsim_id: node.id(),
+            slot,
+            state: Mutex::new(NodeState::default()),
+            disk,
+            probe,
+            crashes: AtomicU32::new(0),
+        })
+    }
+
+    /// Runs `f(node)` as a task on the node, as a request handler would run.
+    async fn call<T, Fut>(&self, timeout: Duration, f: impl FnOnce(N) -> Fut) -> Call<T>
+    where
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let node = lock(&self.slot).clone();
+        let Some(node) = node else {
+            tokio::time::sleep(REFUSED_DELAY).await;
+            return Call::Refused;
+        };
+        let handle = Handle::current()
+            .get_node(self.madsim_id)
+            .expect("the node exists for the whole run");
+        let join = handle.spawn(f(node));
+        let abort = join.abort_handle();
+        match tokio::time::timeout(timeout, join).await {
+            Ok(Ok(value)) => Call::Done(value),
+            Ok(Err(_cancelled)) => Call::Reset,
+            Err(_elapsed) => {
+                // The client hangs up: the handler is dropped, as hyper drops it on disconnect.
+                abort.abort();
+                Call::TimedOut
+            }
+        }
+    }
+
+    fn crash(&self, why: &str) {
+        let mut state = lock(&self.state);
+        Handle::current().kill(self.madsim_id);
+        self.disk.crash();
+        *lock(&self.slot) = None;
+        state.down = true;
+        state.paused = false;
+        state.generation += 1;
+        self.crashes.fetch_add(1, Ordering::Relaxed);
+        self.probe.event(
+            "fault",
+            format_args!("crash ({why}): node killed, disk crashed"),
+        );
+    }
+
+    fn restart(&self) {
+        let mut state = lock(&self.state);
+        state.down = false;
+        state.paused = false;
+        state.generation += 1;
+        Handle::current().restart(self.madsim_id);
+        self.probe.event("fault", format_args!("restart"));
+    }
+
+    /// Waits until the node has booted, or `deadline_ns` passes.
+    async fn booted(&self, deadline_ns: u64) -> bool {
+        loop {
+            if lock(&self.slot).is_some() {
+                return true;
+            }
+            if sim_now_ns() >= deadline_ns {
+                return false;
+            }
+            tokio::time::sleep(STATUS_POLL).await;
+        }
+    }
+}
+
+/// One topic as the workload sees it.
+struct TopicRuntime {
+    spec: TopicSpec,
+    current: Mutex<Option<TopicId>>,
+    /// Producers hold it shared for a call; churn holds it exclusively, so every record is attributed
+    /// to the incarnation it was sent to.
+    gate: tokio::sync::RwLock<()>,
+}
+
+/// Everything the run's tasks share.
+struct World<N: SimNode> {
+    spec: RunSpec,
+    knobs: Knobs,
+    layout: DiskLayout,
+    server: Arc<Server<N>>,
+    io: SimIo,
+    probe: Probe,
+    ledger: Mutex<Ledger>,
+    topics: Vec<TopicRuntime>,
+    safety_end_ns: u64,
+    healed: AtomicBool,
+    errors: Mutex<Vec<String>>,
+    produce_calls: Mutex<u64>,
+    /// Disk fault episodes in force: (episode id, rule).
+    disk_rules: Mutex<Vec<(u64, FaultRule)>>,
+    /// Chooses where bit rot strikes.
+    rot_rng: Mutex<ChaCha8Rng>,
+    /// Every (file, offset) bit rot struck.
+    rot_spots: Mutex<Vec<(String, u64)>>,
+}
+
+impl<N: SimNode> World<N> {
+    fn error(&self, text: String) {
+        self.probe.event("harness", format_args!("ERROR {text}"));
+        lock(&self.errors).push(text);
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.spec.scenario.workload.timeout_ms)
+    }
+
+    fn prefix(&self, target: Target) -> String {
+        match target {
+            Target::Wal => self.layout.wal_prefix.clone(),
+            Target::Partitions => self.layout.partition_prefix.clone(),
+            Target::All => String::new(),
+        }
+    }
+
+    /// Creates `topic` and learns its incarnation, retrying through failures until `deadline_ns`.
+    async fn create_topic(&self, topic: &TopicRuntime, deadline_ns: u64) -> Option<TopicId> {
+        let name = topic.spec.name.clone();
+        let partitions = topic.spec.partitions;
+        while sim_now_ns() < deadline_ns {
+            let create_name = name.clone();
+            let created = self
+                .server
+                .call(ADMIN_TIMEOUT, move |node| async move {
+                    node.create_topic(&create_name, partitions).await
+                })
+                .await;
+            if let Call::Done(Ok(info)) = created {
+                self.probe
+                    .event("client", format_args!("created {name}#{}", info.id));
+                return Some(info.id);
+            }
+            // Ambiguous or refused (it may exist already): ask what is there.
+            if let Some(Some(info)) = self.describe(&name).await {
+                if info.partitions == partitions {
+                    self.probe
+                        .event("client", format_args!("found {name}#{}", info.id));
+                    return Some(info.id);
+                }
+            }
+            tokio::time::sleep(ADMIN_RETRY).await;
+        }
+        None
+    }
+
+    async fn describe(&self, name: &str) -> Option<Option<TopicInfo>> {
+        let describe_name = name.to_string();
+        match self
+            .server
+            .call(ADMIN_TIMEOUT, move |node| async move {
+                node.describe_topic(&describe_name).await
+            })
+            .await
+        {
+            Call::Done(Ok(info)) => Some(info),
+            Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => None,
+        }
+    }
+
+    /// Deletes the incarnation `old` of `topic`, retrying until the node confirms it is gone.
+    async fn delete_topic(&self, topic: &TopicRuntime, old: TopicId, deadline_ns: u64) -> bool {
+        let name = topic.spec.name.clone();
+        while sim_now_ns() < deadline_ns {
+            let delete_name = name.clone();
+            let _ = self
+                .server
+                .call(ADMIN_TIMEOUT, move |node| async move {
+                    node.delete_topic(&delete_name).await
+                })
+                .await;
+            match self.describe(&name).await {
+                Some(None) => return true,
+                Some(Some(info)) if info.id != old => return true,
+                Some(Some(_)) | None => tokio::time::sleep(ADMIN_RETRY).await,
+            }
+        }
+        false
+    }
+
+    /// Produces one call's worth of records, as one producer.
+    async fn produce_once(&self, rng: &mut ChaCha8Rng) {
+        let topic = &self.topics[rng.random_range(0..self.topics.len())];
+        let mode = pick_weighted(rng, &self.knobs.mode_weights).expect("weights are not all 0");
+        let batch = pick_weighted(rng, &self.knobs.shape_weights) == Some(1);
+        let mut count = if batch {
+            self.knobs.batch_records.draw(rng)
+        } else {
+            1
+        };
+        if let Some(max) = self.spec.scenario.workload.records_max {
+            count = count.min(max.saturating_sub(lock(&self.ledger).len() as u64));
+            if count == 0 {
+                return;
+            }
+        }
+        let _gate = topic.gate.read().await;
+        let Some(topic_id) = *lock(&topic.current) else {
+            return;
+        };
+        let partitions = topic.spec.partitions;
+        let explicit = (mode == 2).then(|| PartitionId(rng.random_range(0..partitions)));
+        let mut records = Vec::with_capacity(count as usize);
+        let attempt;
+        {
+            let mut ledger = lock(&self.ledger);
+            attempt = ledger.begin();
+            for _ in 0..count {
+                let key = (mode == 0)
+                    .then(|| format!("k{}", rng.random_range(0..self.knobs.keys)).into_bytes());
+                let aimed =
+                    explicit.or_else(|| key.as_deref().map(|k| key_partition(k, partitions)));
+                let id = ledger.add_record(attempt, &topic.spec.name, topic_id, aimed);
+                let size = self.knobs.payload_bytes.draw(rng) as usize;
+                records.push(ProduceRecord {
+                    key,
+                    payload: payload::encode(id, size),
+                });
+            }
+        }
+        *lock(&self.produce_calls) += 1;
+        let name = topic.spec.name.clone();
+        let result = self
+            .server
+            .call(self.timeout(), move |node| async move {
+                if batch {
+                    node.produce_batch(&name, explicit, records).await
+                } else {
+                    let record = records.pop().expect("one record");
+                    node.produce(&name, explicit, record).await
+                }
+            })
+            .await;
+        let outcome = match result {
+            Call::Done(Ok(())) => Outcome::Accepted,
+            Call::Done(Err(NodeError::Refused(_))) => Outcome::Refused,
+            Call::Done(Err(NodeError::Failed(_))) | Call::Refused | Call::Reset => Outcome::Failed,
+            Call::TimedOut => Outcome::TimedOut,
+        };
+        lock(&self.ledger).complete(attempt, outcome);
+        self.probe.event(
+            "client",
+            format_args!(
+                "produce #{} {}#{topic_id} records={count} partition={:?} -> {}",
+                attempt.0,
+                topic.spec.name,
+                explicit.map(|p| p.0),
+                outcome.name()
+            ),
+        );
+    }
+
+    fn records_exhausted(&self) -> bool {
+        self.spec
+            .scenario
+            .workload
+            .records_max
+            .is_some_and(|max| lock(&self.ledger).len() as u64 >= max)
+    }
+
+    async fn producer(self: Arc<Self>, index: u64) {
+        let mut rng =
+            ChaCha8Rng::seed_from_u64(derive_seed(self.spec.seed, &format!("producer/{index}")));
+        let mean_gap_ns = 1e9 * self.knobs.producers as f64 / self.knobs.rate_per_s as f64;
+        loop {
+            let unit: f64 = rng.random_range(f64::EPSILON..1.0);
+            tokio::time::sleep(Duration::from_nanos((-unit.ln() * mean_gap_ns) as u64)).await;
+            if sim_now_ns() >= self.safety_end_ns || self.records_exhausted() {
+                return;
+            }
+            self.produce_once(&mut rng).await;
+        }
+    }
+
+    async fn churn(self: Arc<Self>, index: usize) {
+        let topic = &self.topics[index];
+        let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(
+            self.spec.seed,
+            &format!("churn/{}", topic.spec.name),
+        ));
+        let mean_ns = self.knobs.churn_every_ms as f64 * 1e6;
+        let hard_deadline_ns =
+            self.safety_end_ns + self.spec.scenario.phases.liveness_ms * 1_000_000 / 2;
+        loop {
+            let unit: f64 = rng.random_range(f64::EPSILON..1.0);
+            tokio::time::sleep(Duration::from_nanos((-unit.ln() * mean_ns) as u64)).await;
+            if sim_now_ns() >= self.safety_end_ns {
+                return;
+            }
+            let _gate = topic.gate.write().await;
+            let Some(old) = *lock(&topic.current) else {
+                return;
+            };
+            self.probe
+                .event("client", format_args!("churn {}#{old}", topic.spec.name));
+            if !self.delete_topic(topic, old, hard_deadline_ns).await {
+                self.error(format!(
+                    "topic {}#{old} could not be deleted",
+                    topic.spec.name
+                ));
+                return;
+            }
+            lock(&self.ledger).incarnation_deleted(old);
+            *lock(&topic.current) = None;
+            match self.create_topic(topic, hard_deadline_ns).await {
+                Some(id) => *lock(&topic.current) = Some(id),
+                None => {
+                    self.error(format!("topic {} could not be recreated", topic.spec.name));
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn injector(self: Arc<Self>, events: Vec<FaultEvent>) {
+        for (episode, event) in events.into_iter().enumerate() {
+            let at_ns = event.at_us() * 1000;
+            let now = sim_now_ns();
+            if at_ns > now {
+                tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
+            }
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            self.clone().apply(episode as u64, event);
+        }
+    }
+
+    /// Applies one fault now; its end (restart, resume, episode end) is a timer task.
+    fn apply(self: Arc<Self>, episode: u64, event: FaultEvent) {
+        self.probe
+            .event("fault", format_args!("apply {}", event.describe()));
+        match event {
+            FaultEvent::Crash { down_ms, .. } => {
+                if lock(&self.server.state).down {
+                    self.probe
+                        .event("fault", format_args!("skip: node is down"));
+                    return;
+                }
+                self.excuse_behind_rot();
+                self.server.crash("scheduled");
+                let generation = lock(&self.server.state).generation;
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                    let current = lock(&self.server.state).generation;
+                    if current == generation && !self.healed.load(Ordering::Relaxed) {
+                        self.server.restart();
+                    }
+                });
+            }
+            FaultEvent::Pause { duration_ms, .. } => {
+                let generation = {
+                    let mut state = lock(&self.server.state);
+                    if state.down || state.paused {
+                        self.probe
+                            .event("fault", format_args!("skip: node is down or paused"));
+                        return;
+                    }
+                    state.paused = true;
+                    state.generation += 1;
+                    Handle::current().pause(self.server.madsim_id);
+                    state.generation
+                };
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    let mut state = lock(&self.server.state);
+                    if state.generation == generation && state.paused {
+                        state.paused = false;
+                        Handle::current().resume(self.server.madsim_id);
+                        self.probe.event("fault", format_args!("resume"));
+                    }
+                });
+            }
+            FaultEvent::Disk {
+                target,
+                error,
+                chance_ppm,
+                duration_ms,
+                ..
+            } => {
+                let kind = match error {
+                    DiskError::FsyncEio => DiskFaultKind::SyncEio,
+                    DiskError::WriteEio => DiskFaultKind::WriteEio,
+                    DiskError::Enospc => DiskFaultKind::NoSpace,
+                };
+                let rule = FaultRule {
+                    path_prefix: self.prefix(target),
+                    kind,
+                    chance_ppm,
+                    remaining: None,
+                };
+                self.server.disk.add_fault(rule.clone());
+                lock(&self.disk_rules).push((episode, rule));
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    if self.healed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    // SimDisk can only clear every rule: clear, then re-add the others in force.
+                    let mut rules = lock(&self.disk_rules);
+                    rules.retain(|(id, _)| *id != episode);
+                    self.server.disk.clear_faults();
+                    for (_, rule) in rules.iter() {
+                        self.server.disk.add_fault(rule.clone());
+                    }
+                    self.probe
+                        .event("fault", format_args!("end disk episode {episode}"));
+                });
+            }
+            FaultEvent::SlowDisk {
+                target,
+                latency_us,
+                duration_ms,
+                ..
+            } => {
+                let id = self.io.slow_begin(&self.prefix(target), latency_us);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    self.io.slow_end(id);
+                    self.probe
+                        .event("fault", format_args!("end slow episode {episode}"));
+                });
+            }
+            FaultEvent::BitRot { target, .. } => self.rot(target),
+        }
+    }
+
+    /// Flips a bit of synced data and excuses the records it may destroy: the struck payload and
+    /// every payload after it in that file (a reader or recovery may stop at the damaged frame). The
+    /// victims are found in the image *before* the flip, so a flip inside a payload header cannot hide
+    /// its own record.
+    fn rot(&self, target: Target) {
+        let prefix = self.prefix(target);
+        let disk = &self.server.disk;
+        let candidates: Vec<(String, Vec<u8>)> = disk
+            .paths()
+            .into_iter()
+            .filter(|path| path.starts_with(prefix.as_str()))
+            .filter_map(|path| {
+                let image = disk.durable_image(&path)?;
+                (!image.is_empty()).then_some((path, image))
+            })
+            .collect();
+        if candidates.is_empty() {
+            self.probe.event(
+                "fault",
+                format_args!("bit-rot: no synced data under {prefix:?}"),
+            );
+            return;
+        }
+        let (path, image, offset, bit) = {
+            let mut rng = lock(&self.rot_rng);
+            let (path, image) = &candidates[rng.random_range(0..candidates.len())];
+            let offset = rng.random_range(0..image.len() as u64);
+            (path.clone(), image, offset, rng.random_range(0..8u8))
+        };
+        let victims: Vec<u64> = payload::scan(image)
+            .into_iter()
+            .filter(|found| found.end > offset)
+            .map(|found| found.id)
+            .collect();
+        let flipped = disk.rot(&path, offset, bit);
+        lock(&self.rot_spots).push((path.clone(), offset));
+        self.probe.event(
+            "fault",
+            format_args!(
+                "bit-rot {path}@{offset} bit {bit} (flipped: {flipped}): {} records excused",
+                victims.len()
+            ),
+        );
+        lock(&self.ledger).rotted(victims);
+    }
+
+    /// Excuses records written after a rot spot in its file since it struck: a reader or a recovery
+    /// that stops at the damaged frame never reaches them. Runs before every crash (recovery may
+    /// truncate the file at the damage) and before every observation. Lenient on purpose: a file
+    /// truncated at the damage and appended again has its new records excused too.
+    fn excuse_behind_rot(&self) {
+        let spots = lock(&self.rot_spots).clone();
+        for (path, offset) in spots {
+            let Some(image) = self.server.disk.durable_image(&path) else {
+                continue;
+            };
+            let victims: Vec<u64> = payload::scan(&image)
+                .into_iter()
+                .filter(|found| found.end > offset)
+                .map(|found| found.id)
+                .collect();
+            lock(&self.ledger).rotted(victims);
+        }
+    }
+
+    /// Ends every fault: the liveness phase starts.
+    fn heal(&self) {
+        self.healed.store(true, Ordering::Relaxed);
+        self.server.disk.clear_faults();
+        lock(&self.disk_rules).clear();
+        self.io.heal();
+        let state = *lock(&self.server.state);
+        if state.down {
+            self.server.restart();
+        } else if state.paused {
+            let mut state = lock(&self.server.state);
+            state.paused = false;
+            state.generation += 1;
+            Handle::current().resume(self.server.madsim_id);
+        }
+        self.probe
+            .event("harness", format_args!("heal: liveness phase starts"));
+    }
+
+    /// Reads every partition of every topic's current incarnation.
+    async fn read_all(&self) -> Observation {
+        let mut observation = Observation::default();
+        for topic in &self.topics {
+            for p in 0..topic.spec.partitions {
+                self.read_partition(&topic.spec.name, PartitionId(p), &mut observation)
+                    .await;
+            }
+        }
+        observation
+    }
+
+    async fn read_partition(&self, name: &str, partition: PartitionId, out: &mut Observation) {
+        let mut from = Offset(0);
+        let mut failures = 0;
+        for _ in 0..READ_CALLS_MAX {
+            let read_name = name.to_string();
+            let result = self
+                .server
+                .call(ADMIN_TIMEOUT, move |node| async move {
+                    node.read(&read_name, partition, from, READ_RECORDS_MAX)
+                        .await
+                })
+                .await;
+            let batch = match result {
+                Call::Done(Ok(batch)) => batch,
+                Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => {
+                    failures += 1;
+                    if failures > 20 {
+                        self.error(format!("read {name}/{partition} from {from} keeps failing"));
+                        return;
+                    }
+                    tokio::time::sleep(ADMIN_RETRY).await;
+                    continue;
+                }
+            };
+            let Some(last) = batch.records.last() else {
+                return;
+            };
+            from = last.offset.next();
+            for record in batch.records {
+                out.served.push(Served {
+                    topic: name.to_string(),
+                    topic_id: batch.topic_id,
+                    partition,
+                    offset: record.offset,
+                    payload: record.payload,
+                });
+            }
+            if from >= batch.high_watermark {
+                return;
+            }
+        }
+        self.error(format!("read {name}/{partition} did not end"));
+    }
+
+    /// Waits for a zero backlog (or `deadline_ns`), then reads; if a 202'd record is still missing
+    /// before the deadline, waits for the deadline and reads again.
+    async fn observe(&self, deadline_ns: u64, what: &str) -> Observation {
+        if !self.server.booted(deadline_ns).await {
+            self.error(format!("node not booted by the {what} deadline"));
+            return Observation::default();
+        }
+        loop {
+            let drained = matches!(
+                self.server
+                    .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                    .await,
+                Call::Done(status) if status.backlog_records == 0
+            );
+            if drained || sim_now_ns() >= deadline_ns {
+                break;
+            }
+            tokio::time::sleep(STATUS_POLL).await;
+        }
+        self.excuse_behind_rot();
+        let observation = self.read_all().await;
+        let missing = lock(&self.ledger).missing(&observation);
+        let now = sim_now_ns();
+        if missing == 0 || now >= deadline_ns {
+            self.probe.event(
+                "harness",
+                format_args!(
+                    "{what} read: {} served, {missing} missing",
+                    observation.served.len()
+                ),
+            );
+            return observation;
+        }
+        tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;
+        self.excuse_behind_rot();
+        let observation = self.read_all().await;
+        self.probe.event(
+            "harness",
+            format_args!(
+                "{what} read at the deadline: {} served, {} missing",
+                observation.served.len(),
+                lock(&self.ledger).missing(&observation)
+            ),
+        );
+        observation
+    }
+}
+
+async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
+    let scenario = spec.scenario.clone();
+    let seed = spec.seed;
+    let knobs = scenario.draw(&mut ChaCha8Rng::seed_from_u64(derive_seed(seed, "knobs")));
+    let events = spec
+        .schedule
+        .clone()
+        .or_else(|| scenario.schedule.clone())
+        .unwrap_or_else(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(seed, "schedule"));
+            schedule::generate(&scenario, &knobs, &mut rng)
+        });
+    let probe = Probe::new(spec.trace, sim_now_ns);
+    probe.event(
+        "harness",
+        format_args!(
+            "seed {seed} node {} plant_bug {:?} knobs {knobs:?} faults {}",
+            N::name(),
+            spec.plant_bug.map(PlantedBug::name),
+            events.len()
+        ),
+    );
+    let disk = SimDisk::new(derive_seed(seed, "disk"));
+    let io = SimIo::new(derive_seed(seed, "io"), knobs.op_us, knobs.sync_us);
+    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug);
+    let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
+    let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
+    let world = Arc::new(World {
+        layout: N::layout(),
+        knobs: knobs.clone(),
+        server: server.clone(),
+        io,
+        probe: probe.clone(),
+        ledger: Mutex::new(Ledger::new()),
+        topics: scenario
+            .topics
+            .iter()
+            .map(|spec| TopicRuntime {
+                spec: spec.clone(),
+                current: Mutex::new(None),
+                gate: tokio::sync::RwLock::new(()),
+            })
+            .collect(),
+        safety_end_ns,
+        healed: AtomicBool::new(false),
+        errors: Mutex::new(Vec::new()),
+        produce_calls: Mutex::new(0),
+        disk_rules: Mutex::new(Vec::new()),
+        rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
+        rot_spots: Mutex::new(Vec::new()),
+        spec,
+    });
+
+    // Topics first (the node may still be booting), then the safety phase.
+    for topic in &world.topics {
+        match world.create_topic(topic, safety_end_ns).await {
+            Some(id) => *lock(&topic.current) = Some(id),
+            None => world.error(format!("topic {} could not be created", topic.spec.name)),
+        }
+    }
+    let injector = tokio::spawn(world.clone().injector(events.clone()));
+    let mut tasks = Vec::new();
+    for index in 0..knobs.producers {
+        tasks.push(tokio::spawn(world.clone().producer(index)));
+    }
+    if knobs.churn_every_ms > 0 {
+        for (index, topic) in world.topics.iter().enumerate() {
+            if topic.spec.churn {
+                tasks.push(tokio::spawn(world.clone().churn(index)));
+            }
+        }
+    }
+    let now = sim_now_ns();
+    if now < safety_end_ns {
+        tokio::time::sleep(Duration::from_nanos(safety_end_ns - now)).await;
+    }
+    injector.abort();
+    for task in tasks {
+        // Producers stop at the end of the safety phase; churn finishes its cycle first.
+        let _ = task.await;
+    }
+
+    // Liveness phase.
+    world.heal();
+    let at_deadline = world.observe(liveness_deadline_ns, "liveness").await;
+
+    // Final crash: what was visible must also be durable.
+    let after_final = if world.spec.scenario.phases.final_crash {
+        world.excuse_behind_rot();
+        server.crash("final");
+        server.restart();
+        let settle_deadline_ns =
+            sim_now_ns() + world.spec.scenario.phases.final_settle_ms * 1_000_000;
+        world.observe(settle_deadline_ns, "final").await
+    } else {
+        at_deadline.clone()
+    };
+
+    let report = lock(&world.ledger).check(&at_deadline, &after_final);
+    probe.event(
+        "harness",
+        format_args!(
+            "verdict lost={} unseen={} phantoms={} misplaced={} duplicates={} reroutes={}",
+            report.lost.len(),
+            report.unseen.len(),
+            report.phantoms.len(),
+            report.misplaced.len(),
+            report.duplicate_copies(),
+            report.reroutes
+        ),
+    );
+    let details = {
+        let ledger = lock(&world.ledger);
+        let mut details = Vec::new();
+        for (kind, ids) in [("lost", &report.lost), ("unseen", &report.unseen)] {
+            for &id in ids.iter().take(DETAILS_MAX) {
+                if let Some(entry) = ledger.record(id) {
+                    details.push(format!(
+                        "{kind} record {id}: {}#{} aimed at {:?}, call #{} {}",
+                        entry.topic,
+                        entry.topic_id,
+                        entry.aimed_at.map(|p| p.0),
+                        entry.attempt.0,
+                        ledger.outcome_of(id).map_or("?", Outcome::name)
+                    ));
+                }
+            }
+        }
+        details
+    };
+    let errors = lock(&world.errors).clone();
+    let produce_calls = *lock(&world.produce_calls);
+    RunOutcome {
+        seed,
+        accepted: report.accepted,
+        report,
+        violations: probe.violations(),
+        errors,
+        trace_hash: probe.trace_hash(),
+        trace_events: probe.trace_events(),
+        trace_lines: probe.trace_lines(),
+        schedule: events,
+        sim_ns: sim_now_ns(),
+        produce_calls,
+        crashes: u64::from(server.crashes.load(Ordering::Relaxed)),
+        details,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,307 @@
+//! End-to-end tests of the runner: the model node under madsim, and small wrapper nodes that break
+//! one rule each so every failure category is shown to be caught.
+
+use super::*;
+use crate::model_node::ModelNode;
+use crate::scenario::Scenario;
+
+/// A small scenario: two topics (one churning), every fault kind possible.
+const SMALL: &str = r#"
+[topology]
+nodes = 1
+
+[[topics]]
+name = "orders"
+partitions = 3
+
+[[topics]]
+name = "events"
+partitions = 2
+churn = true
+
+[workload]
+rate_per_s = 300
+producers = 3
+keyed = 1
+keyless = 1
+explicit = 1
+single = 2
+batch = 1
+batch_records = [2, 10]
+payload_bytes = [20, 200]
+keys = 8
+churn_every_ms = 500
+timeout_ms = 1000
+
+[disk]
+op_us = 20
+sync_us = 300
+
+[faults]
+per_minute = 120
+warmup_ms = 100
+crash = 2
+pause = 1
+wal_fsync_eio = 1
+partition_fsync_eio = 1
+write_eio = 1
+enospc = 1
+slow_disk = 1
+bit_rot = 1
+down_ms = [1, 300]
+pause_ms = [1, 300]
+episode_ms = [1, 300]
+chance_ppm = 500000
+slow_us = 5000
+
+[phases]
+safety_ms = 3000
+liveness_ms = 5000
+final_settle_ms = 2000
+"#;
+
+fn spec(seed: u64, plant_bug: Option<PlantedBug>) -> RunSpec {
+    RunSpec {
+        scenario: Arc::new(Scenario::parse(SMALL).unwrap()),
+        scenario_path: "small".into(),
+        seed,
+        plant_bug,
+        trace: false,
+        schedule: None,
+    }
+}
+
+#[test]
+fn the_model_node_passes_every_seed() {
+    for seed in 1..=10 {
+        let outcome = run::<ModelNode>(&spec(seed, None));
+        assert!(!outcome.failed(), "seed {seed}: {}", outcome.reason());
+        assert!(outcome.accepted > 0, "seed {seed} accepted nothing");
+    }
+}
+
+#[test]
+fn a_seed_replays_to_the_same_trace_hash() {
+    let a = run::<ModelNode>(&spec(3, None));
+    let b = run::<ModelNode>(&spec(3, None));
+    let c = run::<ModelNode>(&spec(4, None));
+    assert_eq!(
+        (a.trace_hash, a.trace_events),
+        (b.trace_hash, b.trace_events)
+    );
+    assert_eq!(a.report, b.report);
+    assert_ne!(a.trace_hash, c.trace_hash);
+}
+
+#[test]
+fn ack_before_fsync_is_caught_as_loss() {
+    let outcome = run::<ModelNode>(&spec(1, Some(PlantedBug::AckBeforeFsync)));
+    assert!(!outcome.report.lost.is_empty(), "{}", outcome.reason());
+}
+
+#[test]
+fn a_stale_incarnation_is_caught_as_misplaced() {
+    let outcome = run::<ModelNode>(&spec(
+        1,
+        Some(PlantedBug::StaleIncarnationIntoRecreatedTopic),
+    ));
+    assert!(!outcome.report.misplaced.is_empty(), "{}", outcome.reason());
+}
+
+#[test]
+fn a_rotten_payload_served_without_its_crc_is_caught_as_a_phantom() {
+    let rot_late = vec![FaultEvent::BitRot {
+        at_us: 2_900_000,
+        target: Target::Partitions,
+    }];
+    let phantoms: usize = (1..=5)
+        .map(|seed| {
+            let clean = run::<ModelNode>(&RunSpec {
+                schedule: Some(rot_late.clone()),
+                ..spec(seed, None)
+            });
+            assert!(!clean.failed(), "seed {seed}: {}", clean.reason());
+            run::<ModelNode>(&RunSpec {
+                schedule: Some(rot_late.clone()),
+                ..spec(seed, Some(PlantedBug::SkipReadbackCrc))
+            })
+            .report
+            .phantoms
+            .len()
+        })
+        .sum();
+    assert!(phantoms > 0, "no seed served the rotten payload");
+}
+
+#[test]
+fn an_explicit_empty_schedule_replaces_the_generated_one() {
+    let generated = run::<ModelNode>(&spec(2, None));
+    assert!(!generated.schedule.is_empty());
+    let quiet = run::<ModelNode>(&RunSpec {
+        schedule: Some(Vec::new()),
+        ..spec(2, None)
+    });
+    assert!(quiet.schedule.is_empty());
+    assert_eq!(quiet.crashes, 1, "only the final crash");
+    assert!(!quiet.failed(), "{}", quiet.reason());
+}
+
+#[test]
+fn a_topic_the_node_refuses_is_a_harness_error() {
+    let mut bad = spec(1, None);
+    let mut scenario = (*bad.scenario).clone();
+    scenario.topics[0].partitions = 0;
+    bad.scenario = Arc::new(scenario);
+    let outcome = run::<ModelNode>(&bad);
+    assert!(outcome.failed());
+    assert!(
+        outcome.errors[0].contains("orders could not be created"),
+        "{:?}",
+        outcome.errors
+    );
+}
+
+/// A node whose boot panics, to prove a panic fails the run instead of the sweep.
+#[derive(Clone)]
+struct PanickingNode;
+
+impl SimNode for PanickingNode {
+    fn name() -> &'static str {
+        "panicking"
+    }
+    fn layout() -> DiskLayout {
+        DiskLayout {
+            wal_prefix: "wal/".into(),
+            partition_prefix: "p/".into(),
+        }
+    }
+    fn supports(_bug: PlantedBug) -> bool {
+        false
+    }
+    async fn start(_ctx: NodeContext) -> Result<Self, String> {
+        panic!("boot exploded")
+    }
+    async fn create_topic(&self, _: &str, _: u32) -> Result<TopicInfo, NodeError> {
+        unreachable!("never booted")
+    }
+    async fn delete_topic(&self, _: &str) -> Result<(), NodeError> {
+        unreachable!("never booted")
+    }
+    async fn describe_topic(&self, _: &str) -> Result<Option<TopicInfo>, NodeError> {
+        unreachable!("never booted")
+    }
+    async fn produce(
+        &self,
+        _: &str,
+        _: Option<PartitionId>,
+        _: ProduceRecord,
+    ) -> Result<(), NodeError> {
+        unreachable!("never booted")
+    }
+    async fn produce_batch(
+        &self,
+        _: &str,
+        _: Option<PartitionId>,
+        _: Vec<ProduceRecord>,
+    ) -> Result<(), NodeError> {
+        unreachable!("never booted")
+    }
+    async fn read(
+        &self,
+        _: &str,
+        _: PartitionId,
+        _: Offset,
+        _: usize,
+    ) -> Result<crate::seam::ReadBatch, NodeError> {
+        unreachable!("never booted")
+    }
+    async fn status(&self) -> crate::seam::NodeStatus {
+        unreachable!("never booted")
+    }
+}
+
+#[test]
+fn a_panic_inside_the_simulation_is_a_failed_run() {
+    let outcome = run::<PanickingNode>(&spec(1, None));
+    assert!(outcome.failed());
+    assert_eq!(outcome.errors, ["panic: boot exploded"]);
+}
+
+/// The model node, except that reads serve nothing until 8.5 s of simulated time: past the
+/// liveness deadline of [`SMALL`] (3 s + 5 s) but before the final read.
+#[derive(Clone)]
+struct LateNode(ModelNode);
+
+const LATE_UNTIL_NS: u64 = 8_500_000_000;
+
+impl SimNode for LateNode {
+    fn name() -> &'static str {
+        "late"
+    }
+    fn layout() -> DiskLayout {
+        ModelNode::layout()
+    }
+    fn supports(_bug: PlantedBug) -> bool {
+        false
+    }
+    async fn start(ctx: NodeContext) -> Result<Self, String> {
+        ModelNode::start(ctx).await.map(LateNode)
+    }
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo, NodeError> {
+        self.0.create_topic(name, partitions).await
+    }
+    async fn delete_topic(&self, name: &str) -> Result<(), NodeError> {
+        self.0.delete_topic(name).await
+    }
+    async fn describe_topic(&self, name: &str) -> Result<Option<TopicInfo>, NodeError> {
+        self.0.describe_topic(name).await
+    }
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        record: ProduceRecord,
+    ) -> Result<(), NodeError> {
+        self.0.produce(topic, partition, record).await
+    }
+    async fn produce_batch(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        records: Vec<ProduceRecord>,
+    ) -> Result<(), NodeError> {
+        self.0.produce_batch(topic, partition, records).await
+    }
+    async fn read(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        from: Offset,
+        records_max: usize,
+    ) -> Result<crate::seam::ReadBatch, NodeError> {
+        let mut batch = self.0.read(topic, partition, from, records_max).await?;
+        if sim_now_ns() < LATE_UNTIL_NS {
+            batch.records.clear();
+        }
+        Ok(batch)
+    }
+    async fn status(&self) -> crate::seam::NodeStatus {
+        self.0.status().await
+    }
+}
+
+#[test]
+fn records_visible_only_after_the_deadline_are_caught_as_unseen() {
+    let outcome = run::<LateNode>(&RunSpec {
+        schedule: Some(Vec::new()),
+        ..spec(1, None)
+    });
+    let report = &outcome.report;
+    assert!(report.lost.is_empty(), "{}", outcome.reason());
+    assert!(!report.unseen.is_empty());
+    assert_eq!(
+        report.unseen.len() as u64,
+        report.accepted - report.excused_deleted,
+        "every required record was late"
+    );
+}

@@ -1,0 +1,377 @@
+//! The fault schedule: an explicit, timed list of fault events, generated from a seed and a scenario.
+//!
+//! A schedule is data: a run applies it event by event through the seam, `shrink` deletes events from it
+//! (delta debugging) and writes what is left into a regression scenario as `[[schedule]]` tables.
+//! Generation draws a Poisson process of events over the safety phase (after `warmup_ms`), each event's
+//! kind by the seed's fault weights and its parameters within the scenario's ranges. Times are
+//! microseconds of simulated time since the run started.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{pick_weighted, Knobs, Scenario};
+
+/// Which files a disk fault strikes, as the node's [`crate::seam::DiskLayout`] names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// The ingress WAL's files.
+    Wal,
+    /// The partition logs.
+    Partitions,
+    /// Every file on the disk.
+    All,
+}
+
+impl Target {
+    /// The name used in traces and files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Wal => "wal",
+            Target::Partitions => "partitions",
+            Target::All => "all",
+        }
+    }
+}
+
+/// The error a disk episode injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskError {
+    /// `sync_data` fails with EIO and drops the dirty pages (fsyncgate).
+    FsyncEio,
+    /// Writes fail with EIO.
+    WriteEio,
+    /// Writes and growth fail with ENOSPC.
+    Enospc,
+}
+
+/// One timed fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum FaultEvent {
+    /// Kill the node and crash its disk in the same instant; restart it `down_ms` later.
+    Crash {
+        /// When, in microseconds of simulated time.
+        at_us: u64,
+        /// How long the node stays down.
+        down_ms: u64,
+    },
+    /// Stop scheduling the node's tasks for `duration_ms`.
+    Pause {
+        /// When.
+        at_us: u64,
+        /// How long.
+        duration_ms: u64,
+    },
+    /// For `duration_ms`, operations on `target` fail with `error` with chance `chance_ppm`.
+    Disk {
+        /// When.
+        at_us: u64,
+        /// Which files.
+        target: Target,
+        /// Which error.
+        error: DiskError,
+        /// Chance per matching operation, parts per million.
+        chance_ppm: u32,
+        /// How long the episode lasts.
+        duration_ms: u64,
+    },
+    /// For `duration_ms`, operations on `target` take `latency_us` on average.
+    SlowDisk {
+        /// When.
+        at_us: u64,
+        /// Which files.
+        target: Target,
+        /// Mean latency per operation.
+        latency_us: u64,
+        /// How long the episode lasts.
+        duration_ms: u64,
+    },
+    /// Flip one bit of synced data in a file under `target`.
+    BitRot {
+        /// When.
+        at_us: u64,
+        /// Which files.
+        target: Target,
+    },
+}
+
+impl FaultEvent {
+    /// When the event strikes.
+    pub fn at_us(&self) -> u64 {
+        match self {
+            FaultEvent::Crash { at_us, .. }
+            | FaultEvent::Pause { at_us, .. }
+            | FaultEvent::Disk { at_us, .. }
+            | FaultEvent::SlowDisk { at_us, .. }
+            | FaultEvent::BitRot { at_us, .. } => *at_us,
+        }
+    }
+
+    /// A one-line description for traces.
+    pub fn describe(&self) -> String {
+        match self {
+            FaultEvent::Crash { down_ms, .. } => format!("crash down_ms={down_ms}"),
+            FaultEvent::Pause { duration_ms, .. } => format!("pause duration_ms={duration_ms}"),
+            FaultEvent::Disk {
+                target,
+                error,
+                chance_ppm,
+                duration_ms,
+                ..
+            } => format!(
+                "disk {error:?} target={} chance_ppm={chance_ppm} duration_ms={duration_ms}",
+                target.name()
+            ),
+            FaultEvent::SlowDisk {
+                target,
+                latency_us,
+                duration_ms,
+                ..
+            } => format!(
+                "slow-disk target={} latency_us={latency_us} duration_ms={duration_ms}",
+                target.name()
+            ),
+            FaultEvent::BitRot { target, .. } => format!("bit-rot target={}", target.name()),
+        }
+    }
+}
+
+/// The kinds the fault weights choose between, in [`Knobs::fault_weights`] order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// [`FaultEvent::Crash`].
+    Crash,
+    /// [`FaultEvent::Pause`].
+    Pause,
+    /// [`FaultEvent::Disk`] with fsync EIO on the WAL.
+    WalFsyncEio,
+    /// [`FaultEvent::Disk`] with fsync EIO on partition logs.
+    PartitionFsyncEio,
+    /// [`FaultEvent::Disk`] with write EIO.
+    WriteEio,
+    /// [`FaultEvent::Disk`] with ENOSPC everywhere.
+    Enospc,
+    /// [`FaultEvent::SlowDisk`].
+    SlowDisk,
+    /// [`FaultEvent::BitRot`].
+    BitRot,
+}
+
+impl FaultKind {
+    /// Every kind, in weight order.
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::Crash,
+        FaultKind::Pause,
+        FaultKind::WalFsyncEio,
+        FaultKind::PartitionFsyncEio,
+        FaultKind::WriteEio,
+        FaultKind::Enospc,
+        FaultKind::SlowDisk,
+        FaultKind::BitRot,
+    ];
+}
+
+/// Most events one generated schedule may hold (a bound on a typo'd rate).
+pub const EVENTS_MAX: usize = 100_000;
+
+/// Generates the fault schedule of one seed, sorted by time.
+pub fn generate(scenario: &Scenario, knobs: &Knobs, rng: &mut ChaCha8Rng) -> Vec<FaultEvent> {
+    let mut events = Vec::new();
+    let total: u64 = knobs.fault_weights.iter().sum();
+    if knobs.faults_per_minute == 0 || total == 0 {
+        return events;
+    }
+    let mean_gap_us = 60_000_000.0 / knobs.faults_per_minute as f64;
+    let end_us = scenario.phases.safety_ms * 1000;
+    let mut at_us = scenario.faults.warmup_ms * 1000;
+    while events.len() < EVENTS_MAX {
+        // Exponential gaps: a Poisson process of fault events.
+        let unit: f64 = rng.random_range(f64::EPSILON..1.0);
+        at_us += (-unit.ln() * mean_gap_us) as u64 + 1;
+        if at_us >= end_us {
+            break;
+        }
+        let kind = FaultKind::ALL[pick_weighted(rng, &knobs.fault_weights).expect("total > 0")];
+        events.push(event_of(kind, at_us, scenario, rng));
+    }
+    events
+}
+
+fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8Rng) -> FaultEvent {
+    let f = &scenario.faults;
+    let wal_or_partitions =
+        |rng: &mut ChaCha8Rng| f.disk_targets[rng.random_range(0..f.disk_targets.len())];
+    let disk = |rng: &mut ChaCha8Rng, target, error| FaultEvent::Disk {
+        at_us,
+        target,
+        error,
+        chance_ppm: f.chance_ppm.draw(rng) as u32,
+        duration_ms: f.episode_ms.draw(rng),
+    };
+    match kind {
+        FaultKind::Crash => FaultEvent::Crash {
+            at_us,
+            down_ms: f.down_ms.draw(rng),
+        },
+        FaultKind::Pause => FaultEvent::Pause {
+            at_us,
+            duration_ms: f.pause_ms.draw(rng),
+        },
+        FaultKind::WalFsyncEio => disk(rng, Target::Wal, DiskError::FsyncEio),
+        FaultKind::PartitionFsyncEio => disk(rng, Target::Partitions, DiskError::FsyncEio),
+        FaultKind::WriteEio => {
+            let target = wal_or_partitions(rng);
+            disk(rng, target, DiskError::WriteEio)
+        }
+        FaultKind::Enospc => disk(rng, Target::All, DiskError::Enospc),
+        FaultKind::SlowDisk => {
+            let target = wal_or_partitions(rng);
+            FaultEvent::SlowDisk {
+                at_us,
+                target,
+                latency_us: f.slow_us.draw(rng),
+                duration_ms: f.episode_ms.draw(rng),
+            }
+        }
+        FaultKind::BitRot => FaultEvent::BitRot {
+            at_us,
+            target: f.rot_target,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::tests::MINIMAL;
+    use rand::SeedableRng;
+
+    fn scenario() -> Scenario {
+        let text = MINIMAL
+            .replace("per_minute = [0, 60]", "per_minute = 600")
+            .replace("crash = [0, 1]", "crash = 1")
+            .replace("bit_rot = 0", "bit_rot = 1")
+            .replace("[faults]", "[faults]\nwarmup_ms = 100");
+        Scenario::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn a_seed_generates_the_same_schedule() {
+        let scenario = scenario();
+        for seed in 0..20 {
+            let make = || {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                let knobs = scenario.draw(&mut rng);
+                generate(&scenario, &knobs, &mut rng)
+            };
+            assert_eq!(make(), make());
+        }
+    }
+
+    #[test]
+    fn events_fall_inside_the_safety_phase_after_warmup_in_order() {
+        let scenario = scenario();
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let knobs = scenario.draw(&mut rng);
+        let events = generate(&scenario, &knobs, &mut rng);
+        // 600 per minute over 0.9 s: about 9 events.
+        assert!(events.len() >= 2, "{events:?}");
+        for pair in events.windows(2) {
+            assert!(pair[0].at_us() < pair[1].at_us());
+        }
+        for event in &events {
+            assert!(event.at_us() >= 100_000 && event.at_us() < 1_000_000);
+        }
+    }
+
+    #[test]
+    fn zero_weights_never_produce_their_kind() {
+        let scenario = scenario();
+        for seed in 0..20 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let knobs = scenario.draw(&mut rng);
+            for event in generate(&scenario, &knobs, &mut rng) {
+                assert!(
+                    matches!(
+                        event,
+                        FaultEvent::Crash { .. }
+                            | FaultEvent::BitRot { .. }
+                            | FaultEvent::Disk {
+                                error: DiskError::FsyncEio,
+                                target: Target::Wal,
+                                ..
+                            }
+                    ),
+                    "{event:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn write_eio_and_slow_disk_pick_only_the_scenario_disk_targets() {
+        let text = MINIMAL
+            .replace("per_minute = [0, 60]", "per_minute = 6000")
+            .replace("wal_fsync_eio = 1", "wal_fsync_eio = 0")
+            .replace("write_eio = 0", "write_eio = 1")
+            .replace("slow_disk = 0", "slow_disk = 1")
+            .replace(
+                "slow_us = 1000",
+                "slow_us = 1000\ndisk_targets = [\"partitions\"]",
+            );
+        let scenario = Scenario::parse(&text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        let knobs = scenario.draw(&mut rng);
+        let events = generate(&scenario, &knobs, &mut rng);
+        assert!(events.len() > 20);
+        for event in events {
+            match event {
+                FaultEvent::Disk { target, .. } | FaultEvent::SlowDisk { target, .. } => {
+                    assert_eq!(target, Target::Partitions)
+                }
+                FaultEvent::Crash { .. } => {}
+                FaultEvent::Pause { .. } | FaultEvent::BitRot { .. } => panic!("{event:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn no_rate_means_no_events() {
+        let text = MINIMAL.replace("per_minute = [0, 60]", "per_minute = 0");
+        let scenario = Scenario::parse(&text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let knobs = scenario.draw(&mut rng);
+        assert!(generate(&scenario, &knobs, &mut rng).is_empty());
+    }
+
+    #[test]
+    fn an_explicit_schedule_parses_strictly() {
+        let text = format!(
+            "{MINIMAL}\n[[schedule]]\nkind = \"crash\"\nat_us = 5\ndown_ms = 3\n\n\
+             [[schedule]]\nkind = \"disk\"\nat_us = 9\ntarget = \"wal\"\nerror = \"fsync-eio\"\n\
+             chance_ppm = 1000000\nduration_ms = 4\n"
+        );
+        let scenario = Scenario::parse(&text).unwrap();
+        assert_eq!(
+            scenario.schedule.unwrap(),
+            vec![
+                FaultEvent::Crash {
+                    at_us: 5,
+                    down_ms: 3
+                },
+                FaultEvent::Disk {
+                    at_us: 9,
+                    target: Target::Wal,
+                    error: DiskError::FsyncEio,
+                    chance_ppm: 1_000_000,
+                    duration_ms: 4
+                }
+            ]
+        );
+        let bad = format!("{MINIMAL}\n[[schedule]]\nkind = \"crash\"\nat_us = 5\ndown = 3\n");
+        assert!(Scenario::parse(&bad).unwrap_err().contains("down"));
+    }
+}

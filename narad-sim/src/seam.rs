@@ -1,0 +1,564 @@
+//! The seam between the harness and a node under simulation.
+//!
+//! A node plugs into the harness by implementing [`SimNode`]. The harness owns everything a node must
+//! not decide: the disk ([`SimDisk`], kept across restarts so a crash can tear it), the I/O latency model
+//! ([`SimIo`]), the trace and invariant sink ([`Probe`]), and which bug to plant ([`PlantedBug`]).
+//!
+//! # Lifecycle
+//! The harness creates one madsim node per cluster member. Its `init` calls [`SimNode::start`] on every
+//! boot (first start and each restart) inside that madsim node, so every task the node spawns belongs to
+//! it: `Handle::kill` drops them all, in the same simulated instant as [`SimDisk::crash`]. `start` runs
+//! recovery and returns a handle once the node accepts calls. The harness then calls the handle's methods
+//! *as tasks spawned on the node's madsim node* (the way an HTTP handler runs in the node's process), so a
+//! call in flight when the node is killed ends with a reset, and a call to a paused node hangs until the
+//! client's timeout. A call future may be dropped at any await point (client timeout): a node must
+//! carry on with whatever it staged, as it would after an HTTP client disconnect.
+//!
+//! # Rules for an implementation
+//! * All file I/O goes through `ctx.disk` (a [`narad_core::disk::Disk`]); before each operation (or
+//!   request) sleep [`SimIo::op_delay`] in simulated time, or run requests with [`SimIo::execute`].
+//! * Every RNG is seeded from `ctx.seed` and `ctx.boot` (one stream per component); never ambient
+//!   randomness or wall-clock time.
+//! * Report notable events through `ctx.probe.event` (they enter the trace hash) and broken in-node
+//!   invariants through `ctx.probe.violation` (the run fails).
+//! * Honour `ctx.plant_bug` for the bugs [`SimNode::supports`] claims, and nothing else.
+//!
+//! # Plugging in the real node
+//! narad-sim depends on narad-node (never the reverse), so the real node plugs in through an adapter
+//! module here (`node_narad.rs`: a `NaradSimNode` wrapping narad-node's handle, `impl SimNode`) and a
+//! `NodeKind::Narad` variant in `main.rs`. What narad-node has to expose, under `cfg(madsim)`:
+//! * a start function taking `Arc<dyn Disk>` (the [`SimDisk`]), a per-op delay hook
+//!   (`Arc<dyn Fn(&IoOp) -> Duration + Send + Sync>`, fed by [`SimIo::op_delay`]; its I/O executor
+//!   sleeps that long with `tokio::time::sleep` before each op instead of `spawn_blocking`), the seed
+//!   and boot number, the planted bug (its own enum or the name string: [`PlantedBug::name`]), and
+//!   two callbacks for trace events and invariant violations (bridged to [`Probe`]); it runs recovery,
+//!   spawns the actors' tasks with `tokio::spawn` and returns a handle;
+//! * on that handle, the functions the HTTP handlers call (the listener is compiled out): produce,
+//!   batch produce, topic create / delete / describe, consume read, and the readiness flag and backlog
+//!   gauge ([`NodeStatus`]);
+//! * its disk layout ([`DiskLayout`]: the WAL's and the partition logs' path prefixes).
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use narad_core::disk::sim::SimDisk;
+use narad_core::disk::{execute_op, Disk, IoCompletion, IoOp, IoRequest};
+use narad_core::{NodeId, Offset, PartitionId, TopicId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::trace::Trace;
+
+/// A deliberate defect, compiled in for simulation only, that the harness must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PlantedBug {
+    /// Acknowledge a produce before the fsync that covers it.
+    AckBeforeFsync,
+    /// Let the dispatch checkpoint pass a record whose commit is still in flight.
+    CheckpointSkipsInflight,
+    /// Retry an fsync after it failed with EIO, and trust the data.
+    FsyncRetryAfterEio,
+    /// Compact WAL segments behind a checkpoint that is stored but not yet synced.
+    CompactAheadOfSyncedCheckpoint,
+    /// Skip the read-back CRC check of a partition commit.
+    SkipReadbackCrc,
+    /// Commit records of a deleted topic incarnation into the topic recreated under the same name.
+    StaleIncarnationIntoRecreatedTopic,
+    /// Drop the tail of a batch when a segment roll splits it.
+    RollDropsBatchTail,
+}
+
+impl PlantedBug {
+    /// Every planted bug, in the order of the issue.
+    pub const ALL: [PlantedBug; 7] = [
+        PlantedBug::AckBeforeFsync,
+        PlantedBug::CheckpointSkipsInflight,
+        PlantedBug::FsyncRetryAfterEio,
+        PlantedBug::CompactAheadOfSyncedCheckpoint,
+        PlantedBug::SkipReadbackCrc,
+        PlantedBug::StaleIncarnationIntoRecreatedTopic,
+        PlantedBug::RollDropsBatchTail,
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::AckBeforeFsync => "ack-before-fsync",
+            PlantedBug::CheckpointSkipsInflight => "checkpoint-skips-inflight",
+            PlantedBug::FsyncRetryAfterEio => "fsync-retry-after-eio",
+            PlantedBug::CompactAheadOfSyncedCheckpoint => "compact-ahead-of-synced-checkpoint",
+            PlantedBug::SkipReadbackCrc => "skip-readback-crc",
+            PlantedBug::StaleIncarnationIntoRecreatedTopic => {
+                "stale-incarnation-into-recreated-topic"
+            }
+            PlantedBug::RollDropsBatchTail => "roll-drops-batch-tail",
+        }
+    }
+}
+
+impl fmt::Display for PlantedBug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PlantedBug {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        PlantedBug::ALL
+            .into_iter()
+            .find(|bug| bug.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = PlantedBug::ALL.iter().map(|bug| bug.name()).collect();
+                format!("unknown planted bug {name:?}; known: {}", names.join(", "))
+            })
+    }
+}
+
+/// One record of a produce call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceRecord {
+    /// The key (`?key=`), or `None` for a keyless produce.
+    pub key: Option<Vec<u8>>,
+    /// The payload (the harness encodes a unique record id in it).
+    pub payload: Vec<u8>,
+}
+
+/// Why a call did not succeed, in HTTP terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    /// A 4xx: refused before anything was stored (validation, unknown topic, partition out of range,
+    /// topic already exists). The ledger holds the node to it: a refused record must never be served.
+    Refused(String),
+    /// A 5xx (WAL latched, not ready, internal failure): the call may or may not have taken effect.
+    Failed(String),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeError::Refused(reason) => write!(f, "4xx {reason}"),
+            NodeError::Failed(reason) => write!(f, "5xx {reason}"),
+        }
+    }
+}
+
+/// A topic as the node's metastore describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The incarnation id.
+    pub id: TopicId,
+    /// Partition count.
+    pub partitions: u32,
+}
+
+/// One record served by a partition read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadRecord {
+    /// Its offset.
+    pub offset: Offset,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// The answer to a partition read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadBatch {
+    /// The incarnation served (the topic's current one).
+    pub topic_id: TopicId,
+    /// Records from the requested offset, in offset order, at most the requested count.
+    pub records: Vec<ReadRecord>,
+    /// The high watermark: the offset after the last visible record.
+    pub high_watermark: Offset,
+}
+
+/// What `/readyz` and the backlog gauge say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Whether the node serves produces.
+    pub ready: bool,
+    /// Records accepted but not yet visible (narad_ingress_dispatch_backlog_records).
+    pub backlog_records: u64,
+}
+
+/// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskLayout {
+    /// Prefix of the ingress WAL's files.
+    pub wal_prefix: String,
+    /// Prefix of the partition logs.
+    pub partition_prefix: String,
+}
+
+/// What the harness hands a node at every boot.
+#[derive(Clone)]
+pub struct NodeContext {
+    /// This node's id.
+    pub node_id: NodeId,
+    /// The simulation's seed for this node: derive one RNG stream per component from it and `boot`.
+    pub seed: u64,
+    /// 0 at the first start, incremented at every restart.
+    pub boot: u32,
+    /// The node's disk; the same one across restarts (a crash tore it just before).
+    pub disk: SimDisk,
+    /// The latency model to sleep before disk operations.
+    pub io: SimIo,
+    /// The bug to plant, if any (only ever one the node [`SimNode::supports`]).
+    pub plant_bug: Option<PlantedBug>,
+    /// Trace events and invariant violations go here.
+    pub probe: Probe,
+}
+
+/// A node the harness can run: the real node through an adapter, or the harness's own model node.
+///
+/// Methods other than `start` are called on a handle returned by `start`, as tasks spawned on the node's
+/// madsim node (see the module documentation). Their futures must be `Send + 'static` once the handle
+/// and arguments are moved in, because the harness spawns them.
+pub trait SimNode: Clone + Send + Sync + 'static {
+    /// A short name for reports (`model`, `narad`).
+    fn name() -> &'static str;
+
+    /// The node's on-disk layout, for aiming disk faults.
+    fn layout() -> DiskLayout;
+
+    /// Whether this node implements `bug` (the CLI refuses the others).
+    fn supports(bug: PlantedBug) -> bool;
+
+    /// Boots the node on `ctx.disk`: recovery, then serving. Runs inside the node's madsim node; every
+    /// task it spawns dies with the node. An error is a failed boot (the harness retries later).
+    fn start(ctx: NodeContext) -> impl Future<Output = Result<Self, String>> + Send;
+
+    /// Creates a topic; `Refused` if it exists.
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+    ) -> impl Future<Output = Result<TopicInfo, NodeError>> + Send;
+
+    /// Deletes a topic (its current incarnation); `Refused` if it does not exist.
+    fn delete_topic(&self, name: &str) -> impl Future<Output = Result<(), NodeError>> + Send;
+
+    /// The topic's current incarnation, or `None`.
+    fn describe_topic(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<TopicInfo>, NodeError>> + Send;
+
+    /// `POST /v1/topics/{topic}/produce[?key=][&partition=]`: `Ok` is the 202.
+    fn produce(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        record: ProduceRecord,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
+    /// `POST /v1/topics/{topic}/produce/batch`: all or nothing; `Ok` is the 202 for every record.
+    fn produce_batch(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        records: Vec<ProduceRecord>,
+    ) -> impl Future<Output = Result<(), NodeError>> + Send;
+
+    /// `GET /v1/topics/{topic}/consume?partition=&offset=`: visible records from `from`.
+    fn read(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        from: Offset,
+        records_max: usize,
+    ) -> impl Future<Output = Result<ReadBatch, NodeError>> + Send;
+
+    /// Readiness and the dispatch backlog.
+    fn status(&self) -> impl Future<Output = NodeStatus> + Send;
+}
+
+/// Derives an independent seed for a named component from the run's seed (SplitMix64 finalizer over
+/// the seed and an FNV-1a hash of the label).
+pub fn derive_seed(seed: u64, label: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &byte in label.as_bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut z = seed ^ hash;
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+struct ProbeState {
+    trace: Trace,
+    violations: Vec<String>,
+    clock: fn() -> u64,
+}
+
+/// The trace and invariant sink shared by the harness and the node. Cloning shares it.
+#[derive(Clone)]
+pub struct Probe {
+    state: Arc<Mutex<ProbeState>>,
+}
+
+impl Probe {
+    /// A probe whose events are stamped by `clock` (simulated nanoseconds since the run started).
+    pub fn new(keep_lines: bool, clock: fn() -> u64) -> Self {
+        Probe {
+            state: Arc::new(Mutex::new(ProbeState {
+                trace: Trace::new(keep_lines),
+                violations: Vec::new(),
+                clock,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ProbeState> {
+        // A panic while holding the lock already failed the run; keep the state readable.
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Simulated nanoseconds since the run started.
+    pub fn now_ns(&self) -> u64 {
+        (self.lock().clock)()
+    }
+
+    /// Records an event in the trace.
+    pub fn event(&self, source: &str, args: fmt::Arguments<'_>) {
+        let mut state = self.lock();
+        let now = (state.clock)();
+        state.trace.record(now, source, args);
+    }
+
+    /// Reports a broken invariant: the run fails. Also traced.
+    pub fn violation(&self, invariant: &str, args: fmt::Arguments<'_>) {
+        let mut state = self.lock();
+        let now = (state.clock)();
+        state
+            .trace
+            .record(now, "VIOLATION", format_args!("{invariant}: {args}"));
+        state.violations.push(format!("{invariant}: {args}"));
+    }
+
+    /// Violations reported so far.
+    pub fn violations(&self) -> Vec<String> {
+        self.lock().violations.clone()
+    }
+
+    /// The trace hash so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.lock().trace.hash()
+    }
+
+    /// Events traced so far.
+    pub fn trace_events(&self) -> u64 {
+        self.lock().trace.events()
+    }
+
+    /// The readable trace, when kept.
+    pub fn trace_lines(&self) -> Option<Vec<String>> {
+        self.lock().trace.lines().map(<[String]>::to_vec)
+    }
+}
+
+/// A slow-disk episode in force.
+#[derive(Clone, Debug)]
+struct SlowEpisode {
+    id: u64,
+    path_prefix: String,
+    latency_us: u64,
+}
+
+struct IoState {
+    rng: ChaCha8Rng,
+    op_us: u64,
+    sync_us: u64,
+    slow: Vec<SlowEpisode>,
+    next_episode: u64,
+}
+
+/// The disk latency model: healthy means per operation class, plus slow episodes the harness injects.
+/// Each operation's latency is drawn from an exponential distribution with the mean in force for its
+/// path. Cloning shares it.
+#[derive(Clone)]
+pub struct SimIo {
+    state: Arc<Mutex<IoState>>,
+}
+
+/// The path an operation touches (for slow-episode matching).
+fn op_path(op: &IoOp) -> &str {
+    match op {
+        IoOp::Create { path }
+        | IoOp::WriteAt { path, .. }
+        | IoOp::WriteZeros { path, .. }
+        | IoOp::ReadAt { path, .. }
+        | IoOp::Len { path }
+        | IoOp::SetLen { path, .. }
+        | IoOp::SyncData { path }
+        | IoOp::Remove { path } => path,
+        IoOp::CreateDirAll { dir } | IoOp::SyncDir { dir } | IoOp::List { dir } => dir,
+        IoOp::Rename { to, .. } => to,
+    }
+}
+
+fn op_is_sync(op: &IoOp) -> bool {
+    match op {
+        IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
+        IoOp::Create { .. }
+        | IoOp::CreateDirAll { .. }
+        | IoOp::WriteAt { .. }
+        | IoOp::WriteZeros { .. }
+        | IoOp::ReadAt { .. }
+        | IoOp::Len { .. }
+        | IoOp::SetLen { .. }
+        | IoOp::Rename { .. }
+        | IoOp::Remove { .. }
+        | IoOp::List { .. } => false,
+    }
+}
+
+impl SimIo {
+    /// A latency model with healthy means `op_us` (non-sync operations) and `sync_us` (syncs).
+    pub fn new(seed: u64, op_us: u64, sync_us: u64) -> Self {
+        SimIo {
+            state: Arc::new(Mutex::new(IoState {
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                op_us,
+                sync_us,
+                slow: Vec::new(),
+                next_episode: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IoState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The latency of one operation on `path` (`sync` for `sync_data` / `sync_dir`).
+    pub fn delay(&self, path: &str, sync: bool) -> Duration {
+        let mut state = self.lock();
+        let healthy = if sync { state.sync_us } else { state.op_us };
+        let slow = state
+            .slow
+            .iter()
+            .filter(|episode| path.starts_with(episode.path_prefix.as_str()))
+            .map(|episode| episode.latency_us)
+            .max()
+            .unwrap_or(0);
+        let mean_us = healthy.max(slow);
+        if mean_us == 0 {
+            return Duration::ZERO;
+        }
+        let unit: f64 = state.rng.random_range(f64::EPSILON..1.0);
+        Duration::from_nanos((-unit.ln() * mean_us as f64 * 1000.0) as u64)
+    }
+
+    /// The latency of one [`IoOp`].
+    pub fn op_delay(&self, op: &IoOp) -> Duration {
+        self.delay(op_path(op), op_is_sync(op))
+    }
+
+    /// Sleeps (simulated time) for the latency of an operation on `path`.
+    pub async fn wait(&self, path: &str, sync: bool) {
+        let delay = self.delay(path, sync);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Runs a request the way a node's I/O worker should under simulation: each op after its latency,
+    /// in order, stopping at the first failure. A kill between ops leaves the rest unrun.
+    pub async fn execute(&self, disk: &dyn Disk, request: &IoRequest) -> IoCompletion {
+        let mut replies = Vec::with_capacity(request.ops.len());
+        for (index, op) in request.ops.iter().enumerate() {
+            let delay = self.op_delay(op);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            match execute_op(disk, op) {
+                Ok(reply) => replies.push(reply),
+                Err(fault) => {
+                    return IoCompletion {
+                        id: request.id,
+                        result: Err((index, fault)),
+                    }
+                }
+            }
+        }
+        IoCompletion {
+            id: request.id,
+            result: Ok(replies),
+        }
+    }
+
+    /// Starts a slow episode on paths under `path_prefix`; returns its id for [`SimIo::slow_end`].
+    pub fn slow_begin(&self, path_prefix: &str, latency_us: u64) -> u64 {
+        let mut state = self.lock();
+        let id = state.next_episode;
+        state.next_episode += 1;
+        state.slow.push(SlowEpisode {
+            id,
+            path_prefix: path_prefix.to_string(),
+            latency_us,
+        });
+        id
+    }
+
+    /// Ends a slow episode (no-op if already ended).
+    pub fn slow_end(&self, id: u64) {
+        self.lock().slow.retain(|episode| episode.id != id);
+    }
+
+    /// Ends every slow episode (the liveness phase).
+    pub fn heal(&self) {
+        self.lock().slow.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planted_bug_names_round_trip_and_unknown_names_are_refused() {
+        for bug in PlantedBug::ALL {
+            assert_eq!(bug.name().parse::<PlantedBug>(), Ok(bug));
+        }
+        let error = "ack-after-fsync".parse::<PlantedBug>().unwrap_err();
+        assert!(error.contains("unknown planted bug") && error.contains("ack-before-fsync"));
+    }
+
+    #[test]
+    fn slow_episodes_raise_latency_only_on_their_prefix_until_they_end() {
+        let io = SimIo::new(1, 0, 0);
+        assert_eq!(io.delay("wal/0", false), Duration::ZERO);
+        let episode = io.slow_begin("wal/", 1_000_000);
+        let mean = |path: &str| {
+            let total: Duration = (0..200).map(|_| io.delay(path, true)).sum();
+            total / 200
+        };
+        let slow = mean("wal/0");
+        assert!(
+            slow > Duration::from_millis(500) && slow < Duration::from_millis(2000),
+            "{slow:?}"
+        );
+        assert_eq!(io.delay("log/0", true), Duration::ZERO);
+        io.slow_end(episode);
+        assert_eq!(io.delay("wal/0", true), Duration::ZERO);
+    }
+
+    #[test]
+    fn derived_seeds_differ_per_label_and_replay() {
+        assert_eq!(derive_seed(7, "disk"), derive_seed(7, "disk"));
+        assert_ne!(derive_seed(7, "disk"), derive_seed(7, "io"));
+        assert_ne!(derive_seed(7, "disk"), derive_seed(8, "disk"));
+    }
+}
