@@ -6,8 +6,8 @@
 //! - [`http`]: the `/v1` surface as plain functions (called by the axum router, or by the simulator).
 //! - [`metrics`]: every Prometheus metric of the node.
 //! - [`clock`]: the node's only clock reads.
-//! - [`fs_disk`] (with [`failpoints`]): the `Disk` seam over real files; [`io`]: the I/O executor that
-//!   runs actors' requests on a `Disk`; [`wal_host`]: the ingress WAL and its checkpoint on tokio.
+//! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
+//! - [`wal_host`]: the ingress WAL and the checkpointer on tokio.
 //! - `server` (not under madsim): wires it all to a real listener.
 
 pub mod cli;

@@ -56,11 +56,11 @@ use core::time::Duration;
 use std::collections::VecDeque;
 
 use crate::actor::Actor;
+use crate::disk::driver::IoActor;
 use crate::disk::{join, Disk, IoCompletion, IoId, IoLane, IoOp, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Seq;
 use crate::time::Instant;
-use crate::wal::driver::IoActor;
 
 /// How long a stored checkpoint may sit written but not yet fdatasynced (`checkpointSyncDelay`).
 pub const CHECKPOINT_SYNC_DELAY: Duration = Duration::from_millis(250);
@@ -577,7 +577,7 @@ impl Actor for Checkpointer {
     }
 }
 
-/// Lets [`crate::wal::driver::SyncDriver`] run the checkpointer (tests, the simulator).
+/// Lets [`crate::disk::driver::SyncDriver`] run the checkpointer (tests, the simulator).
 impl IoActor for Checkpointer {
     fn into_io(output: CheckpointOutput) -> Result<IoRequest, CheckpointOutput> {
         match output {
@@ -592,7 +592,7 @@ impl IoActor for Checkpointer {
         CheckpointInput::Io(completion)
     }
 
-    fn tick() -> CheckpointInput {
-        CheckpointInput::Tick
+    fn tick() -> Option<CheckpointInput> {
+        Some(CheckpointInput::Tick)
     }
 }

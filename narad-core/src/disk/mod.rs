@@ -9,6 +9,7 @@
 //! [`Disk::sync_data`] of its file returned `Ok`; a create, rename or remove is durable only once a
 //! [`Disk::sync_dir`] of its parent directory returned `Ok`.
 
+pub mod driver;
 pub mod sim;
 
 use crate::error::IoFault;
