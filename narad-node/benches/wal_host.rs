@@ -25,6 +25,7 @@ use std::time::Duration;
 use narad_core::disk::Disk;
 use narad_core::wal::WalConfig;
 use narad_core::IoFault;
+use narad_node::clock::Clock;
 use narad_node::fs_disk::FsDisk;
 use narad_node::wal_host::{WalHost, WalHostConfig};
 use tokio::sync::oneshot;
@@ -188,7 +189,7 @@ async fn run_host(dir: &Path, appenders: usize, prealloc: bool, run: Duration) -
         prealloc,
         ..WalConfig::default()
     });
-    let (host, _) = WalHost::open(disk.clone(), config)
+    let (host, _) = WalHost::open(disk.clone(), config, Clock::start())
         .await
         .expect("open the WAL");
     if prealloc {

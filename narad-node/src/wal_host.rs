@@ -21,7 +21,7 @@
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
 //!
-//! Time for the actors is `tokio::time` since the host started, so under `--cfg madsim` it is virtual.
+//! Time for the actors comes from the node's [`Clock`] (`tokio::time`, virtual under `--cfg madsim`).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -40,6 +40,7 @@ use narad_core::wal::{
 use narad_core::{Actor, Instant, IoFault, Seq};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::clock::Clock;
 use crate::io::IoExecutor;
 
 /// Commands the mailbox holds before callers wait.
@@ -183,14 +184,14 @@ pub struct WalHost {
 }
 
 impl WalHost {
-    /// Opens (recovers) the WAL and its checkpoint on `disk` and starts the actor task.
+    /// Opens (recovers) the WAL and its checkpoint on `disk` and starts the actor task; the actors read
+    /// time from `clock` (the node's).
     /// Returns the host and what recovery found.
     pub async fn open(
         disk: Arc<dyn Disk>,
         config: WalHostConfig,
+        clock: Clock,
     ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
-        let start = tokio::time::Instant::now();
-        let clock = Clock { start };
         let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock).await?;
         let recovered = checkpointer.recovered();
         let wal_config = config.wal.clone();
@@ -393,23 +394,6 @@ async fn open_checkpointer(
     ))
 }
 
-/// The actors' clock: `tokio::time` since the host started.
-#[derive(Clone, Copy, Debug)]
-struct Clock {
-    start: tokio::time::Instant,
-}
-
-impl Clock {
-    fn now(&self) -> Instant {
-        let nanos = self.start.elapsed().as_nanos();
-        Instant(u64::try_from(nanos).unwrap_or(u64::MAX))
-    }
-
-    fn at(&self, instant: Instant) -> tokio::time::Instant {
-        self.start + std::time::Duration::from_nanos(instant.0)
-    }
-}
-
 /// Who waits for an append's outcome.
 type AppendReply = oneshot::Sender<Result<SeqRange, AppendError>>;
 
@@ -443,14 +427,14 @@ impl Runner {
     ) {
         self.drain();
         // One timer, moved only when the earliest wake-up changes (not re-registered per command).
-        let timer = tokio::time::sleep_until(self.clock.at(Instant(0)));
+        let timer = tokio::time::sleep_until(self.clock.to_tokio(Instant(0)));
         tokio::pin!(timer);
         let mut armed: Option<Instant> = None;
         loop {
             let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
             if wake != armed {
                 if let Some(at) = wake {
-                    timer.as_mut().reset(self.clock.at(at));
+                    timer.as_mut().reset(self.clock.to_tokio(at));
                 }
                 armed = wake;
             }
@@ -769,7 +753,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_take_dense_seqs_and_are_durable_when_answered() {
         let dir = tempfile::tempdir().unwrap();
-        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
         assert_eq!(report.next_seq, Seq(0));
         for index in 0..3 {
             assert_eq!(host.append(record(index)).await, Ok(Seq(index)));
@@ -794,7 +780,9 @@ mod tests {
             inner: FsDisk::new(dir.path()).unwrap(),
             segment_syncs: AtomicU64::new(0),
         });
-        let (host, _) = WalHost::open(disk.clone(), config()).await.unwrap();
+        let (host, _) = WalHost::open(disk.clone(), config(), Clock::start())
+            .await
+            .unwrap();
         let before = disk.segment_syncs.load(Ordering::Relaxed);
         let appenders = 64u64;
         let per_appender = 20u64;
@@ -829,7 +817,9 @@ mod tests {
     async fn a_restart_recovers_every_acknowledged_record() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+                .await
+                .unwrap();
             for index in 0..10 {
                 host.append(record(index)).await.unwrap();
             }
@@ -838,7 +828,9 @@ mod tests {
                 .unwrap();
             host.shutdown().await.unwrap();
         }
-        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
         assert_eq!(report.next_seq, Seq(12));
         assert_eq!(host.durable_next_seq(), Seq(12));
         let frames = host.read(Seq(0), 100, 1 << 20).await.unwrap();
@@ -856,7 +848,9 @@ mod tests {
     async fn the_checkpoint_round_trips_through_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+                .await
+                .unwrap();
             for index in 0..8 {
                 host.append(record(index)).await.unwrap();
             }
@@ -865,7 +859,9 @@ mod tests {
         }
         let bytes = std::fs::read(dir.path().join(DIR).join("checkpoint")).unwrap();
         assert_eq!(bytes, 5u64.to_be_bytes());
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
         let status = host.status();
         assert_eq!(status.checkpoint_synced, Seq(5));
         assert_eq!(status.checkpoint_stored, Seq(5));
@@ -880,7 +876,9 @@ mod tests {
         config.wal.segment_bytes_max = 64 * 1024;
         config.wal.record_bytes_max = 1024;
         config.wal.rotate_dispatched_active_after_bytes = 1024;
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config).await.unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config, Clock::start())
+            .await
+            .unwrap();
         let payload = vec![7u8; 1000];
         for _ in 0..300 {
             host.append(payload.clone()).await.unwrap();
@@ -936,7 +934,7 @@ mod tests {
         }]);
         let disk: Arc<dyn Disk> =
             Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
-        let (host, _) = WalHost::open(disk, config()).await.unwrap();
+        let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
         let mut acked = 0u64;
         let mut failure = None;
         for index in 0..10 {
@@ -971,7 +969,9 @@ mod tests {
         }]);
         let disk: Arc<dyn Disk> =
             Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
-        let error = WalHost::open(disk, config()).await.expect_err("no space");
+        let error = WalHost::open(disk, config(), Clock::start())
+            .await
+            .expect_err("no space");
         assert!(
             matches!(
                 &error,
@@ -987,7 +987,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn handles_fail_with_stopped_after_shutdown() {
         let dir = tempfile::tempdir().unwrap();
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
         host.shutdown().await.unwrap();
         // A command sent now is never taken: it is dropped with the mailbox when the task ends.
         assert_eq!(host.append(record(0)).await, Err(WalError::Stopped));
@@ -998,7 +1000,7 @@ mod tests {
     async fn over_simdisk_every_acknowledged_record_survives_a_power_loss() {
         use narad_core::disk::sim::SimDisk;
         let disk = SimDisk::new(7);
-        let (host, _) = WalHost::open(Arc::new(disk.clone()), config())
+        let (host, _) = WalHost::open(Arc::new(disk.clone()), config(), Clock::start())
             .await
             .unwrap();
         let mut tasks = Vec::new();
@@ -1022,7 +1024,7 @@ mod tests {
         host.store_checkpoint(Seq(40)).await.unwrap();
         assert_eq!(host.shutdown().await, Ok(Seq(40)));
         disk.crash();
-        let (host, report) = WalHost::open(Arc::new(disk.clone()), config())
+        let (host, report) = WalHost::open(Arc::new(disk.clone()), config(), Clock::start())
             .await
             .unwrap();
         assert_eq!(report.next_seq, Seq(80));
@@ -1040,7 +1042,9 @@ mod tests {
     async fn open_truncates_a_torn_tail_and_appends_after_it() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+                .await
+                .unwrap();
             for index in 0..5 {
                 host.append(record(index)).await.unwrap();
             }
@@ -1051,7 +1055,9 @@ mod tests {
         let mut bytes = std::fs::read(&segment).unwrap();
         bytes.extend_from_slice(&[0xAB; 37]);
         std::fs::write(&segment, &bytes).unwrap();
-        let (host, report) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
         let torn = report.torn_tail.expect("a torn tail");
         assert_eq!(
             (torn.segment, torn.offset, torn.bytes_dropped),
