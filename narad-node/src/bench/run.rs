@@ -355,14 +355,13 @@ fn node_figures(before: &Scrape, after: &Scrape, drained: bool, backlog: f64) ->
         .any(|name| after.samples.iter().any(|sample| sample.name == *name))
         .then(|| PARTITION_FSYNC_COUNTS.iter().map(|name| delta(name)).sum());
     let commits = delta("narad_ingress_wal_group_commit_records_count");
-    let visible = match (
-        after.histogram("narad_accept_to_visible_seconds"),
-        before.histogram("narad_accept_to_visible_seconds"),
-    ) {
+    let histogram = |name: &str| match (after.histogram(name), before.histogram(name)) {
         (Some(after), Some(before)) => Some(after.since(&before)),
         (Some(after), None) => Some(after),
         (None, _) => None,
     };
+    let visible = histogram("narad_accept_to_visible_seconds");
+    let wal_fsync = histogram("narad_ingress_wal_fsync_duration_seconds");
     let http_5xx = |scrape: &Scrape| {
         scrape
             .get(
@@ -376,6 +375,8 @@ fn node_figures(before: &Scrape, after: &Scrape, drained: bool, backlog: f64) ->
         wal_fsyncs: delta("narad_ingress_wal_fsync_duration_seconds_count"),
         partition_fsyncs,
         dispatch_commits: delta("narad_ingress_dispatch_commit_duration_seconds_count"),
+        wal_fsync_p50_s: wal_fsync.as_ref().and_then(|h| h.quantile(0.50)),
+        wal_fsync_p99_s: wal_fsync.as_ref().and_then(|h| h.quantile(0.99)),
         group_commit_records_mean: (commits > 0.0)
             .then(|| delta("narad_ingress_wal_group_commit_records_sum") / commits),
         accept_to_visible_p50_s: visible.as_ref().and_then(|h| h.quantile(0.50)),

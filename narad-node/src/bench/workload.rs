@@ -307,6 +307,10 @@ pub struct NodeFigures {
     /// the owner at most one partition-log fsync (combined commits share one), so they bound the
     /// partition fsyncs a node that does not export them paid.
     pub dispatch_commits: f64,
+    /// WAL fdatasync p50, interpolated in its bucket, seconds.
+    pub wal_fsync_p50_s: Option<f64>,
+    /// WAL fdatasync p99, interpolated in its bucket, seconds.
+    pub wal_fsync_p99_s: Option<f64>,
     /// Mean records per WAL group commit.
     pub group_commit_records_mean: Option<f64>,
     /// accept→visible p50, interpolated in its bucket, seconds.
@@ -437,6 +441,12 @@ impl Report {
                     node.group_commit_records_mean
                         .map_or_else(|| "n/a".to_string(), |mean| format!("{mean:.1}"))
                 );
+                let _ = writeln!(
+                    out,
+                    "  wal fsync   p50 {}  p99 {}",
+                    opt_ms(node.wal_fsync_p50_s),
+                    opt_ms(node.wal_fsync_p99_s)
+                );
                 if node.accepted_records > 0.0 {
                     let _ = writeln!(
                         out,
@@ -489,6 +499,8 @@ impl Report {
                 "dispatch_commits": node.dispatch_commits,
                 "fsyncs_per_record": self.fsyncs_per_record(),
                 "group_commit_records_mean": node.group_commit_records_mean,
+                "wal_fsync_p50_ms": node.wal_fsync_p50_s.map(|s| s * 1e3),
+                "wal_fsync_p99_ms": node.wal_fsync_p99_s.map(|s| s * 1e3),
                 "accept_to_visible_p50_ms": node.accept_to_visible_p50_s.map(|s| s * 1e3),
                 "accept_to_visible_p99_ms": node.accept_to_visible_p99_s.map(|s| s * 1e3),
                 "accept_to_visible_p99_bound_ms": node.accept_to_visible_p99_bound_s.map(|s| s * 1e3),
