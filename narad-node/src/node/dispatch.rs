@@ -141,6 +141,8 @@ impl Host {
         tokio::pin!(timer);
         // Moved only when the wake-up changes, not re-registered every turn.
         let mut armed = None;
+        // False once the metastore stopped: the last view stays.
+        let mut following = true;
         loop {
             self.drain();
             self.publish();
@@ -161,14 +163,10 @@ impl Host {
                     }
                     self.on_wal_status();
                 }
-                changed = self.meta.changed() => {
-                    if changed.is_ok() {
-                        self.on_meta();
-                    } else {
-                        // The metastore stopped; the last view stays.
-                        self.meta = self.metastore.subscribe();
-                    }
-                }
+                changed = self.meta.changed(), if following => match changed {
+                    Ok(()) => self.on_meta(),
+                    Err(_) => following = false,
+                },
                 () = &mut timer, if armed.is_some() => {
                     armed = None;
                     let now = self.clock.now();

@@ -409,17 +409,17 @@ struct Host {
 impl Host {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut io: mpsc::Receiver<IoEvent>) {
         self.apply_view();
+        self.publish();
+        // False once the metastore stopped: the last view stays.
+        let mut following = true;
         loop {
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => self.on_io(event),
-                changed = self.meta.changed() => {
-                    if changed.is_err() {
-                        // The metastore stopped: keep serving what the last view shows.
-                        std::future::pending::<()>().await;
-                    }
-                    self.apply_view();
-                }
+                changed = self.meta.changed(), if following => match changed {
+                    Ok(()) => self.apply_view(),
+                    Err(_) => following = false,
+                },
                 command = commands.recv() => match command {
                     Some(command) => {
                         if self.meta.has_changed().unwrap_or(false) {
@@ -688,6 +688,7 @@ impl Host {
         };
         slot.combiner.handle(now, input);
         self.drain(actor);
+        self.drop_if_idle(actor);
     }
 
     /// Routes every output of one combiner, then notes its log's state and drops it if idle and gone.
@@ -772,7 +773,6 @@ impl Host {
         if log_events {
             self.unpark(actor);
         }
-        self.drop_if_idle(actor);
     }
 
     fn note_log_state(&mut self, actor: ActorKey) {
