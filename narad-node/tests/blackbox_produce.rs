@@ -168,8 +168,14 @@ fn a_batch_is_refused_whole_when_one_message_is_bad() {
     produce(&node, "strict", "?partition=1", b"after");
     let text = wait_backlog_drained(&node);
     assert_eq!(wait_visible(&node, "strict", 1), [0, 1, 0]);
-    assert_eq!(metric(&text, "narad_ingress_accepted_records_total"), Some(1.0));
-    assert_eq!(replay(&node, "strict", 1, 0).expect("after")["payload"], "after");
+    assert_eq!(
+        metric(&text, "narad_ingress_accepted_records_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        replay(&node, "strict", 1, 0).expect("after")["payload"],
+        "after"
+    );
 }
 
 #[test]
@@ -224,7 +230,9 @@ fn replay_encodes_json_verbatim_text_as_a_string_and_bytes_as_base64() {
     produce(&node, "kinds", "?partition=2", &[0xff, 0x00, 0xfe]);
     wait_visible(&node, "kinds", 3);
     let text = |offset| {
-        let answer = node.get(&format!("/v1/topics/kinds/consume?partition=2&offset={offset}"));
+        let answer = node.get(&format!(
+            "/v1/topics/kinds/consume?partition=2&offset={offset}"
+        ));
         assert_eq!(answer.status, 200);
         let timestamp = answer.json()["timestamp"].as_u64().expect("timestamp");
         (answer.text(), timestamp)
@@ -303,7 +311,11 @@ fn a_restart_replays_undispatched_records_and_keeps_committed_ones() {
         .iter()
         .filter(|payload| !seen.contains_key(*payload))
         .collect();
-    assert!(missing.is_empty(), "lost {} records: {missing:?}", missing.len());
+    assert!(
+        missing.is_empty(),
+        "lost {} records: {missing:?}",
+        missing.len()
+    );
     let phantoms: Vec<&String> = seen
         .keys()
         .filter(|payload| !expected.contains(payload))
@@ -328,7 +340,10 @@ fn sigterm_flushes_the_checkpoint_and_exits_zero() {
     assert_eq!(checkpoint, 10u64.to_be_bytes(), "every record dispatched");
     let node = Node::start_in(binary(), node.data_dir());
     let text = metrics_text(&node);
-    assert_eq!(metric(&text, "narad_ingress_dispatch_backlog_records"), Some(0.0));
+    assert_eq!(
+        metric(&text, "narad_ingress_dispatch_backlog_records"),
+        Some(0.0)
+    );
     assert_eq!(wait_visible(&node, "calm", 10).iter().sum::<u64>(), 10);
 }
 
@@ -337,17 +352,28 @@ fn metrics_carry_real_values_after_produces() {
     let node = Node::start(binary());
     create_topic(&node, "counted", 3);
     for index in 0..6 {
-        produce(&node, "counted", "?partition=1", format!("m{index}").as_bytes());
+        produce(
+            &node,
+            "counted",
+            "?partition=1",
+            format!("m{index}").as_bytes(),
+        );
     }
     let body = br#"{"messages":[{"payload":"a","partition":2},{"payload":"bb","partition":2}]}"#;
-    assert_eq!(node.post("/v1/topics/counted/produce/batch", body).status, 202);
+    assert_eq!(
+        node.post("/v1/topics/counted/produce/batch", body).status,
+        202
+    );
     wait_visible(&node, "counted", 8);
     let text = wait_backlog_drained(&node);
     let series = |name: &str| metric(&text, name).unwrap_or_else(|| panic!("{name} in\n{text}"));
     assert_eq!(series("narad_ingress_accepted_records_total"), 8.0);
     assert_eq!(series("narad_ingress_wal_failed"), 0.0);
     assert_eq!(series("narad_ingress_dispatch_backlog_bytes"), 0.0);
-    assert_eq!(series("narad_ingress_dispatch_oldest_record_age_seconds"), 0.0);
+    assert_eq!(
+        series("narad_ingress_dispatch_oldest_record_age_seconds"),
+        0.0
+    );
     assert_eq!(series("narad_ingress_dispatch_reroutes_total"), 0.0);
     assert_eq!(
         series("narad_messages_produced_total{topic=\"counted\",partition=\"1\"}"),
@@ -371,6 +397,9 @@ fn metrics_carry_real_values_after_produces() {
     assert!((1.0..=7.0).contains(&group_commits), "{group_commits}");
     assert!(series("narad_ingress_wal_fsync_duration_seconds_count") >= group_commits);
     assert!(series("narad_ingress_dispatch_commit_duration_seconds_count") >= 2.0);
-    assert_eq!(series("narad_errors_total{component=\"http\",kind=\"5xx\"}"), 0.0);
+    assert_eq!(
+        series("narad_errors_total{component=\"http\",kind=\"5xx\"}"),
+        0.0
+    );
     assert!(metric_sum(&text, "narad_http_requests_total") >= 9.0);
 }

@@ -384,7 +384,11 @@ impl Host {
             // The dispatcher keeps the records for a failed commit; this copy goes before the answer.
             drop(records);
             let committing = partitions.commit(topic.clone(), partition, batch, Some(deadline));
-            let outcome = tokio::time::timeout_at(clock.to_tokio(deadline), committing).await;
+            // `timeout` (not `timeout_at`): madsim has no `timeout_at`.
+            let budget = clock
+                .to_tokio(deadline)
+                .saturating_duration_since(clock.to_tokio(clock.now()));
+            let outcome = tokio::time::timeout(budget, committing).await;
             let elapsed = clock.now().saturating_duration_since(started);
             metrics
                 .ingress_dispatch_commit_duration_seconds
