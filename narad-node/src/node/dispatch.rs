@@ -497,3 +497,47 @@ fn log_warning(warning: &DispatchWarning) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use narad_core::ids::TopicId;
+    use narad_core::partition::{CommitError as Combiner, LogStatus};
+
+    use super::*;
+
+    fn mapped(error: Combiner) -> CommitFailure {
+        commit_failure(PartitionCommitError::Combiner(error))
+    }
+
+    #[test]
+    fn combiner_refusals_map_to_the_dispatcher_s_failures() {
+        let mismatch = Combiner::TopicIncarnationMismatch {
+            record_topic_id: TopicId(1),
+            live_topic_id: Some(TopicId(2)),
+        };
+        assert_eq!(mapped(mismatch), CommitFailure::IncarnationMismatch);
+        assert_eq!(mapped(Combiner::CallerGone), CommitFailure::Timeout);
+        assert_eq!(
+            mapped(Combiner::NotOwner),
+            CommitFailure::Error(CommitError::NotOwner)
+        );
+        assert_eq!(
+            mapped(Combiner::Storage(CommitFault::Sync(IoFault::Eio))),
+            CommitFailure::Error(CommitError::Storage(IoFault::Eio))
+        );
+        assert_eq!(
+            mapped(Combiner::LogUnavailable(LogStatus::Latched)),
+            CommitFailure::Error(CommitError::Storage(IoFault::Other(
+                "partition log unavailable (Latched)".to_string()
+            )))
+        );
+        assert_eq!(
+            mapped(Combiner::Overloaded),
+            CommitFailure::Error(CommitError::Status(503))
+        );
+        assert_eq!(
+            commit_failure(PartitionCommitError::Stopped),
+            CommitFailure::Error(CommitError::Unreachable)
+        );
+    }
+}

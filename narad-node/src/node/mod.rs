@@ -27,6 +27,9 @@ pub mod metered_disk;
 pub mod partitions;
 pub mod sink;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::{Arc, OnceLock};
 
 use narad_core::disk::Disk;
@@ -273,6 +276,11 @@ impl Node {
     /// The partition host (multi-record reads, figures).
     pub fn partitions(&self) -> &PartitionHost {
         &self.inner.partitions
+    }
+
+    /// The ingress WAL host, once recovery opened it.
+    pub fn wal(&self) -> Option<&WalHost> {
+        self.inner.wal.get()
     }
 
     /// The node's metrics.

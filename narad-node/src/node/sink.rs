@@ -75,3 +75,47 @@ impl ProduceSink for WalSink {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use narad_core::ids::{PartitionId, TopicId};
+    use narad_core::IoFault;
+
+    use super::*;
+
+    fn record() -> ProduceRecord {
+        ProduceRecord {
+            topic: "t".to_string(),
+            topic_id: Some(TopicId(1)),
+            key: None,
+            partition: PartitionId(0),
+            timestamp_ms: 1,
+            payload: b"x".to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn before_the_wal_opens_every_append_is_unavailable() {
+        let sink = WalSink::new();
+        assert_eq!(sink.append(record()).await, Err(AppendError::Unavailable));
+        assert_eq!(
+            sink.append_many(vec![record()]).await,
+            Err(AppendError::Unavailable)
+        );
+    }
+
+    #[test]
+    fn disk_failures_are_500s_and_overload_or_stop_are_503s() {
+        let disk = seam_error(WalError::Append(WalAppendError::Disk(IoFault::NoSpace)));
+        assert_eq!(
+            disk,
+            AppendError::WalFailed("ingress WAL disk failure: no space left on device".to_string())
+        );
+        let overloaded = WalError::Append(WalAppendError::Overloaded {
+            unflushed_bytes: 2,
+            bytes_max: 1,
+        });
+        assert_eq!(seam_error(overloaded), AppendError::Unavailable);
+        assert_eq!(seam_error(WalError::Stopped), AppendError::Unavailable);
+    }
+}
