@@ -181,3 +181,39 @@ async fn shutdown_flushes_the_checkpoint_so_a_power_loss_replays_nothing() {
     assert_eq!((wal.dispatch_start, wal.durable_next_seq), (Seq(3), Seq(3)));
     stop(node).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was_acked() {
+    use narad_core::disk::sim::{FaultKind, FaultRule};
+    let disk = SimDisk::new(5);
+    let node = started(&disk, 7).await;
+    create_topic(&node, "t", 3).await;
+    produce_to(&node, "t", 0, "before").await;
+    disk.add_fault(FaultRule {
+        path_prefix: format!("{WAL_DIR}/0"),
+        kind: FaultKind::SyncEio,
+        chance_ppm: 1_000_000,
+        remaining: Some(1),
+    });
+    let failed = produce::produce(node.app(), "t", Some("partition=0"), body("lost")).await;
+    assert_eq!(
+        (failed.status, failed.text().as_str()),
+        (500, "{\"error\":\"produce failed\"}\n")
+    );
+    // The fault struck once, but the latch holds: still refused.
+    let again = produce::produce(node.app(), "t", Some("partition=0"), body("again")).await;
+    assert_eq!(again.status, 500);
+    wait_for("the latch gauge", || node.status().wal_failed).await;
+    // Consume keeps working.
+    wait_for("the first record", || node.status().backlog_records == 0).await;
+    assert_eq!(consume_at(&node, "t", 0, 0).await.status, 200);
+    stop(node).await;
+    let node = started(&disk, 8).await;
+    assert!(!node.status().wal_failed, "a restart clears the latch");
+    produce_to(&node, "t", 0, "after").await;
+    wait_for("the backlog to drain", || node.status().backlog_records == 0).await;
+    let first = consume_at(&node, "t", 0, 0).await;
+    let message: serde_json::Value = serde_json::from_slice(&first.body).unwrap();
+    assert_eq!(message["payload"], "before");
+    stop(node).await;
+}
