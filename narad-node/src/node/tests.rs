@@ -211,7 +211,10 @@ async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was
     let node = started(&disk, 8).await;
     assert!(!node.status().wal_failed, "a restart clears the latch");
     produce_to(&node, "t", 0, "after").await;
-    wait_for("the backlog to drain", || node.status().backlog_records == 0).await;
+    wait_for("the backlog to drain", || {
+        node.status().backlog_records == 0
+    })
+    .await;
     let first = consume_at(&node, "t", 0, 0).await;
     let message: serde_json::Value = serde_json::from_slice(&first.body).unwrap();
     assert_eq!(message["payload"], "before");
