@@ -141,6 +141,9 @@ pub struct WalStatus {
     pub dispatch_start: Seq,
     /// The latest checkpoint the dispatcher stored.
     pub checkpoint_stored: Seq,
+    /// The latest checkpoint written in place (what a process crash keeps): the dispatch backlog is
+    /// `durable_next_seq - checkpoint_written`.
+    pub checkpoint_written: Seq,
     /// The latest checkpoint known durable.
     pub checkpoint_synced: Seq,
     /// The latest checkpoint store or sync failure, cleared by the next successful sync.
@@ -234,6 +237,7 @@ impl WalHost {
             latched: wal.latch_fault().cloned(),
             dispatch_start: wal.dispatch_start(),
             checkpoint_stored: checkpointer.stored(),
+            checkpoint_written: checkpointer.written(),
             checkpoint_synced: checkpointer.synced().unwrap_or(recovered),
             checkpoint_failure: None,
         };
@@ -370,6 +374,16 @@ impl WalHost {
     /// Every record below this is durable.
     pub fn durable_next_seq(&self) -> Seq {
         self.status.borrow().durable_next_seq
+    }
+
+    /// Records a restart would replay: the durable end minus the checkpoint written in place
+    /// (`narad_ingress_dispatch_backlog_records`).
+    pub fn backlog_records(&self) -> u64 {
+        let status = self.status.borrow();
+        status
+            .durable_next_seq
+            .0
+            .saturating_sub(status.checkpoint_written.0)
     }
 
     /// True once a disk failure latched the WAL (`narad_ingress_wal_failed`).
@@ -655,8 +669,12 @@ impl Runner {
             // A caller that stopped waiting still had its record handled truthfully.
             let _ = reply.send(result);
         }
+        let written = self.checkpointer.written();
+        if self.status.borrow().checkpoint_written != written {
+            self.status
+                .send_modify(|status| status.checkpoint_written = written);
+        }
         if !self.stores.is_empty() {
-            let written = self.checkpointer.written();
             let (done, waiting) = std::mem::take(&mut self.stores)
                 .into_iter()
                 .partition(|(seq, _)| *seq <= written);
@@ -1057,6 +1075,46 @@ mod tests {
             ),
             "{error}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_confirmed_store_is_answered_once_written_and_sets_the_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config()).await.unwrap();
+        for index in 0..5 {
+            host.append(record(index)).await.unwrap();
+        }
+        assert_eq!(host.backlog_records(), 5);
+        assert_eq!(host.store_checkpoint_written(Seq(3)).await, Ok(()));
+        assert_eq!(host.status().checkpoint_written, Seq(3));
+        assert_eq!(host.backlog_records(), 2);
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        // The creation at open writes 8 bytes; the first store's in-place write is the next.
+        let failpoints = Failpoints::new(vec![Rule {
+            path_prefix: format!("{DIR}/checkpoint"),
+            fault: FaultKind::Eio,
+            counter: Counter::Bytes,
+            after: 8,
+        }]);
+        let disk: Arc<dyn Disk> =
+            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let (host, _) = WalHost::open(disk, config()).await.unwrap();
+        host.append(record(0)).await.unwrap();
+        let failure = CheckpointFailure {
+            op: CheckpointOp::Write,
+            fault: IoFault::Eio,
+        };
+        assert_eq!(
+            host.store_checkpoint_written(Seq(1)).await,
+            Err(StoreError::Failed(failure))
+        );
+        assert_eq!(host.status().checkpoint_written, Seq(0));
+        assert_eq!(host.backlog_records(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

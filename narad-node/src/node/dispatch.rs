@@ -15,7 +15,9 @@
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
 //! `Topic` for every topic whose view changed in the replica, `Member` (this node alive, and every other
 //! member as the replica lists it), and `Tick` at the dispatcher's timeout. After every turn it
-//! publishes the gauges (backlog records and bytes, oldest undispatched age, reroutes).
+//! publishes the gauges it alone knows (backlog bytes, oldest undispatched age, reroutes); the backlog
+//! records gauge is read from the WAL host at scrape time (durable end minus the written checkpoint),
+//! so it is never behind a 202.
 //!
 //! Metrics at partition commit: `messages_produced_total` / `bytes_produced_total` per partition, the
 //! commit latency and, per record, accept→visible (the record's accept timestamp to the commit's answer).
@@ -253,9 +255,6 @@ impl Host {
     fn publish(&mut self) {
         let metrics = &self.metrics;
         let dispatcher = &self.dispatcher;
-        metrics
-            .ingress_dispatch_backlog_records
-            .set(i64::try_from(dispatcher.backlog_records()).unwrap_or(i64::MAX));
         metrics
             .ingress_dispatch_backlog_bytes
             .set(i64::try_from(dispatcher.backlog_bytes_read()).unwrap_or(i64::MAX));

@@ -237,6 +237,14 @@ async fn recover(
         .metrics
         .ingress_wal_failed
         .set(i64::from(status.latched.is_some()));
+    let source = wal.clone();
+    inner.metrics.add_refresh(move |metrics| {
+        let backlog = i64::try_from(source.backlog_records()).unwrap_or(i64::MAX);
+        metrics.ingress_dispatch_backlog_records.set(backlog);
+        metrics
+            .ingress_wal_failed
+            .set(i64::from(source.is_latched()));
+    });
     sink.attach(wal.clone());
     let _ = inner.wal.set(wal.clone());
     let partitions = inner
@@ -304,14 +312,13 @@ impl Node {
         }
     }
 
-    /// Readiness, backlog and latch, as the metrics show them.
+    /// Readiness, backlog and latch, read from their source (as `/metrics` shows them).
     pub fn status(&self) -> NodeStatus {
-        let metrics = &self.inner.metrics;
+        let wal = self.inner.wal.get();
         NodeStatus {
             ready: self.inner.app.is_ready(),
-            backlog_records: u64::try_from(metrics.ingress_dispatch_backlog_records.get())
-                .unwrap_or(0),
-            wal_failed: metrics.ingress_wal_failed.get() != 0,
+            backlog_records: wal.map_or(0, WalHost::backlog_records),
+            wal_failed: wal.is_some_and(WalHost::is_latched),
         }
     }
 
