@@ -200,7 +200,9 @@ async fn run_lane<M: Send + 'static>(
 
 #[cfg(test)]
 mod tests {
+    #[cfg(not(madsim))]
     use std::sync::Barrier;
+    #[cfg(not(madsim))]
     use std::time::Duration;
 
     use narad_core::disk::sim::SimDisk;
@@ -239,11 +241,13 @@ mod tests {
     }
 
     /// A disk whose writes to two files must meet at a barrier: it deadlocks unless they run at once.
+    #[cfg(not(madsim))]
     struct MeetingDisk {
         inner: SimDisk,
         barrier: Barrier,
     }
 
+    #[cfg(not(madsim))]
     impl Disk for MeetingDisk {
         fn create(&self, path: &str) -> Result<(), IoFault> {
             self.inner.create(path)
