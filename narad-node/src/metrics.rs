@@ -10,6 +10,7 @@
 //! created at start so an alert on them sees a 0, not an absent series.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -73,10 +74,14 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
 }
 
+/// Sets gauges from their source just before an encode.
+type Refresh = Box<dyn Fn(&Metrics) + Send + Sync>;
+
 /// Every metric of the node.
-#[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Called before every encode, so gauges read from their source are exact when scraped.
+    refreshers: Mutex<Vec<Refresh>>,
     /// Durable next WAL seq minus the stored checkpoint: what a restart would replay.
     pub ingress_dispatch_backlog_records: Gauge,
     /// Bytes of those records.
@@ -141,6 +146,7 @@ impl Metrics {
             http_response_bytes_out: Family::default(),
             http_requests_in_flight: Gauge::default(),
             registry: Registry::with_prefix("narad"),
+            refreshers: Mutex::new(Vec::new()),
         };
         let r = &mut m.registry;
         r.register(
@@ -248,12 +254,34 @@ impl Metrics {
             .clone()
     }
 
+    /// Registers `refresh`, called before every [`Metrics::encode`] to set gauges from their source.
+    pub fn add_refresh(&self, refresh: impl Fn(&Metrics) + Send + Sync + 'static) {
+        self.refreshers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Box::new(refresh));
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
+        for refresh in self
+            .refreshers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+        {
+            refresh(self);
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String does not fail");
         text
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
     }
 }
 

@@ -142,6 +142,9 @@ pub struct WalStatus {
     pub dispatch_start: Seq,
     /// The latest checkpoint the dispatcher stored.
     pub checkpoint_stored: Seq,
+    /// The latest checkpoint written in place (what a process crash keeps): the dispatch backlog is
+    /// `durable_next_seq - checkpoint_written`.
+    pub checkpoint_written: Seq,
     /// The latest checkpoint known durable.
     pub checkpoint_synced: Seq,
     /// The latest checkpoint store or sync failure, cleared by the next successful sync.
@@ -164,10 +167,30 @@ enum Command {
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<WalFrame>, ReadError>>,
     },
-    StoreCheckpoint(Seq),
+    StoreCheckpoint {
+        seq: Seq,
+        reply: Option<StoreReply>,
+    },
     Shutdown {
         reply: oneshot::Sender<Result<Seq, CheckpointFailure>>,
     },
+}
+
+/// Who waits for a checkpoint store: answered once the value is written in place, or at the next failure.
+type StoreReply = oneshot::Sender<Result<(), CheckpointFailure>>;
+
+/// Called with the number of records each group commit made durable (for the group-commit histogram).
+pub type DurableObserver = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Why [`WalHost::store_checkpoint_written`] did not confirm the store.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The checkpointer's write (or a sync) failed; it retries on its own after its retry delay.
+    #[error("checkpoint {op:?} failed: {fault}", op = .0.op, fault = .0.fault)]
+    Failed(CheckpointFailure),
+    /// The host stopped before answering.
+    #[error("the ingress WAL host has stopped")]
+    Stopped,
 }
 
 /// A finished request of one of the two actors.
@@ -192,6 +215,16 @@ impl WalHost {
         config: WalHostConfig,
         clock: Clock,
     ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
+        WalHost::open_observed(disk, config, clock, None).await
+    }
+
+    /// [`WalHost::open`], calling `observer` with the records of every group commit.
+    pub async fn open_observed(
+        disk: Arc<dyn Disk>,
+        config: WalHostConfig,
+        clock: Clock,
+        observer: Option<DurableObserver>,
+    ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
         let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock).await?;
         let recovered = checkpointer.recovered();
         let wal_config = config.wal.clone();
@@ -206,6 +239,7 @@ impl WalHost {
             latched: wal.latch_fault().cloned(),
             dispatch_start: wal.dispatch_start(),
             checkpoint_stored: checkpointer.stored(),
+            checkpoint_written: checkpointer.written(),
             checkpoint_synced: checkpointer.synced().unwrap_or(recovered),
             checkpoint_failure: None,
         };
@@ -224,6 +258,8 @@ impl WalHost {
             appends: BTreeMap::new(),
             answers: Vec::new(),
             reads: BTreeMap::new(),
+            stores: Vec::new(),
+            observer,
             next_id: 0,
             io_in_flight: 0,
             stopping: false,
@@ -309,9 +345,22 @@ impl WalHost {
     /// 250 ms; compaction follows the synced value.
     pub async fn store_checkpoint(&self, seq: Seq) -> Result<(), WalError> {
         self.commands
-            .send(Command::StoreCheckpoint(seq))
+            .send(Command::StoreCheckpoint { seq, reply: None })
             .await
             .map_err(|_| WalError::Stopped)
+    }
+
+    /// Stores the checkpoint like [`WalHost::store_checkpoint`] and answers once its in-place write
+    /// completed (a process crash keeps it from then on), or with the checkpointer's next failure.
+    pub async fn store_checkpoint_written(&self, seq: Seq) -> Result<(), StoreError> {
+        let result = self
+            .ask(|reply| Command::StoreCheckpoint {
+                seq,
+                reply: Some(reply),
+            })
+            .await
+            .ok_or(StoreError::Stopped)?;
+        result.map_err(StoreError::Failed)
     }
 
     /// The current status.
@@ -327,6 +376,16 @@ impl WalHost {
     /// Every record below this is durable.
     pub fn durable_next_seq(&self) -> Seq {
         self.status.borrow().durable_next_seq
+    }
+
+    /// Records a restart would replay: the durable end minus the checkpoint written in place
+    /// (`narad_ingress_dispatch_backlog_records`).
+    pub fn backlog_records(&self) -> u64 {
+        let status = self.status.borrow();
+        status
+            .durable_next_seq
+            .0
+            .saturating_sub(status.checkpoint_written.0)
     }
 
     /// True once a disk failure latched the WAL (`narad_ingress_wal_failed`).
@@ -409,6 +468,9 @@ struct Runner {
     /// Append outcomes routed but not yet sent (sent at the end of each drain).
     answers: Vec<(AppendReply, Result<SeqRange, AppendError>)>,
     reads: BTreeMap<ReadId, oneshot::Sender<Result<Vec<WalFrame>, ReadError>>>,
+    /// Checkpoint stores waiting for their write: `(value, caller)`.
+    stores: Vec<(Seq, StoreReply)>,
+    observer: Option<DurableObserver>,
     next_id: u64,
     /// Requests submitted to either executor whose completion has not been handled yet.
     io_in_flight: usize,
@@ -533,10 +595,13 @@ impl Runner {
                     },
                 );
             }
-            Command::StoreCheckpoint(seq) => {
+            Command::StoreCheckpoint { seq, reply } => {
                 self.checkpointer.handle(now, CheckpointInput::Store(seq));
                 self.status
                     .send_modify(|status| status.checkpoint_stored = self.checkpointer.stored());
+                if let Some(reply) = reply {
+                    self.stores.push((seq, reply));
+                }
             }
             Command::Shutdown { reply } => {
                 self.shutdown_replies.push(reply);
@@ -589,6 +654,20 @@ impl Runner {
             // A caller that stopped waiting still had its record handled truthfully.
             let _ = reply.send(result);
         }
+        let written = self.checkpointer.written();
+        if self.status.borrow().checkpoint_written != written {
+            self.status
+                .send_modify(|status| status.checkpoint_written = written);
+        }
+        if !self.stores.is_empty() {
+            let (done, waiting) = std::mem::take(&mut self.stores)
+                .into_iter()
+                .partition(|(seq, _)| *seq <= written);
+            self.stores = waiting;
+            for (_, reply) in done {
+                let _ = reply.send(Ok(()));
+            }
+        }
     }
 
     fn route_all(&mut self) {
@@ -619,10 +698,22 @@ impl Runner {
                     self.answers.push((reply, result));
                 }
             }
-            WalOutput::Durable { next_seq } => self.status.send_modify(|status| {
-                status.repaired = true;
-                status.durable_next_seq = next_seq;
-            }),
+            WalOutput::Durable { next_seq } => {
+                let (repaired, before) = {
+                    let status = self.status.borrow();
+                    (status.repaired, status.durable_next_seq)
+                };
+                if let Some(observer) = &self.observer {
+                    // The open repair's frontier is recovery, not a group commit.
+                    if repaired && next_seq > before {
+                        observer(next_seq.0 - before.0);
+                    }
+                }
+                self.status.send_modify(|status| {
+                    status.repaired = true;
+                    status.durable_next_seq = next_seq;
+                });
+            }
             WalOutput::ReadDone { id, result } => {
                 if let Some(reply) = self.reads.remove(&id) {
                     let _ = reply.send(result);
@@ -655,6 +746,9 @@ impl Runner {
             }
             CheckpointOutput::Failed(failure) => {
                 tracing::warn!(op = ?failure.op, fault = %failure.fault, "ingress dispatch checkpoint store failed");
+                for (_, reply) in self.stores.drain(..) {
+                    let _ = reply.send(Err(failure.clone()));
+                }
                 self.status
                     .send_modify(|status| status.checkpoint_failure = Some(failure));
             }
@@ -982,6 +1076,48 @@ mod tests {
             ),
             "{error}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_confirmed_store_is_answered_once_written_and_sets_the_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+            .await
+            .unwrap();
+        for index in 0..5 {
+            host.append(record(index)).await.unwrap();
+        }
+        assert_eq!(host.backlog_records(), 5);
+        assert_eq!(host.store_checkpoint_written(Seq(3)).await, Ok(()));
+        assert_eq!(host.status().checkpoint_written, Seq(3));
+        assert_eq!(host.backlog_records(), 2);
+        host.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        // The creation at open writes 8 bytes; the first store's in-place write is the next.
+        let failpoints = Failpoints::new(vec![Rule {
+            path_prefix: format!("{DIR}/checkpoint"),
+            fault: FaultKind::Eio,
+            counter: Counter::Bytes,
+            after: 8,
+        }]);
+        let disk: Arc<dyn Disk> =
+            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
+        host.append(record(0)).await.unwrap();
+        let failure = CheckpointFailure {
+            op: CheckpointOp::Write,
+            fault: IoFault::Eio,
+        };
+        assert_eq!(
+            host.store_checkpoint_written(Seq(1)).await,
+            Err(StoreError::Failed(failure))
+        );
+        assert_eq!(host.status().checkpoint_written, Seq(0));
+        assert_eq!(host.backlog_records(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! Black-box tests of the real `narad` binary: `narad serve --dev` on a free loopback port, topics over
-//! HTTP, health, metrics, restart persistence and the configuration file. (Produce and consume come
-//! with the produce path.)
+//! HTTP, health, metrics, restart persistence and the configuration file. Produce and consume are in
+//! `blackbox_produce.rs`.
 
 use std::path::Path;
 use std::process::Command;

@@ -14,6 +14,7 @@
 pub mod conn;
 pub mod ledger;
 pub mod load;
+pub mod observe;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -153,6 +153,11 @@ impl Metastore {
         self.view.borrow().clone()
     }
 
+    /// A receiver that wakes on every applied change of the local replica (and on a latch).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetaView>> {
+        self.view.clone()
+    }
+
     /// Waits until the replica has applied everything its log held at start-up (or failed).
     pub async fn wait_caught_up(&self) -> Result<(), ProposeError> {
         self.wait_until(|view| view.caught_up).await
@@ -231,6 +236,12 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
+/// A proposal's caller and the state machine's answer.
+type AppliedReply = (
+    oneshot::Sender<Result<Applied, ProposeError>>,
+    Result<Applied, ProposeError>,
+);
+
 /// The task that owns raft and the state machine.
 struct Host {
     node: RawNode<MemStorage>,
@@ -245,6 +256,9 @@ struct Host {
     nonce: u64,
     next_proposal: u64,
     pending: BTreeMap<u64, oneshot::Sender<Result<Applied, ProposeError>>>,
+    /// Proposals applied but not answered yet: they are answered after the view that shows them is
+    /// published, so a caller that reads the replica after its answer sees its own change.
+    applied: Vec<AppliedReply>,
     failed: Option<String>,
     view_tx: watch::Sender<Arc<MetaView>>,
 }
@@ -344,6 +358,7 @@ impl Host {
             nonce: boot_rng.random(),
             next_proposal: 0,
             pending: BTreeMap::new(),
+            applied: Vec::new(),
             failed: None,
             view_tx: watch::Sender::new(Arc::new(view)),
         })
@@ -371,6 +386,7 @@ impl Host {
             if self.failed.is_none() {
                 self.on_ready().await;
             }
+            self.answer_applied();
         }
     }
 
@@ -515,8 +531,16 @@ impl Host {
         };
         if let Some(id) = self.own_proposal(&entry.context) {
             if let Some(reply) = self.pending.remove(&id) {
-                let _ = reply.send(result);
+                // Answered once the view shows the entry (see `answer_applied`).
+                self.applied.push((reply, result));
             }
+        }
+    }
+
+    /// Answers the proposals applied so far; call only once the view showing them is published.
+    fn answer_applied(&mut self) {
+        for (reply, result) in self.applied.drain(..) {
+            let _ = reply.send(result);
         }
     }
 

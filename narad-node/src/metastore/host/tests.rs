@@ -61,6 +61,22 @@ async fn a_proposal_is_answered_once_applied_and_visible_in_the_view() {
     );
 }
 
+/// Read-your-writes: the answer comes only after the view that shows the change is published, so a
+/// caller on another thread never reads a replica without its own topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_proposal_is_already_in_the_view_on_another_thread() {
+    let disk = SimDisk::new(9);
+    let metastore = open(&disk, options()).await;
+    for index in 0..100 {
+        let name = format!("t{index}");
+        created_id(metastore.propose(create(&name)).await);
+        assert!(
+            metastore.view().state.topic(&name).is_some(),
+            "{name} answered but not in the view"
+        );
+    }
+}
+
 #[tokio::test]
 async fn topics_survive_a_restart_and_ids_keep_counting() {
     let disk = SimDisk::new(2);
