@@ -1,6 +1,7 @@
 //! The crash test: concurrent producers (keyed and keyless, single and batch) against the real `narad`
 //! binary, `kill -9` of the node at random moments over several rounds, a restart on the same data dir
-//! after each, and at the end — once the dispatch backlog gauge reads 0 — a replay of every partition
+//! after each, and at the end — once the dispatch backlog gauge reads 0 (waited for at most
+//! [`narad_tests::observe::WAIT_TIMEOUT`]) — a replay of every partition
 //! checked against the ledger of every attempt: every 202'd record present (duplicates counted and
 //! reported), nothing that was never produced, every record under the key it was produced with.
 //!
@@ -14,8 +15,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use narad_node::bench::scrape::Scrape;
 use narad_tests::load::{pause, replay_all, ProducerSpec, Producers, Target};
+use narad_tests::observe::wait_backlog_drained;
 use narad_tests::Node;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -37,9 +38,6 @@ const RECOVERY_KILL_PROBABILITY: f64 = 0.35;
 const RECOVERY_KILL_DELAY_MS_MAX: u64 = 30;
 /// Longest wait for a round's acknowledgements (a node that stops accepting fails the test).
 const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
-/// Longest wait for the dispatch backlog to reach 0 at the end.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
-const DRAIN_POLL: Duration = Duration::from_millis(50);
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_narad"))
@@ -52,22 +50,6 @@ fn env_number<T: std::str::FromStr>(name: &str) -> Option<T> {
             .parse()
             .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
     )
-}
-
-/// Reads `narad_ingress_dispatch_backlog_records` until it is 0; the last value read.
-fn wait_for_empty_backlog(node: &Node) -> Option<f64> {
-    let mut waited = Duration::ZERO;
-    loop {
-        let metrics = node.get("/metrics");
-        assert_eq!(metrics.status, 200, "{}", metrics.text());
-        let backlog =
-            Scrape::parse(&metrics.text()).value("narad_ingress_dispatch_backlog_records");
-        if backlog == Some(0.0) || waited >= DRAIN_TIMEOUT {
-            return backlog;
-        }
-        pause(DRAIN_POLL);
-        waited += DRAIN_POLL;
-    }
 }
 
 #[test]
@@ -134,12 +116,7 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
     }
     let ledger = producers.stop();
 
-    let backlog = wait_for_empty_backlog(&node);
-    assert_eq!(
-        backlog,
-        Some(0.0),
-        "the dispatch backlog did not drain within {DRAIN_TIMEOUT:?}; seed {seed}, rerun: {rerun}"
-    );
+    wait_backlog_drained(&node);
     let seen = replay_all(node.addr(), TOPIC, PARTITIONS)
         .unwrap_or_else(|error| panic!("replay failed: {error}; seed {seed}, rerun: {rerun}"));
     let verdict = ledger.check(&seen);
@@ -172,7 +149,7 @@ fn the_ledger_check_reports_records_a_wiped_partition_log_lost() {
         .progress()
         .wait_until(ROUND_TIMEOUT, |counts| counts.acked >= 200);
     let ledger = producers.stop();
-    assert_eq!(wait_for_empty_backlog(&node), Some(0.0));
+    wait_backlog_drained(&node);
     let before = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
     assert!(ledger.check(&before).is_ok());
     let wiped: Vec<&str> = before

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use narad_node::bench::scrape::Scrape;
 use narad_tests::ledger::Outcome;
-use narad_tests::load::{pause, replay_all, ProducerSpec, Producers, Target};
+use narad_tests::load::{replay_all, ProducerSpec, Producers, Target};
+use narad_tests::observe::wait_backlog_drained;
 use narad_tests::Node;
 
 const TOPIC: &str = "disk";
@@ -31,7 +32,6 @@ const WAIT: Duration = Duration::from_secs(60);
 const FAILURES_AFTER_CLEAR: u64 = 50;
 /// Records acknowledged after the restart.
 const ACKS_AFTER_RESTART: u64 = 200;
-const POLL: Duration = Duration::from_millis(50);
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_narad"))
@@ -50,22 +50,6 @@ fn http_5xx(scrape: &Scrape) -> f64 {
             &[("component", "http"), ("kind", "5xx")],
         )
         .unwrap_or(0.0)
-}
-
-fn wait_for_empty_backlog(node: &Node) {
-    let mut waited = Duration::ZERO;
-    loop {
-        let backlog = metrics(node).value("narad_ingress_dispatch_backlog_records");
-        if backlog == Some(0.0) {
-            return;
-        }
-        assert!(
-            waited < WAIT,
-            "the dispatch backlog did not drain ({backlog:?})"
-        );
-        pause(POLL);
-        waited += POLL;
-    }
 }
 
 /// A single produce outside the producers; its id goes into `probes` (its outcome is recorded as
@@ -121,7 +105,7 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
     assert!(http_5xx(&latched) >= 1.0, "5xx not counted");
     // Readiness and replay are unaffected: what was acknowledged is dispatched and readable.
     assert_eq!(node.get("/readyz").status, 200);
-    wait_for_empty_backlog(&node);
+    wait_backlog_drained(&node);
     let first = node.get(&format!("/v1/topics/{TOPIC}/consume?partition=0&offset=0"));
     assert_eq!(first.status, 200, "{}", first.text());
 
@@ -168,7 +152,7 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
     ledger.merge(producers.stop());
 
     // Everything acknowledged is visible, nothing else.
-    wait_for_empty_backlog(&node);
+    wait_backlog_drained(&node);
     let seen = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
     let verdict = ledger.check(&seen);
     eprintln!("disk failure ({rule}):\n{verdict}");
