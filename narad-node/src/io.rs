@@ -6,9 +6,13 @@
 //! (under `--cfg madsim` that runs inline in the simulated task, so the executor needs no threads of its
 //! own), serialized per lane by one async task that the first request on the lane starts.
 //!
-//! It decides nothing: no retries, no reordering, no dropping. Each actor gets its own executor, so lanes
-//! are the actor's own ordering domains. Queues are bounded by [`LANE_QUEUE_MAX`]; an actor keeps far
-//! fewer requests outstanding, so a full lane is a programmer error and panics.
+//! It decides nothing: no retries, no reordering, no dropping. Lanes are an actor *instance's* own
+//! ordering domains: an executor serves one actor through [`IoExecutor::submit`], or many instances of
+//! one kind (every partition's combiner) through [`IoExecutor::submit_for`], which keys the
+//! serialization by `(instance, lane)` and hands the instance back with each completion; an instance
+//! that is gone gives its lanes back with [`IoExecutor::forget`]. Queues are bounded by
+//! [`LANE_QUEUE_MAX`]; an actor keeps far fewer requests outstanding, so a full lane is a programmer
+//! error and panics.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -20,12 +24,31 @@ use tokio::sync::mpsc;
 /// The most requests one lane may hold queued or running.
 pub const LANE_QUEUE_MAX: usize = 64;
 
-/// Runs one actor's I/O; see the module documentation.
+/// Names one actor instance among those an executor serves ([`IoExecutor::submit_for`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ActorKey(pub u64);
+
+/// Wraps a finished request (and, for a keyed executor, the instance that issued it) into the
+/// mailbox's message type.
+enum Wrap<M> {
+    Single(fn(IoRequest, IoCompletion) -> M),
+    Keyed(fn(ActorKey, IoRequest, IoCompletion) -> M),
+}
+
+impl<M> Clone for Wrap<M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M> Copy for Wrap<M> {}
+
+/// Runs one actor's (or one kind of actor's) I/O; see the module documentation.
 pub struct IoExecutor<M> {
     disk: Arc<dyn Disk>,
     mailbox: mpsc::Sender<M>,
-    wrap: fn(IoRequest, IoCompletion) -> M,
-    lanes: Mutex<BTreeMap<IoLane, mpsc::Sender<IoRequest>>>,
+    wrap: Wrap<M>,
+    lanes: Mutex<BTreeMap<(ActorKey, IoLane), mpsc::Sender<IoRequest>>>,
 }
 
 impl<M> std::fmt::Debug for IoExecutor<M> {
@@ -44,7 +67,22 @@ impl<M: Send + 'static> IoExecutor<M> {
         IoExecutor {
             disk,
             mailbox,
-            wrap,
+            wrap: Wrap::Single(wrap),
+            lanes: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// An executor for many instances of one actor kind: each completion is delivered wrapped by
+    /// `wrap` together with the [`ActorKey`] its request was submitted for.
+    pub fn new_keyed(
+        disk: Arc<dyn Disk>,
+        mailbox: mpsc::Sender<M>,
+        wrap: fn(ActorKey, IoRequest, IoCompletion) -> M,
+    ) -> Self {
+        IoExecutor {
+            disk,
+            mailbox,
+            wrap: Wrap::Keyed(wrap),
             lanes: Mutex::new(BTreeMap::new()),
         }
     }
@@ -54,19 +92,25 @@ impl<M: Send + 'static> IoExecutor<M> {
     /// Panics when the lane already holds [`LANE_QUEUE_MAX`] requests: actors bound what they keep
     /// outstanding far below that.
     pub fn submit(&self, request: IoRequest) {
+        self.submit_for(ActorKey(0), request);
+    }
+
+    /// Queues `request` on the lane `(actor, request.lane)`: serialized with that instance's earlier
+    /// requests on the same lane only. Panics like [`IoExecutor::submit`].
+    pub fn submit_for(&self, actor: ActorKey, request: IoRequest) {
         let mut lanes = self
             .lanes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let lane = request.lane;
-        let sender = lanes.entry(lane).or_insert_with(|| {
+        let sender = lanes.entry((actor, lane)).or_insert_with(|| {
             let (sender, receiver) = mpsc::channel(LANE_QUEUE_MAX);
-            tokio::spawn(run_lane(
-                Arc::clone(&self.disk),
-                receiver,
-                self.mailbox.clone(),
-                self.wrap,
-            ));
+            let deliver = Deliver {
+                mailbox: self.mailbox.clone(),
+                actor,
+                wrap: self.wrap,
+            };
+            tokio::spawn(run_lane(Arc::clone(&self.disk), receiver, deliver));
             sender
         });
         match sender.try_send(request) {
@@ -79,6 +123,40 @@ impl<M: Send + 'static> IoExecutor<M> {
             }
         }
     }
+
+    /// Lets go of every lane of `actor`: each lane's task ends once the requests already queued on it
+    /// ran and were delivered. A later [`IoExecutor::submit_for`] for the key starts fresh lanes.
+    pub fn forget(&self, actor: ActorKey) {
+        let mut lanes = self
+            .lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        lanes.retain(|(key, _), _| *key != actor);
+    }
+
+    /// Lanes currently kept (for tests and leak checks).
+    pub fn lanes(&self) -> usize {
+        self.lanes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+}
+
+/// Where a lane delivers its completions.
+struct Deliver<M> {
+    mailbox: mpsc::Sender<M>,
+    actor: ActorKey,
+    wrap: Wrap<M>,
+}
+
+impl<M> Deliver<M> {
+    fn wrap(&self, request: IoRequest, completion: IoCompletion) -> M {
+        match self.wrap {
+            Wrap::Single(wrap) => wrap(request, completion),
+            Wrap::Keyed(wrap) => wrap(self.actor, request, completion),
+        }
+    }
 }
 
 // madsim marks `spawn_blocking` deprecated ("blocking is not allowed in simulation"); there it runs the
@@ -87,8 +165,7 @@ impl<M: Send + 'static> IoExecutor<M> {
 async fn run_lane<M: Send + 'static>(
     disk: Arc<dyn Disk>,
     mut requests: mpsc::Receiver<IoRequest>,
-    mailbox: mpsc::Sender<M>,
-    wrap: fn(IoRequest, IoCompletion) -> M,
+    deliver: Deliver<M>,
 ) {
     while let Some(request) = requests.recv().await {
         let id = request.id;
@@ -114,7 +191,8 @@ async fn run_lane<M: Send + 'static>(
                 },
             ),
         };
-        if mailbox.send(wrap(request, completion)).await.is_err() {
+        let message = deliver.wrap(request, completion);
+        if deliver.mailbox.send(message).await.is_err() {
             return;
         }
     }
@@ -262,6 +340,33 @@ mod tests {
         assert_eq!(completion.id, IoId(7));
         assert_eq!(completion.result, Err((1, IoFault::NotFound)));
         assert_eq!(disk.paths(), ["f"], "the op after the failure did not run");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keyed_lanes_serialize_per_instance_and_name_the_instance() {
+        let disk = SimDisk::new(5);
+        disk.create("a").unwrap();
+        disk.create("b").unwrap();
+        let (sender, mut receiver) = mpsc::channel(64);
+        let executor = IoExecutor::new_keyed(Arc::new(disk.clone()), sender, |actor, _, done| {
+            (actor, done.id)
+        });
+        // The same lane number of two instances: two ordering domains, each in submission order.
+        for index in 0..10u64 {
+            executor.submit_for(ActorKey(1), write(index, 0, "a", 0, &[index as u8]));
+            executor.submit_for(ActorKey(2), write(100 + index, 0, "b", 0, &[index as u8]));
+        }
+        let mut seen: BTreeMap<ActorKey, Vec<u64>> = BTreeMap::new();
+        for _ in 0..20 {
+            let (actor, id) = receiver.recv().await.unwrap();
+            seen.entry(actor).or_default().push(id.0);
+        }
+        assert_eq!(seen[&ActorKey(1)], (0..10).collect::<Vec<_>>());
+        assert_eq!(seen[&ActorKey(2)], (100..110).collect::<Vec<_>>());
+        assert_eq!(executor.lanes(), 2);
+        executor.forget(ActorKey(1));
+        assert_eq!(executor.lanes(), 1);
+        assert_eq!(disk.read_at("a", 0, 1).unwrap(), [9]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,8 @@
 //! - [`clock`]: the node's only clock reads.
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
 //! - [`wal_host`]: the ingress WAL and the checkpointer on tokio.
+//! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
+//!   partition host and the dispatcher host live there.
 //! - `server` (not under madsim): wires it all to a real listener.
 
 pub mod cli;
@@ -20,6 +22,7 @@ pub mod io;
 pub mod logging;
 pub mod metastore;
 pub mod metrics;
+pub mod node;
 #[cfg(not(madsim))]
 pub mod server;
 pub mod wal_host;

@@ -164,10 +164,30 @@ enum Command {
         max_bytes: usize,
         reply: oneshot::Sender<Result<Vec<WalFrame>, ReadError>>,
     },
-    StoreCheckpoint(Seq),
+    StoreCheckpoint {
+        seq: Seq,
+        reply: Option<StoreReply>,
+    },
     Shutdown {
         reply: oneshot::Sender<Result<Seq, CheckpointFailure>>,
     },
+}
+
+/// Who waits for a checkpoint store: answered once the value is written in place, or at the next failure.
+type StoreReply = oneshot::Sender<Result<(), CheckpointFailure>>;
+
+/// Called with the number of records each group commit made durable (for the group-commit histogram).
+pub type DurableObserver = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Why [`WalHost::store_checkpoint_written`] did not confirm the store.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The checkpointer's write (or a sync) failed; it retries on its own after its retry delay.
+    #[error("checkpoint {op:?} failed: {fault}", op = .0.op, fault = .0.fault)]
+    Failed(CheckpointFailure),
+    /// The host stopped before answering.
+    #[error("the ingress WAL host has stopped")]
+    Stopped,
 }
 
 /// A finished request of one of the two actors.
@@ -191,6 +211,16 @@ impl WalHost {
         disk: Arc<dyn Disk>,
         config: WalHostConfig,
         clock: Clock,
+    ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
+        WalHost::open_observed(disk, config, clock, None).await
+    }
+
+    /// [`WalHost::open`], calling `observer` with the records of every group commit.
+    pub async fn open_observed(
+        disk: Arc<dyn Disk>,
+        config: WalHostConfig,
+        clock: Clock,
+        observer: Option<DurableObserver>,
     ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
         let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock).await?;
         let recovered = checkpointer.recovered();
@@ -224,6 +254,8 @@ impl WalHost {
             appends: BTreeMap::new(),
             answers: Vec::new(),
             reads: BTreeMap::new(),
+            stores: Vec::new(),
+            observer,
             next_id: 0,
             io_in_flight: 0,
             stopping: false,
@@ -309,9 +341,22 @@ impl WalHost {
     /// 250 ms; compaction follows the synced value.
     pub async fn store_checkpoint(&self, seq: Seq) -> Result<(), WalError> {
         self.commands
-            .send(Command::StoreCheckpoint(seq))
+            .send(Command::StoreCheckpoint { seq, reply: None })
             .await
             .map_err(|_| WalError::Stopped)
+    }
+
+    /// Stores the checkpoint like [`WalHost::store_checkpoint`] and answers once its in-place write
+    /// completed (a process crash keeps it from then on), or with the checkpointer's next failure.
+    pub async fn store_checkpoint_written(&self, seq: Seq) -> Result<(), StoreError> {
+        let result = self
+            .ask(|reply| Command::StoreCheckpoint {
+                seq,
+                reply: Some(reply),
+            })
+            .await
+            .ok_or(StoreError::Stopped)?;
+        result.map_err(StoreError::Failed)
     }
 
     /// The current status.
@@ -409,6 +454,9 @@ struct Runner {
     /// Append outcomes routed but not yet sent (sent at the end of each drain).
     answers: Vec<(AppendReply, Result<SeqRange, AppendError>)>,
     reads: BTreeMap<ReadId, oneshot::Sender<Result<Vec<WalFrame>, ReadError>>>,
+    /// Checkpoint stores waiting for their write: `(value, caller)`.
+    stores: Vec<(Seq, StoreReply)>,
+    observer: Option<DurableObserver>,
     next_id: u64,
     /// Requests submitted to either executor whose completion has not been handled yet.
     io_in_flight: usize,
@@ -533,10 +581,13 @@ impl Runner {
                     },
                 );
             }
-            Command::StoreCheckpoint(seq) => {
+            Command::StoreCheckpoint { seq, reply } => {
                 self.checkpointer.handle(now, CheckpointInput::Store(seq));
                 self.status
                     .send_modify(|status| status.checkpoint_stored = self.checkpointer.stored());
+                if let Some(reply) = reply {
+                    self.stores.push((seq, reply));
+                }
             }
             Command::Shutdown { reply } => {
                 self.shutdown_replies.push(reply);
@@ -589,6 +640,16 @@ impl Runner {
             // A caller that stopped waiting still had its record handled truthfully.
             let _ = reply.send(result);
         }
+        if !self.stores.is_empty() {
+            let written = self.checkpointer.written();
+            let (done, waiting) = std::mem::take(&mut self.stores)
+                .into_iter()
+                .partition(|(seq, _)| *seq <= written);
+            self.stores = waiting;
+            for (_, reply) in done {
+                let _ = reply.send(Ok(()));
+            }
+        }
     }
 
     fn route_all(&mut self) {
@@ -619,10 +680,22 @@ impl Runner {
                     self.answers.push((reply, result));
                 }
             }
-            WalOutput::Durable { next_seq } => self.status.send_modify(|status| {
-                status.repaired = true;
-                status.durable_next_seq = next_seq;
-            }),
+            WalOutput::Durable { next_seq } => {
+                let (repaired, before) = {
+                    let status = self.status.borrow();
+                    (status.repaired, status.durable_next_seq)
+                };
+                if let Some(observer) = &self.observer {
+                    // The open repair's frontier is recovery, not a group commit.
+                    if repaired && next_seq > before {
+                        observer(next_seq.0 - before.0);
+                    }
+                }
+                self.status.send_modify(|status| {
+                    status.repaired = true;
+                    status.durable_next_seq = next_seq;
+                });
+            }
             WalOutput::ReadDone { id, result } => {
                 if let Some(reply) = self.reads.remove(&id) {
                     let _ = reply.send(result);
@@ -655,6 +728,9 @@ impl Runner {
             }
             CheckpointOutput::Failed(failure) => {
                 tracing::warn!(op = ?failure.op, fault = %failure.fault, "ingress dispatch checkpoint store failed");
+                for (_, reply) in self.stores.drain(..) {
+                    let _ = reply.send(Err(failure.clone()));
+                }
                 self.status
                     .send_modify(|status| status.checkpoint_failure = Some(failure));
             }

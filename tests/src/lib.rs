@@ -11,6 +11,8 @@
 //! `ready` line — no polling loops, no sleeps. Every wait is bounded ([`START_TIMEOUT`]). A node is
 //! killed (SIGKILL) when dropped; its log is printed if the test panicked, to explain the failure.
 
+pub mod observe;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

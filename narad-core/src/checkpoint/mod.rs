@@ -284,6 +284,12 @@ impl Checkpointer {
         self.stored
     }
 
+    /// The value of the last completed in-place write (or creation, or the bytes found at open): what a
+    /// process crash keeps. A store is "stored" for the dispatcher once this reaches it.
+    pub fn written(&self) -> Seq {
+        self.written
+    }
+
     /// The last published synced value; `None` until the startup sync succeeded.
     pub fn synced(&self) -> Option<Seq> {
         self.synced

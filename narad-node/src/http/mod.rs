@@ -20,7 +20,6 @@ pub mod produce;
 pub mod reply;
 #[cfg(not(madsim))]
 pub mod router;
-mod routing_local;
 pub mod schema;
 pub mod seams;
 pub mod topics;
@@ -29,7 +28,12 @@ pub mod topics;
 mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use narad_core::ids::PartitionId;
+use narad_core::routing::{PartitionChoice, PartitionPicker, PickError};
+
+use crate::clock::Clock;
 
 use crate::metastore::Metastore;
 use crate::metrics::Metrics;
@@ -70,7 +74,10 @@ pub struct App {
     ready: AtomicBool,
     shutting_down: AtomicBool,
     schemas: schema::SchemaCache,
-    keyless: routing_local::KeylessRotations,
+    /// The accept-time partition picker (keyless rotations need `&mut`).
+    picker: Mutex<PartitionPicker>,
+    /// `now` for the picker's idle-rotation forgetting.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for App {
@@ -83,6 +90,7 @@ impl std::fmt::Debug for App {
 
 impl App {
     /// An app that is not ready yet; `keyless_seed` seeds the keyless rotations' random starts.
+    /// Partitions are picked by `narad_core::routing`'s accept-time picker (no liveness check).
     pub fn new(
         metastore: Metastore,
         sink: Arc<dyn ProduceSink>,
@@ -100,8 +108,23 @@ impl App {
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             schemas: schema::SchemaCache::default(),
-            keyless: routing_local::KeylessRotations::new(keyless_seed),
+            picker: Mutex::new(PartitionPicker::new(keyless_seed)),
+            clock: Clock::start(),
         }
+    }
+
+    /// The accept-time partition of a record of `topic` (`partitions` of them).
+    pub fn pick_partition(
+        &self,
+        topic: &str,
+        partitions: u32,
+        choice: PartitionChoice<'_>,
+    ) -> Result<PartitionId, PickError> {
+        let now = self.clock.now();
+        self.picker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pick_for_accept(now, topic, partitions, choice)
     }
 
     /// Marks recovery done (`/readyz` answers 200 from now on).

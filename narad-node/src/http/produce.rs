@@ -32,12 +32,13 @@ use base64::Engine as _;
 use narad_core::codec::wal::ProduceRecord;
 use narad_core::ids::PartitionId;
 use narad_core::metastore::Topic;
+use narad_core::routing::{PartitionChoice, PickError};
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::reply::{JsonObject, DURABILITY_HEADER};
-use super::{parse_index, routing_local, schema, App, Body, Query, Reply, BATCH_BODY_BYTES_MAX};
+use super::{parse_index, schema, App, Body, Query, Reply, BATCH_BODY_BYTES_MAX};
 use super::{AppendError, BODY_BYTES_MAX};
 use crate::clock;
 use crate::metrics::RejectionLabels;
@@ -136,20 +137,34 @@ fn check_against_topic(
 }
 
 /// Picks the partition of a checked message and builds its WAL record.
-fn record(app: &App, topic: &Topic, message: Checked, timestamp_ms: u64) -> ProduceRecord {
-    let partition = match (message.pinned, &message.key) {
-        (Some(pinned), _) => pinned,
-        (None, Some(key)) => routing_local::keyed(key, topic.partitions()),
-        (None, None) => app.keyless.next(topic.id, topic.partitions()),
+fn record(
+    app: &App,
+    topic: &Topic,
+    message: Checked,
+    timestamp_ms: u64,
+) -> Result<ProduceRecord, Reply> {
+    let choice = match (message.pinned, &message.key) {
+        (Some(pinned), _) => PartitionChoice::Pinned(pinned),
+        (None, Some(key)) => PartitionChoice::Key(key),
+        (None, None) => PartitionChoice::Keyless,
     };
-    ProduceRecord {
+    let partition = app
+        .pick_partition(&topic.name, topic.partitions(), choice)
+        .map_err(|error| match error {
+            PickError::OutOfRange { .. } => invalid(&MessageError::PartitionOutOfRange),
+            PickError::NoPartitions | PickError::NoLiveOwner => {
+                tracing::error!(topic = topic.name, %error, "no partition to accept into");
+                Reply::error(500, "produce failed")
+            }
+        })?;
+    Ok(ProduceRecord {
         topic: topic.name.clone(),
         topic_id: Some(topic.id),
         key: message.key,
         partition,
         timestamp_ms,
         payload: message.payload,
-    }
+    })
 }
 
 fn invalid(error: &MessageError) -> Reply {
@@ -232,7 +247,7 @@ async fn produce_one(
         pinned,
         payload,
     };
-    let record = record(app, topic, message, clock::unix_ms());
+    let record = record(app, topic, message, clock::unix_ms())?;
     let outcome = app.sink.append(record).await;
     Ok(append_reply(app, outcome, 1, false))
 }
@@ -447,10 +462,10 @@ async fn produce_many(
         checked.push(message);
     }
     let timestamp_ms = clock::unix_ms();
-    let records: Vec<ProduceRecord> = checked
+    let records = checked
         .into_iter()
         .map(|message| record(app, topic, message, timestamp_ms))
-        .collect();
+        .collect::<Result<Vec<ProduceRecord>, Reply>>()?;
     let accepted = records.len();
     let outcome = app.sink.append_many(records).await;
     Ok(append_reply(app, outcome, accepted, true))

@@ -153,6 +153,11 @@ impl Metastore {
         self.view.borrow().clone()
     }
 
+    /// A receiver that wakes on every applied change of the local replica (and on a latch).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MetaView>> {
+        self.view.clone()
+    }
+
     /// Waits until the replica has applied everything its log held at start-up (or failed).
     pub async fn wait_caught_up(&self) -> Result<(), ProposeError> {
         self.wait_until(|view| view.caught_up).await

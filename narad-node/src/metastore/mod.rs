@@ -4,10 +4,8 @@
 //! - [`storage`]: the durable raft log, hard state and snapshot over `narad_core::disk::Disk`.
 //! - [`Metastore`]: the host task and its handle (propose and await the applied answer; read the local
 //!   replica).
-//! - [`interim_disk`]: a stand-in `std::fs` disk until the node's `FsDisk` is merged (see its doc).
 
 mod host;
-pub mod interim_disk;
 mod slog_bridge;
 pub mod storage;
 

@@ -1,0 +1,119 @@
+//! [`MeteredDisk`]: a [`Disk`] that times the ingress WAL's segment fsyncs for
+//! `narad_ingress_wal_fsync_duration_seconds`, and forwards everything else untouched.
+
+use std::sync::Arc;
+
+use narad_core::disk::Disk;
+use narad_core::IoFault;
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+
+/// Times `sync_data` of files under `wal_dir` whose name ends in `.wal`.
+pub struct MeteredDisk {
+    inner: Arc<dyn Disk>,
+    wal_prefix: String,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for MeteredDisk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredDisk")
+            .field("wal_prefix", &self.wal_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MeteredDisk {
+    /// Wraps `inner`; WAL segments are the `.wal` files under `wal_dir`.
+    pub fn new(inner: Arc<dyn Disk>, wal_dir: &str, clock: Clock, metrics: Arc<Metrics>) -> Self {
+        MeteredDisk {
+            inner,
+            wal_prefix: format!("{wal_dir}/"),
+            clock,
+            metrics,
+        }
+    }
+}
+
+impl Disk for MeteredDisk {
+    fn create(&self, path: &str) -> Result<(), IoFault> {
+        self.inner.create(path)
+    }
+    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner.create_dir_all(dir)
+    }
+    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+        self.inner.write_at(path, offset, data)
+    }
+    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+        self.inner.write_zeros(path, offset, len)
+    }
+    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+        self.inner.read_at(path, offset, len)
+    }
+    fn len(&self, path: &str) -> Result<u64, IoFault> {
+        self.inner.len(path)
+    }
+    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+        self.inner.set_len(path, len)
+    }
+    fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+        if !(path.starts_with(&self.wal_prefix) && path.ends_with(".wal")) {
+            return self.inner.sync_data(path);
+        }
+        let started = self.clock.now();
+        let result = self.inner.sync_data(path);
+        let elapsed = self.clock.now().saturating_duration_since(started);
+        self.metrics
+            .ingress_wal_fsync_duration_seconds
+            .observe(elapsed.as_secs_f64());
+        result
+    }
+    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner.sync_dir(dir)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &str) -> Result<(), IoFault> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+        self.inner.list(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use narad_core::disk::sim::SimDisk;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn only_wal_segment_syncs_are_timed() {
+        let metrics = Arc::new(Metrics::new());
+        let disk = MeteredDisk::new(
+            Arc::new(SimDisk::new(1)),
+            "ingress/produce",
+            Clock::start(),
+            metrics.clone(),
+        );
+        disk.create_dir_all("ingress/produce").unwrap();
+        disk.create_dir_all("topics/t/1/p00000").unwrap();
+        for path in [
+            "ingress/produce/00000000000000000000.wal",
+            "ingress/produce/checkpoint",
+            "topics/t/1/p00000/00000000000000000000.log",
+        ] {
+            disk.create(path).unwrap();
+            disk.sync_data(path).unwrap();
+        }
+        let text = metrics.encode();
+        assert!(
+            text.contains("narad_ingress_wal_fsync_duration_seconds_count 1\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! The node: every host of the produce path wired together over one [`Disk`], without the HTTP
+//! listener (which `crate::server` adds; the simulator calls the same route functions directly).
+//!
+//! # Start-up ([`start`])
+//! 1. The metastore opens on the disk (`metastore/`) and replays its log in the background.
+//! 2. The partition host starts and follows the replica; the HTTP [`App`] is built around it, the WAL
+//!    sink (empty until the WAL opens: produces get 503) and the metrics. [`start`] returns here, so a
+//!    listener can answer `/readyz` with 503 while recovery runs.
+//! 3. In the background, recovery: the metastore catches up and lists this node as a member; the
+//!    ingress WAL and its checkpoint open (the checkpoint's startup sync, then the WAL's torn-tail
+//!    repair: its reads serve nothing before that); the sink is attached; every partition log of every
+//!    topic finishes opening (a log whose open fails is logged and counted, and does not hold the node
+//!    back); the dispatcher starts at the recovered checkpoint and replays what is undispatched. Then the
+//!    node is ready ([`Node::wait_ready`], `/readyz` 200). A failure on the way (a corrupt WAL) is
+//!    reported by [`Node::wait_ready`]: the node never turns ready.
+//!
+//! # Shutdown ([`Node::shutdown`])
+//! The dispatcher stops (commits in flight finish or not; what they carried is replayed next time), then
+//! the WAL host stops: appends in flight finish and the checkpoint is flushed (one sync).
+//!
+//! # Data layout (relative to the disk root, the data directory)
+//! `metastore/` (raft log, hard state, snapshot); `ingress/produce/` (`<20-digit seq>.wal` segments and
+//! `checkpoint`); `topics/<topic>/<incarnation id>/p<05 partition>/` (`<20-digit offset>.log` segments).
+
+pub mod dispatch;
+pub mod metered_disk;
+pub mod partitions;
+pub mod sink;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, OnceLock};
+
+use narad_core::disk::Disk;
+use narad_core::ids::NodeId;
+use narad_core::wal::WalConfig;
+use narad_core::Seq;
+use tokio::sync::watch;
+
+use self::dispatch::DispatchHost;
+use self::metered_disk::MeteredDisk;
+use self::partitions::PartitionHost;
+use self::sink::WalSink;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::http::App;
+use crate::metastore::{Metastore, MetastoreOptions};
+use crate::metrics::Metrics;
+use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
+
+/// The ingress WAL's directory (segments and the dispatch checkpoint).
+pub const WAL_DIR: &str = "ingress/produce";
+
+/// What a node is started with.
+pub struct NodeOptions {
+    /// The data directory: `FsDisk` in the real node, `SimDisk` under the simulator.
+    pub disk: Arc<dyn Disk>,
+    /// The configuration (`cluster.node_id` and the `storage` WAL settings are read here).
+    pub config: Config,
+    /// The actors' clock.
+    pub clock: Clock,
+    /// Seeds every random choice of the node (keyless rotations' starts).
+    pub seed: u64,
+    /// This node's address as recorded in the metastore's member set.
+    pub member_addr: String,
+}
+
+impl std::fmt::Debug for NodeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeOptions")
+            .field("config", &self.config)
+            .field("seed", &self.seed)
+            .field("member_addr", &self.member_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the node could not start, or recover.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// The metastore could not open or catch up.
+    #[error("metastore: {0}")]
+    Metastore(String),
+    /// The ingress WAL or its checkpoint could not open.
+    #[error("ingress WAL: {0}")]
+    Wal(String),
+    /// The partition host stopped during recovery.
+    #[error("partition logs: {0}")]
+    Partitions(String),
+}
+
+/// Where recovery is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Recovery {
+    Running,
+    Ready,
+    Failed(StartError),
+}
+
+/// What `/readyz` and the gauges say, for callers without HTTP (the simulator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Recovery is done (`/readyz` 200).
+    pub ready: bool,
+    /// `narad_ingress_dispatch_backlog_records`: records a restart would replay.
+    pub backlog_records: u64,
+    /// `narad_ingress_wal_failed`: the WAL latched a disk failure.
+    pub wal_failed: bool,
+}
+
+/// A running node; clones share it.
+#[derive(Clone, Debug)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    app: Arc<App>,
+    metastore: Metastore,
+    partitions: PartitionHost,
+    metrics: Arc<Metrics>,
+    wal: OnceLock<WalHost>,
+    dispatcher: OnceLock<DispatchHost>,
+    recovery: watch::Receiver<Recovery>,
+}
+
+/// Starts a node on `options.disk`; see the module documentation. Returns once the metastore is open
+/// and the HTTP functions can be called; recovery goes on in the background ([`Node::wait_ready`]).
+pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
+    let NodeOptions {
+        disk,
+        config,
+        clock,
+        seed,
+        member_addr,
+    } = options;
+    let node_id = NodeId(config.cluster.node_id);
+    let metrics = Arc::new(Metrics::new());
+    let disk: Arc<dyn Disk> = Arc::new(MeteredDisk::new(disk, WAL_DIR, clock, metrics.clone()));
+    let metastore = Metastore::open(
+        Arc::clone(&disk),
+        MetastoreOptions::new(node_id, member_addr),
+    )
+    .await
+    .map_err(|error| StartError::Metastore(error.to_string()))?;
+    let partitions = PartitionHost::spawn(
+        Arc::clone(&disk),
+        &metastore,
+        clock,
+        node_id,
+        metrics.clone(),
+    );
+    let sink = WalSink::new();
+    let partitions_seam = Arc::new(partitions.clone());
+    let app = Arc::new(App::new(
+        metastore.clone(),
+        sink.clone(),
+        partitions_seam.clone(),
+        partitions_seam,
+        metrics.clone(),
+        seed,
+    ));
+    let (recovery_tx, recovery) = watch::channel(Recovery::Running);
+    let inner = Arc::new(Inner {
+        app,
+        metastore,
+        partitions,
+        metrics,
+        wal: OnceLock::new(),
+        dispatcher: OnceLock::new(),
+        recovery,
+    });
+    let wal_config = wal_config(&config);
+    let recovering = inner.clone();
+    tokio::spawn(async move {
+        let outcome = recover(&recovering, disk, wal_config, sink, node_id, clock).await;
+        let state = match outcome {
+            Ok(()) => {
+                recovering.app.set_ready();
+                Recovery::Ready
+            }
+            Err(error) => {
+                tracing::error!(%error, "recovery failed; the node stays unready");
+                Recovery::Failed(error)
+            }
+        };
+        let _ = recovery_tx.send(state);
+    });
+    Ok(Node { inner })
+}
+
+fn wal_config(config: &Config) -> WalHostConfig {
+    WalHostConfig::new(WalConfig {
+        dir: WAL_DIR.to_string(),
+        sync_interval_ms: config.storage.ingress_wal_sync_interval_ms,
+        prealloc: config.storage.ingress_wal_prealloc,
+        ..WalConfig::default()
+    })
+}
+
+async fn recover(
+    inner: &Inner,
+    disk: Arc<dyn Disk>,
+    wal_config: WalHostConfig,
+    sink: Arc<WalSink>,
+    node_id: NodeId,
+    clock: Clock,
+) -> Result<(), StartError> {
+    inner
+        .metastore
+        .wait_until(|view| view.caught_up && view.state.members().contains_key(&node_id))
+        .await
+        .map_err(|error| StartError::Metastore(error.to_string()))?;
+    let metrics = inner.metrics.clone();
+    let observer: DurableObserver = Arc::new(move |records| {
+        metrics
+            .ingress_wal_group_commit_records
+            .observe(records as f64);
+    });
+    let (wal, report) = WalHost::open_observed(disk, wal_config, clock, Some(observer))
+        .await
+        .map_err(|error| StartError::Wal(error.to_string()))?;
+    let status = wal.status();
+    tracing::info!(
+        next_seq = %report.next_seq,
+        torn_tail = ?report.torn_tail,
+        checkpoint = %status.checkpoint_synced,
+        dispatch_start = %status.dispatch_start,
+        "ingress WAL recovered"
+    );
+    if let Some(fault) = &status.latched {
+        tracing::error!(%fault, "ingress WAL latched during its open repair; produces are refused");
+    }
+    inner
+        .metrics
+        .ingress_wal_failed
+        .set(i64::from(status.latched.is_some()));
+    sink.attach(wal.clone());
+    let _ = inner.wal.set(wal.clone());
+    let partitions = inner
+        .partitions
+        .wait_settled()
+        .await
+        .map_err(|error| StartError::Partitions(error.to_string()))?;
+    if partitions.open_failed > 0 {
+        tracing::error!(
+            logs = partitions.open_failed,
+            "partition logs failed to open; their partitions refuse commits and reads"
+        );
+    }
+    let dispatcher = DispatchHost::spawn(
+        node_id,
+        wal,
+        inner.partitions.clone(),
+        inner.metastore.clone(),
+        clock,
+        inner.metrics.clone(),
+    );
+    let _ = inner.dispatcher.set(dispatcher);
+    Ok(())
+}
+
+impl Node {
+    /// The HTTP routes' shared state: call `crate::http::{produce, consume, topics, ops}` with it.
+    pub fn app(&self) -> &Arc<App> {
+        &self.inner.app
+    }
+
+    /// The metastore handle.
+    pub fn metastore(&self) -> &Metastore {
+        &self.inner.metastore
+    }
+
+    /// The partition host (multi-record reads, figures).
+    pub fn partitions(&self) -> &PartitionHost {
+        &self.inner.partitions
+    }
+
+    /// The ingress WAL host, once recovery opened it.
+    pub fn wal(&self) -> Option<&WalHost> {
+        self.inner.wal.get()
+    }
+
+    /// The node's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// Waits until recovery is done (`Ok`) or failed (`Err`, and the node never turns ready).
+    pub async fn wait_ready(&self) -> Result<(), StartError> {
+        let mut recovery = self.inner.recovery.clone();
+        let state = recovery
+            .wait_for(|state| *state != Recovery::Running)
+            .await
+            .map(|state| state.clone())
+            .unwrap_or(Recovery::Failed(StartError::Partitions(
+                "recovery task ended".to_string(),
+            )));
+        match state {
+            Recovery::Failed(error) => Err(error),
+            Recovery::Ready | Recovery::Running => Ok(()),
+        }
+    }
+
+    /// Readiness, backlog and latch, as the metrics show them.
+    pub fn status(&self) -> NodeStatus {
+        let metrics = &self.inner.metrics;
+        NodeStatus {
+            ready: self.inner.app.is_ready(),
+            backlog_records: u64::try_from(metrics.ingress_dispatch_backlog_records.get())
+                .unwrap_or(0),
+            wal_failed: metrics.ingress_wal_failed.get() != 0,
+        }
+    }
+
+    /// Stops dispatching, then the WAL (appends in flight finish, the checkpoint is flushed). Returns the
+    /// durable checkpoint, or `None` when the WAL never opened.
+    pub async fn shutdown(&self) -> Result<Option<Seq>, String> {
+        if let Some(dispatcher) = self.inner.dispatcher.get() {
+            dispatcher.stop().await;
+        }
+        match self.inner.wal.get() {
+            Some(wal) => wal
+                .shutdown()
+                .await
+                .map(Some)
+                .map_err(|error| error.to_string()),
+            None => Ok(None),
+        }
+    }
+}

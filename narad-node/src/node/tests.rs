@@ -1,0 +1,222 @@
+//! The node over `SimDisk`, driven through the HTTP route functions (as the simulator drives it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_core::disk::sim::SimDisk;
+use narad_core::ids::{Offset, PartitionId};
+
+use super::*;
+use crate::http::{consume, produce, topics, Body, Reply};
+
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+fn options(disk: &SimDisk, seed: u64) -> NodeOptions {
+    NodeOptions {
+        disk: Arc::new(disk.clone()),
+        config: Config::default(),
+        clock: Clock::start(),
+        seed,
+        member_addr: "127.0.0.1:7942".to_string(),
+    }
+}
+
+async fn started(disk: &SimDisk, seed: u64) -> Node {
+    let node = start(options(disk, seed)).await.expect("started");
+    tokio::time::timeout(WAIT_MAX, node.wait_ready())
+        .await
+        .expect("ready in time")
+        .expect("recovered");
+    node
+}
+
+fn body(text: &str) -> Body {
+    Body::Bytes(text.as_bytes().to_vec())
+}
+
+async fn create_topic(node: &Node, name: &str, partitions: u32) {
+    let reply = topics::create_topic(
+        node.app(),
+        body(&format!(r#"{{"name":"{name}","partitions":{partitions}}}"#)),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+}
+
+async fn produce_to(node: &Node, topic: &str, partition: u32, payload: &str) {
+    let query = format!("partition={partition}");
+    let reply = produce::produce(node.app(), topic, Some(&query), body(payload)).await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+}
+
+async fn consume_at(node: &Node, topic: &str, partition: u32, offset: u64) -> Reply {
+    let query = format!("partition={partition}&offset={offset}");
+    consume::consume(node.app(), topic, Some(&query)).await
+}
+
+/// Polls until `done` holds, at most [`WAIT_MAX`].
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(WAIT_MAX, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting for {what}");
+}
+
+/// Stops a node and lets its tasks end before the disk is reused.
+async fn stop(node: Node) {
+    node.shutdown().await.expect("clean shutdown");
+    drop(node);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_records_become_visible_in_order() {
+    let disk = SimDisk::new(1);
+    let node = started(&disk, 1).await;
+    create_topic(&node, "t", 3).await;
+    for index in 0..5 {
+        produce_to(&node, "t", 2, &format!("m{index}")).await;
+    }
+    wait_for("the backlog to drain", || {
+        node.status().backlog_records == 0
+    })
+    .await;
+    for index in 0..5u64 {
+        let reply = consume_at(&node, "t", 2, index).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let message: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(message["payload"], format!("m{index}"));
+    }
+    assert_eq!(consume_at(&node, "t", 2, 5).await.status, 204);
+    let status = node.status();
+    assert!(status.ready && !status.wal_failed, "{status:?}");
+    stop(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_loss_after_the_202_loses_nothing() {
+    let disk = SimDisk::new(2);
+    let node = started(&disk, 2).await;
+    create_topic(&node, "t", 3).await;
+    for index in 0..20 {
+        produce_to(&node, "t", index % 2, &format!("m{index}")).await;
+    }
+    // No waiting for dispatch: whatever is not committed yet is replayed after the crash.
+    drop(node);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    disk.crash();
+    let node = started(&disk, 3).await;
+    wait_for("the replay", || node.status().backlog_records == 0).await;
+    let mut seen = Vec::new();
+    for partition in 0..2 {
+        let mut offset = 0;
+        loop {
+            let reply = consume_at(&node, "t", partition, offset).await;
+            if reply.status == 204 {
+                break;
+            }
+            assert_eq!(reply.status, 200, "{}", reply.text());
+            let message: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            seen.push(message["payload"].as_str().unwrap().to_string());
+            offset += 1;
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    let mut expected: Vec<String> = (0..20).map(|index| format!("m{index}")).collect();
+    expected.sort();
+    assert_eq!(seen, expected);
+    stop(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_s_log_files_are_removed_and_its_name_starts_empty() {
+    let disk = SimDisk::new(3);
+    let node = started(&disk, 4).await;
+    create_topic(&node, "gone", 3).await;
+    produce_to(&node, "gone", 0, "old").await;
+    wait_for("the commit", || node.status().backlog_records == 0).await;
+    let old_dir = "topics/gone/1/p00000/";
+    assert!(
+        disk.paths().iter().any(|path| path.starts_with(old_dir)),
+        "{:?}",
+        disk.paths()
+    );
+    let deleted = topics::delete_topic(node.app(), "gone").await;
+    assert_eq!(deleted.status, 204);
+    wait_for("the retired log's files to go", || {
+        !disk.paths().iter().any(|path| path.starts_with(old_dir))
+    })
+    .await;
+    create_topic(&node, "gone", 3).await;
+    assert_eq!(consume_at(&node, "gone", 0, 0).await.status, 204);
+    let key = crate::http::TopicKey {
+        name: "gone".to_string(),
+        id: node.metastore().view().state.topic("gone").unwrap().id,
+    };
+    let stat = node.partitions().stat(&key, PartitionId(0)).await;
+    assert_eq!(stat.high_watermark, Offset(0));
+    stop(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_the_checkpoint_so_a_power_loss_replays_nothing() {
+    let disk = SimDisk::new(4);
+    let node = started(&disk, 5).await;
+    create_topic(&node, "t", 3).await;
+    for index in 0..3 {
+        produce_to(&node, "t", 0, &format!("m{index}")).await;
+    }
+    wait_for("the commits", || node.status().backlog_records == 0).await;
+    let checkpoint = node.shutdown().await.expect("flushed");
+    assert_eq!(checkpoint, Some(Seq(3)));
+    drop(node);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    disk.crash();
+    let node = started(&disk, 6).await;
+    let wal = node.wal().expect("the WAL opened").status();
+    assert_eq!((wal.dispatch_start, wal.durable_next_seq), (Seq(3), Seq(3)));
+    stop(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was_acked() {
+    use narad_core::disk::sim::{FaultKind, FaultRule};
+    let disk = SimDisk::new(5);
+    let node = started(&disk, 7).await;
+    create_topic(&node, "t", 3).await;
+    produce_to(&node, "t", 0, "before").await;
+    disk.add_fault(FaultRule {
+        path_prefix: format!("{WAL_DIR}/0"),
+        kind: FaultKind::SyncEio,
+        chance_ppm: 1_000_000,
+        remaining: Some(1),
+    });
+    let failed = produce::produce(node.app(), "t", Some("partition=0"), body("lost")).await;
+    assert_eq!(
+        (failed.status, failed.text().as_str()),
+        (500, "{\"error\":\"produce failed\"}\n")
+    );
+    // The fault struck once, but the latch holds: still refused.
+    let again = produce::produce(node.app(), "t", Some("partition=0"), body("again")).await;
+    assert_eq!(again.status, 500);
+    wait_for("the latch gauge", || node.status().wal_failed).await;
+    // Consume keeps working.
+    wait_for("the first record", || node.status().backlog_records == 0).await;
+    assert_eq!(consume_at(&node, "t", 0, 0).await.status, 200);
+    stop(node).await;
+    let node = started(&disk, 8).await;
+    assert!(!node.status().wal_failed, "a restart clears the latch");
+    produce_to(&node, "t", 0, "after").await;
+    wait_for("the backlog to drain", || {
+        node.status().backlog_records == 0
+    })
+    .await;
+    let first = consume_at(&node, "t", 0, 0).await;
+    let message: serde_json::Value = serde_json::from_slice(&first.body).unwrap();
+    assert_eq!(message["payload"], "before");
+    stop(node).await;
+}
