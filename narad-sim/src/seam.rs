@@ -40,7 +40,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -52,72 +51,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::trace::Trace;
 
-/// A deliberate defect, compiled in for simulation only, that the harness must catch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PlantedBug {
-    /// Acknowledge a produce before the fsync that covers it.
-    AckBeforeFsync,
-    /// Let the dispatch checkpoint pass a record whose commit is still in flight.
-    CheckpointSkipsInflight,
-    /// Retry an fsync after it failed with EIO, and trust the data.
-    FsyncRetryAfterEio,
-    /// Compact WAL segments behind a checkpoint that is stored but not yet synced.
-    CompactAheadOfSyncedCheckpoint,
-    /// Skip the read-back CRC check of a partition commit.
-    SkipReadbackCrc,
-    /// Commit records of a deleted topic incarnation into the topic recreated under the same name.
-    StaleIncarnationIntoRecreatedTopic,
-    /// Drop the tail of a batch when a segment roll splits it.
-    RollDropsBatchTail,
-}
-
-impl PlantedBug {
-    /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 7] = [
-        PlantedBug::AckBeforeFsync,
-        PlantedBug::CheckpointSkipsInflight,
-        PlantedBug::FsyncRetryAfterEio,
-        PlantedBug::CompactAheadOfSyncedCheckpoint,
-        PlantedBug::SkipReadbackCrc,
-        PlantedBug::StaleIncarnationIntoRecreatedTopic,
-        PlantedBug::RollDropsBatchTail,
-    ];
-
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            PlantedBug::AckBeforeFsync => "ack-before-fsync",
-            PlantedBug::CheckpointSkipsInflight => "checkpoint-skips-inflight",
-            PlantedBug::FsyncRetryAfterEio => "fsync-retry-after-eio",
-            PlantedBug::CompactAheadOfSyncedCheckpoint => "compact-ahead-of-synced-checkpoint",
-            PlantedBug::SkipReadbackCrc => "skip-readback-crc",
-            PlantedBug::StaleIncarnationIntoRecreatedTopic => {
-                "stale-incarnation-into-recreated-topic"
-            }
-            PlantedBug::RollDropsBatchTail => "roll-drops-batch-tail",
-        }
-    }
-}
-
-impl fmt::Display for PlantedBug {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for PlantedBug {
-    type Err = String;
-
-    fn from_str(name: &str) -> Result<Self, Self::Err> {
-        PlantedBug::ALL
-            .into_iter()
-            .find(|bug| bug.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = PlantedBug::ALL.iter().map(|bug| bug.name()).collect();
-                format!("unknown planted bug {name:?}; known: {}", names.join(", "))
-            })
-    }
-}
+pub use narad_core::planted::PlantedBug;
 
 /// One record of a produce call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -211,6 +145,17 @@ pub struct NodeContext {
     pub plant_bug: Option<PlantedBug>,
     /// Trace events and invariant violations go here.
     pub probe: Probe,
+    /// File sizes the scenario asks for (0 = the node's default).
+    pub sizes: NodeSizes,
+}
+
+/// File sizes a scenario overrides, so segment rolls and compaction happen within a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeSizes {
+    /// The ingress WAL's segment size in bytes; 0 = the node's default.
+    pub wal_segment_bytes: u64,
+    /// A partition log's segment size in bytes; 0 = the node's default.
+    pub partition_segment_bytes: u64,
 }
 
 /// A node the harness can run: the real node through an adapter, or the harness's own model node.
@@ -526,15 +471,6 @@ impl SimIo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn planted_bug_names_round_trip_and_unknown_names_are_refused() {
-        for bug in PlantedBug::ALL {
-            assert_eq!(bug.name().parse::<PlantedBug>(), Ok(bug));
-        }
-        let error = "ack-after-fsync".parse::<PlantedBug>().unwrap_err();
-        assert!(error.contains("unknown planted bug") && error.contains("ack-before-fsync"));
-    }
 
     #[test]
     fn slow_episodes_raise_latency_only_on_their_prefix_until_they_end() {

@@ -27,6 +27,7 @@ pub(super) enum ReadKind {
 #[derive(Debug)]
 pub struct Dispatcher {
     pub(super) node: NodeId,
+    pub(super) plant: crate::planted::Plant,
     pub(super) now: Instant,
     pub(super) strip: Strip,
     pub(super) durable_next: Seq,
@@ -114,6 +115,7 @@ impl Dispatcher {
         );
         Dispatcher {
             node: config.node,
+            plant: config.plant,
             now: Instant::ZERO,
             strip: Strip::new(config.checkpoint),
             durable_next: config.durable_next,

@@ -43,6 +43,7 @@ use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, Top
 use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
+use super::NodeHooks;
 
 /// Commands the host's mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -184,6 +185,7 @@ impl PartitionHost {
         clock: Clock,
         node: NodeId,
         metrics: Arc<Metrics>,
+        hooks: &NodeHooks,
     ) -> PartitionHost {
         let (commands, mailbox) = mpsc::channel(MAILBOX_CAPACITY);
         let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
@@ -194,6 +196,11 @@ impl PartitionHost {
         let view = meta.borrow().clone();
         let mut template = CombinerConfig::new(unix_epoch_ms);
         template.log.commit_lane = COMMIT_LANE;
+        template.log.plant = hooks.plant;
+        template.plant = hooks.plant;
+        if let Some(segment_bytes_max) = hooks.sizes.partition_segment_bytes_max {
+            template.log.segment_bytes_max = segment_bytes_max;
+        }
         let host = Host {
             node,
             clock,

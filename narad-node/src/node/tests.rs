@@ -18,6 +18,7 @@ fn options(disk: &SimDisk, seed: u64) -> NodeOptions {
         clock: Clock::start(),
         seed,
         member_addr: "127.0.0.1:7942".to_string(),
+        hooks: NodeHooks::default(),
     }
 }
 

@@ -33,8 +33,8 @@ use crate::payload;
 use crate::scenario::{pick_weighted, Knobs, TopicSpec};
 use crate::schedule::{self, DiskError, FaultEvent, Target};
 use crate::seam::{
-    derive_seed, DiskLayout, NodeContext, NodeError, PlantedBug, Probe, ProduceRecord, SimIo,
-    SimNode, TopicInfo,
+    derive_seed, DiskLayout, NodeContext, NodeError, NodeSizes, PlantedBug, Probe, ProduceRecord,
+    SimIo, SimNode, TopicInfo,
 };
 
 /// Extra simulated time beyond the scenario's phases before madsim's time limit stops a run.
@@ -123,6 +123,7 @@ impl<N: SimNode> Server<N> {
         probe: Probe,
         seed: u64,
         plant_bug: Option<PlantedBug>,
+        sizes: NodeSizes,
     ) -> Arc<Self> {
         let slot: Arc<Mutex<Option<N>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
@@ -130,6 +131,8 @@ impl<N: SimNode> Server<N> {
         let init_probe = probe.clone();
         let init_disk = disk.clone();
         let node_seed = derive_seed(seed, "node/0");
+        let own_id: Arc<std::sync::OnceLock<MadsimNodeId>> = Arc::new(std::sync::OnceLock::new());
+        let init_own_id = own_id.clone();
         let node = Handle::current()
             .create_node()
             .name("narad-0")
@@ -143,23 +146,31 @@ impl<N: SimNode> Server<N> {
                     io: io.clone(),
                     plant_bug,
                     probe: init_probe.clone(),
+                    sizes,
                 };
                 let slot = init_slot.clone();
+                let own_id = init_own_id.clone();
                 async move {
-                    loop {
-                        match N::start(ctx.clone()).await {
-                            Ok(node) => {
-                                ctx.probe
-                                    .event("harness", format_args!("boot {} ready", ctx.boot));
-                                *lock(&slot) = Some(node);
-                                break;
-                            }
-                            Err(error) => {
+                    match N::start(ctx.clone()).await {
+                        Ok(node) => {
+                            ctx.probe
+                                .event("harness", format_args!("boot {} ready", ctx.boot));
+                            *lock(&slot) = Some(node);
+                        }
+                        Err(error) => {
+                            // A process whose start-up failed exits; its supervisor starts it again
+                            // (the disk keeps everything: this is no power loss).
+                            ctx.probe.event(
+                                "harness",
+                                format_args!("boot {} failed: {error}", ctx.boot),
+                            );
+                            tokio::time::sleep(BOOT_RETRY).await;
+                            if let Some(&id) = own_id.get() {
                                 ctx.probe.event(
                                     "harness",
-                                    format_args!("boot {} failed: {error}", ctx.boot),
+                                    format_args!("process restart after failed boot {}", ctx.boot),
                                 );
-                                tokio::time::sleep(BOOT_RETRY).await;
+                                Handle::current().restart(id);
                             }
                         }
                     }
@@ -168,6 +179,7 @@ impl<N: SimNode> Server<N> {
                 }
             })
             .build();
+        let _ = own_id.set(node.id());
         Arc::new(Server {
             madsim_id: node.id(),
             slot,
@@ -815,7 +827,11 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
     );
     let disk = SimDisk::new(derive_seed(seed, "disk"));
     let io = SimIo::new(derive_seed(seed, "io"), knobs.op_us, knobs.sync_us);
-    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug);
+    let sizes = NodeSizes {
+        wal_segment_bytes: knobs.wal_segment_bytes,
+        partition_segment_bytes: knobs.partition_segment_bytes,
+    };
+    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug, sizes);
     let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
     let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
     let world = Arc::new(World {

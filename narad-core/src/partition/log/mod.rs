@@ -61,6 +61,7 @@ use crate::codec::DecodeError;
 use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Offset;
+use crate::planted::Plant;
 use crate::time::Instant;
 
 /// Segment roll threshold: a run that would take the active segment past this starts a new one.
@@ -100,6 +101,8 @@ pub struct PartitionLogConfig {
     pub commit_lane: IoLane,
     /// Lane of read requests.
     pub read_lane: IoLane,
+    /// The bug planted in this log (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 impl PartitionLogConfig {
@@ -115,6 +118,7 @@ impl PartitionLogConfig {
             io_id_base: 0,
             commit_lane: IoLane(0),
             read_lane: IoLane(1),
+            plant: Plant::NONE,
         }
     }
 }
