@@ -641,6 +641,7 @@ impl SimNode for ModelNode {
         NodeStatus {
             ready: true,
             backlog_records: 0,
+            latched: self.shared.state.lock().await.latched.is_some(),
         }
     }
 }

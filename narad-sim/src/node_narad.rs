@@ -392,6 +392,7 @@ impl SimNode for NaradSimNode {
         NodeStatus {
             ready: status.ready,
             backlog_records: status.backlog_records,
+            latched: status.wal_failed || self.node.metastore().view().failed.is_some(),
         }
     }
 }

@@ -117,6 +117,9 @@ pub struct NodeStatus {
     pub ready: bool,
     /// Records accepted but not yet visible (narad_ingress_dispatch_backlog_records).
     pub backlog_records: u64,
+    /// A disk failure latched a component that only a restart revives (the alert an operator acts
+    /// on, e.g. `narad_ingress_wal_failed`): the harness's operator restarts the process.
+    pub latched: bool,
 }
 
 /// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]).

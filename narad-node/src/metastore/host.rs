@@ -22,8 +22,9 @@
 //!
 //! Decisions: one voter for now (the cluster issue adds peers, the transport for `Ready` messages and
 //! conf changes); a single voter campaigns at start instead of waiting for an election timeout. Raft's
-//! own election jitter draws from rand 0.8's `thread_rng`, which madsim does not make deterministic;
-//! the simulator issue will need to address that when it runs several voters.
+//! own election jitter draws from rand 0.8's `thread_rng`, which nothing seeds (its `getrandom` 0.2 uses
+//! the raw syscall, past madsim): a single voter runs without jitter (`max_election_tick` one past the
+//! minimum), so simulated runs replay; several voters will need a seeded jitter.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -90,6 +91,9 @@ pub struct MetastoreOptions {
     pub addr: String,
     /// Applied entries between snapshots ([`SNAPSHOT_EVERY_ENTRIES`]).
     pub snapshot_every_entries: u64,
+    /// This start's nonce (see the module documentation): random in production, derived from the
+    /// simulation's seed under the simulator so runs replay. `None` draws one from the OS.
+    pub boot_nonce: Option<u64>,
 }
 
 impl MetastoreOptions {
@@ -99,6 +103,7 @@ impl MetastoreOptions {
             node_id,
             addr,
             snapshot_every_entries: SNAPSHOT_EVERY_ENTRIES,
+            boot_nonce: None,
         }
     }
 }
@@ -306,9 +311,19 @@ impl Host {
         hard_state.commit = hard_state.commit.clamp(snapshot_index, last_index);
         storage.wl().set_hardstate(hard_state);
 
+        let voters = storage
+            .initial_state()
+            .map_err(|error| corrupt(error.to_string()))?
+            .conf_state
+            .voters;
+        let single_voter = voters == [id];
         let config = raft::Config {
             id,
             election_tick: ELECTION_TICKS,
+            // Raft draws its election jitter from rand 0.8's `thread_rng`, which nothing can seed (the
+            // simulator included). A single voter has nobody to split a vote with: no jitter, so its
+            // timing replays. The cluster issue must seed it before running several voters.
+            max_election_tick: if single_voter { ELECTION_TICKS + 1 } else { 0 },
             heartbeat_tick: HEARTBEAT_TICKS,
             applied: snapshot_index,
             max_size_per_msg: 1024 * 1024,
@@ -319,18 +334,15 @@ impl Host {
         config
             .validate()
             .map_err(|error| corrupt(error.to_string()))?;
-        let voters = storage
-            .initial_state()
-            .map_err(|error| corrupt(error.to_string()))?
-            .conf_state
-            .voters;
         let mut node = RawNode::new(&config, storage, &slog_bridge::logger())
             .map_err(|error| corrupt(error.to_string()))?;
-        if voters == [id] {
+        if single_voter {
             node.campaign()
                 .map_err(|error| corrupt(error.to_string()))?;
         }
-        let mut boot_rng = ChaCha8Rng::from_os_rng();
+        let nonce = options
+            .boot_nonce
+            .unwrap_or_else(|| ChaCha8Rng::from_os_rng().random());
         let caught_up = snapshot_index >= last_index;
         let view = MetaView {
             state: state.clone(),
@@ -346,7 +358,7 @@ impl Host {
             snapshot_index,
             snapshot_every_entries: options.snapshot_every_entries.max(1),
             recovered_last_index: last_index,
-            nonce: boot_rng.random(),
+            nonce,
             next_proposal: 0,
             pending: BTreeMap::new(),
             failed: None,
@@ -358,14 +370,17 @@ impl Host {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Biased (ticks first, then the mailbox, drained below): an unbiased select draws from
+            // tokio's thread RNG, which the simulator cannot seed.
             tokio::select! {
+                biased;
+                _ = ticker.tick() => {
+                    self.node.tick();
+                }
                 proposal = mailbox.recv() => match proposal {
                     Some(proposal) => self.on_proposal(proposal),
                     None => return,
                 },
-                _ = ticker.tick() => {
-                    self.node.tick();
-                }
             }
             for _ in 0..PROPOSALS_PER_TURN_MAX {
                 match mailbox.try_recv() {

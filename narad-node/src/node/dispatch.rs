@@ -339,8 +339,6 @@ impl Host {
                 format_args!("checkpoint {seq} stored while {first_not_done} is not done"),
             );
         }
-        self.probe
-            .event("dispatch", format_args!("store checkpoint {seq}"));
     }
 
     fn store_checkpoint(&self, seq: Seq) {

@@ -165,10 +165,10 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let node_id = NodeId(config.cluster.node_id);
     let metrics = Arc::new(Metrics::new());
     let disk: Arc<dyn Disk> = Arc::new(MeteredDisk::new(disk, WAL_DIR, clock, metrics.clone()));
-    let metastore = Metastore::open(
-        Arc::clone(&disk),
-        MetastoreOptions::new(node_id, member_addr),
-    )
+    let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
+    // One stream per component: the boot nonce from the node's seed, mixed so it is not the seed.
+    metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
+    let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
     .await
     .map_err(|error| StartError::Metastore(error.to_string()))?;
     let partitions = PartitionHost::spawn(
