@@ -17,9 +17,10 @@
 //! request built as a client would send it (query string, JSON batch body with base64 payloads), so
 //! validation, partition choice and status mapping are exercised: 2xx is success, 4xx a refusal,
 //! anything else a failure. The route answers carry no incarnation id, so the adapter reads it from the
-//! node's metastore replica (as `GET /v1/topics` would show it if it did). Reads replay one offset per
-//! consume call: 204 marks the high watermark, 410 an unreadable record (skipped: the checker excuses
-//! what bit rot destroyed).
+//! node's metastore replica (as `GET /v1/topics` would show it if it did). Reads go to the partition
+//! host in bulk (what the consume route calls with one record), skipping an unreadable (damaged)
+//! offset as a consumer skips a 410 (the checker excuses what bit rot destroyed); the first record of
+//! every read is served through the consume route too and must agree.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,10 +29,12 @@ use base64::Engine as _;
 use narad_core::disk::sim::SimDisk;
 use narad_core::disk::{Disk, IoOp};
 use narad_core::planted::Plant;
-use narad_core::{IoFault, Offset, PartitionId, TopicId};
+use narad_core::partition::ReadError as LogReadError;
+use narad_core::{IoFault, Offset, PartitionId};
 use narad_node::clock::Clock;
 use narad_node::config::Config;
-use narad_node::http::{self, Body, Reply};
+use narad_node::http::{self, Body, Reply, TopicKey};
+use narad_node::node::partitions::PartitionReadError;
 use narad_node::node::{self, Node, NodeHooks, NodeOptions, StorageSizes};
 use narad_node::probe::{Invariant, NodeProbe};
 
@@ -209,6 +212,28 @@ impl NaradSimNode {
         );
     }
 
+    /// Serves `record`'s offset through the consume route as well, and insists on the same payload:
+    /// reads go to the partition host in bulk (a route call per record is too slow for the sweeps),
+    /// and this keeps the route's own path (query parsing, status mapping, the message JSON) in play.
+    async fn cross_check(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        record: &ReadRecord,
+    ) -> Result<(), NodeError> {
+        let query = format!("partition={}&offset={}", partition.0, record.offset.0);
+        let reply = http::consume::consume(self.app(), topic, Some(&query)).await;
+        status_of(&reply)?;
+        let (served, payload) = consumed_payload(&reply.body).map_err(NodeError::Failed)?;
+        if served != record.offset.0 || payload != record.payload {
+            return Err(NodeError::Failed(format!(
+                "consume {topic}/{partition}@{} disagrees with the partition read",
+                record.offset
+            )));
+        }
+        Ok(())
+    }
+
     /// The topic's current incarnation as the replica holds it.
     fn topic_info(&self, name: &str) -> Option<TopicInfo> {
         self.node
@@ -344,46 +369,62 @@ impl SimNode for NaradSimNode {
         let Some(info) = self.topic_info(topic) else {
             return Err(NodeError::Refused(format!("topic {topic} not found")));
         };
-        let mut records = Vec::new();
-        let mut offset = from;
-        let mut high_watermark = None;
-        for _ in 0..records_max.max(1) {
-            let query = format!("partition={}&offset={}", partition.0, offset.0);
-            let reply = http::consume::consume(self.app(), topic, Some(&query)).await;
-            match reply.status {
-                200 => {
-                    let (served, payload) =
-                        consumed_payload(&reply.body).map_err(NodeError::Failed)?;
-                    if served != offset.0 {
-                        return Err(NodeError::Failed(format!(
-                            "asked for offset {offset}, served {served}"
-                        )));
-                    }
-                    records.push(ReadRecord { offset, payload });
-                }
-                204 => {
-                    high_watermark = Some(offset);
-                    break;
-                }
-                // Unreadable (a damaged record): skip it, as a consumer would.
-                410 => {}
-                _ => {
-                    status_of(&reply)?;
-                    return Err(NodeError::Failed(format!("consume answered {}", reply.status)));
-                }
-            }
-            offset = offset.next();
-        }
-        let topic_id: TopicId = match self.topic_info(topic) {
-            Some(now) if now.id == info.id => info.id,
-            _ => return Err(NodeError::Failed(format!("topic {topic} changed during the read"))),
+        let key = TopicKey {
+            name: topic.to_string(),
+            id: info.id,
         };
+        let records_max = u32::try_from(records_max.max(1)).unwrap_or(u32::MAX);
+        let mut offset = from;
+        // Damaged records are skipped one offset at a time, as a consumer skips a 410.
+        for _ in 0..=records_max {
+            match self
+                .node
+                .partitions()
+                .read(&key, partition, offset, records_max)
+                .await
+            {
+                Ok(batch) => {
+                    let records: Vec<ReadRecord> = batch
+                        .records
+                        .into_iter()
+                        .enumerate()
+                        .map(|(index, record)| ReadRecord {
+                            offset: Offset(batch.first.0 + index as u64),
+                            payload: record.payload,
+                        })
+                        .collect();
+                    if let Some(first) = records.first() {
+                        self.cross_check(topic, partition, first).await?;
+                    }
+                    return Ok(ReadBatch {
+                        topic_id: info.id,
+                        records,
+                        high_watermark: batch.high_watermark,
+                    });
+                }
+                Err(PartitionReadError::Log(LogReadError::AtOrPastHighWatermark {
+                    high_watermark,
+                })) => {
+                    return Ok(ReadBatch {
+                        topic_id: info.id,
+                        records: Vec::new(),
+                        high_watermark,
+                    })
+                }
+                Err(PartitionReadError::Log(LogReadError::Unreadable { .. })) => {
+                    offset = offset.next();
+                }
+                Err(PartitionReadError::Log(LogReadError::BelowOldestRetained { oldest })) => {
+                    offset = oldest;
+                }
+                Err(error) => return Err(NodeError::Failed(format!("read: {error}"))),
+            }
+        }
+        // Every offset asked for was unreadable: an empty answer ends this partition's read.
         Ok(ReadBatch {
-            topic_id,
-            records,
-            // Without a 204 the partition goes on: a watermark past the last offset asked keeps the
-            // reader reading.
-            high_watermark: high_watermark.unwrap_or(offset.next()),
+            topic_id: info.id,
+            records: Vec::new(),
+            high_watermark: offset,
         })
     }
 
@@ -392,7 +433,9 @@ impl SimNode for NaradSimNode {
         NodeStatus {
             ready: status.ready,
             backlog_records: status.backlog_records,
-            latched: status.wal_failed || self.node.metastore().view().failed.is_some(),
+            latched: status.wal_failed
+                || status.metastore_failed
+                || status.partitions_restart_needed > 0,
         }
     }
 }

@@ -132,6 +132,10 @@ pub struct NodeStatus {
     pub backlog_records: u64,
     /// `narad_ingress_wal_failed`: the WAL latched a disk failure.
     pub wal_failed: bool,
+    /// The metastore latched a disk failure (topic changes answer 503 until restart).
+    pub metastore_failed: bool,
+    /// Partition logs that only a restart can open again (their recovery's final sync failed).
+    pub partitions_restart_needed: usize,
 }
 
 /// A running node; clones share it.
@@ -352,6 +356,8 @@ impl Node {
             backlog_records: u64::try_from(metrics.ingress_dispatch_backlog_records.get())
                 .unwrap_or(0),
             wal_failed: metrics.ingress_wal_failed.get() != 0,
+            metastore_failed: self.inner.metastore.view().failed.is_some(),
+            partitions_restart_needed: self.inner.partitions.status().restart_needed,
         }
     }
 

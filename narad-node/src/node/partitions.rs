@@ -33,7 +33,7 @@ use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
 use narad_core::partition::{
     BatchId, BatchRecord, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch,
     CommitError, CommittedRange, LiveTopic, LogStatus, ReadBatch, ReadError, ReadId, ReadRequest,
-    TopicView,
+    RecoveryError, TopicView,
 };
 use narad_core::{Actor, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -136,6 +136,9 @@ pub struct PartitionStatus {
     pub opening: usize,
     /// Logs whose open failed (the combiner retries those that may be retried).
     pub open_failed: usize,
+    /// Logs whose open failed in a way only a restart of the process can clear (the final sync of
+    /// recovery failed: see `RecoveryError::Sync`): the alert an operator restarts the node on.
+    pub restart_needed: usize,
 }
 
 impl PartitionStatus {
@@ -225,6 +228,7 @@ impl PartitionHost {
             janitor: BTreeMap::new(),
             opening: BTreeSet::new(),
             open_failed: BTreeSet::new(),
+            restart_needed: BTreeSet::new(),
             status: status_sender,
             metrics,
         };
@@ -409,6 +413,8 @@ struct Host {
     janitor: BTreeMap<IoId, (ActorKey, String)>,
     opening: BTreeSet<ActorKey>,
     open_failed: BTreeSet<ActorKey>,
+    /// The failed opens that only a restart clears.
+    restart_needed: BTreeSet<ActorKey>,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
 }
@@ -447,6 +453,7 @@ impl Host {
             caught_up: self.view.caught_up,
             opening: self.opening.len(),
             open_failed: self.open_failed.len(),
+            restart_needed: self.restart_needed.len(),
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;
@@ -783,11 +790,16 @@ impl Host {
     }
 
     fn note_log_state(&mut self, actor: ActorKey) {
-        let status = self
-            .slots
-            .get(&actor)
-            .and_then(|slot| slot.combiner.log())
-            .map(|log| log.status());
+        let log = self.slots.get(&actor).and_then(|slot| slot.combiner.log());
+        let status = log.map(|log| log.status());
+        let sync_failed = log
+            .and_then(|log| log.open_error())
+            .is_some_and(|error| matches!(error, RecoveryError::Sync(_)));
+        if status == Some(LogStatus::OpenFailed) && sync_failed {
+            self.restart_needed.insert(actor);
+        } else {
+            self.restart_needed.remove(&actor);
+        }
         if status == Some(LogStatus::Opening) {
             self.opening.insert(actor);
         } else {
@@ -817,6 +829,7 @@ impl Host {
             self.by_name.remove(&(slot.topic, slot.partition));
             self.opening.remove(&actor);
             self.open_failed.remove(&actor);
+            self.restart_needed.remove(&actor);
             // Lanes still running janitor work are let go once it is done.
             if !self.janitor_pending(actor) {
                 self.executor.forget(actor);

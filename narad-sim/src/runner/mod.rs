@@ -88,6 +88,9 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
     let mut runtime = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
     runtime.set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN);
     let spec_inner = spec.clone();
+    // Made here so a run that panics (a node's assertion, the time limit) still shows its trace.
+    let probe = Probe::new(spec.trace, sim_now_ns);
+    let probe_inner = probe.clone();
     // tokio's sync primitives (a `watch` receiver picks one of 8 notifiers at random) draw from a
     // per-thread RNG seeded from a process-wide counter: a second run in the same process would wake
     // tasks in another order. Inside a tokio runtime with a fixed seed that RNG replays; the
@@ -99,7 +102,7 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
         .build();
     let result = catch_unwind(AssertUnwindSafe(|| match seeded {
         Ok(tokio_runtime) => tokio_runtime.block_on(real_tokio::task::unconstrained(async {
-            runtime.block_on(simulate::<N>(spec_inner))
+            runtime.block_on(simulate::<N>(spec_inner, probe_inner))
         })),
         Err(error) => panic!("cannot build the seeded tokio context: {error}"),
     }));
@@ -108,6 +111,10 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
         Err(payload) => RunOutcome {
             seed: spec.seed,
             errors: vec![format!("panic: {}", panic_text(payload.as_ref()))],
+            violations: probe.violations(),
+            trace_hash: probe.trace_hash(),
+            trace_events: probe.trace_events(),
+            trace_lines: probe.trace_lines(),
             ..RunOutcome::default()
         },
     }
@@ -753,6 +760,8 @@ impl<N: SimNode> World<N> {
             if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
                 && lock(&self.server.state).generation == state.generation
             {
+                // Recovery may truncate a log at a rot spot: excuse what lies behind it first.
+                self.excuse_behind_rot();
                 self.server.process_restart("operator: a component latched");
                 latched_since = None;
             }
@@ -882,7 +891,7 @@ impl<N: SimNode> World<N> {
     }
 }
 
-async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
+async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let scenario = spec.scenario.clone();
     let seed = spec.seed;
     let knobs = scenario.draw(&mut ChaCha8Rng::seed_from_u64(derive_seed(seed, "knobs")));
@@ -894,7 +903,6 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
             let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(seed, "schedule"));
             schedule::generate(&scenario, &knobs, &mut rng)
         });
-    let probe = Probe::new(spec.trace, sim_now_ns);
     probe.event(
         "harness",
         format_args!(
