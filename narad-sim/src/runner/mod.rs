@@ -1046,6 +1046,10 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         }
         details
     };
+    // madsim frees no task when its runtime drops, and a node's tasks hold each other (channels,
+    // wakers) in cycles: kill the node and let the executor drop its tasks, or every run leaks them.
+    Handle::current().kill(server.madsim_id);
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
     RunOutcome {
