@@ -526,6 +526,8 @@ impl SimNode for ModelNode {
         DiskLayout {
             wal_prefix: format!("{LOG_DIR}/"),
             partition_prefix: format!("{LOG_DIR}/"),
+            // A topic's logs are files of one directory (name-keyed under the planted bug).
+            partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
         }
     }
 

@@ -257,6 +257,7 @@ impl SimNode for NaradSimNode {
         DiskLayout {
             wal_prefix: format!("{}/", node::WAL_DIR),
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
+            partition_dir: node::partitions::partition_dir,
         }
     }
 

@@ -123,12 +123,15 @@ pub struct NodeStatus {
 }
 
 /// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct DiskLayout {
     /// Prefix of the ingress WAL's files.
     pub wal_prefix: String,
     /// Prefix of the partition logs.
     pub partition_prefix: String,
+    /// The directory of one partition's log of one incarnation: a log bit rot struck may refuse to
+    /// open (verified data is damaged), which the harness then does not count as a read failure.
+    pub partition_dir: fn(&str, TopicId, PartitionId) -> String,
 }
 
 /// What the harness hands a node at every boot.

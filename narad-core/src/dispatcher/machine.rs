@@ -676,6 +676,13 @@ impl Actor for Dispatcher {
                     Some(seq),
                     "a store answer without a store"
                 );
+                // The planted `checkpoint-skips-inflight` stored past the checkpoint; the
+                // dispatcher's own books stay honest, so only the stored value lies.
+                let seq = if self.plant.is(crate::planted::PlantedBug::CheckpointSkipsInflight) {
+                    seq.min(self.strip.base())
+                } else {
+                    seq
+                };
                 self.stored = self.stored.max(seq);
             }
             DispatcherInput::CheckpointStoreFailed { seq, fault } => {

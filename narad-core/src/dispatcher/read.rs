@@ -1,5 +1,6 @@
 //! Reading the WAL: fresh reads from the frontier, rescans of skipped records, and the checkpoint.
 
+use crate::planted::PlantedBug;
 use super::api::{DispatcherOutput, ReadWal};
 use super::machine::{undecodable_warning, Dispatcher, ReadKind};
 use super::place::{Origin, TableFull};
@@ -193,7 +194,12 @@ impl Dispatcher {
     /// Hands the checkpoint to the Checkpointer when it moved (one store outstanding at a time).
     pub(super) fn maybe_store_checkpoint(&mut self, now: Instant) {
         self.strip.advance();
-        let checkpoint = self.strip.base();
+        let checkpoint = if self.plant.is(PlantedBug::CheckpointSkipsInflight) {
+            // Planted: the stored checkpoint passes records whose commit is still in flight.
+            self.strip.first_neither_done_nor_held()
+        } else {
+            self.strip.base()
+        };
         if self.store_in_flight.is_some() || self.is_backing_off(now) || checkpoint <= self.stored {
             return;
         }

@@ -688,6 +688,13 @@ impl Combiner {
     }
 
     fn refuse_other_incarnations(&mut self, live_topic_id: Option<TopicId>) {
+        if self
+            .config
+            .plant
+            .is(crate::planted::PlantedBug::StaleIncarnationIntoRecreatedTopic)
+        {
+            return; // Planted: every incarnation's records go into the live log.
+        }
         let cycle = self.cycle.as_mut().expect("checking a cycle");
         let mut refused = Vec::new();
         cycle.batches.retain(|queued| {
