@@ -243,6 +243,9 @@ pub fn derive_seed(seed: u64, label: &str) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Violations a run keeps (and traces); later ones are dropped.
+pub const VIOLATIONS_KEPT_MAX: usize = 100;
+
 struct ProbeState {
     trace: Trace,
     violations: Vec<String>,
@@ -289,6 +292,10 @@ impl Probe {
     /// Reports a broken invariant: the run fails. Also traced.
     pub fn violation(&self, invariant: &str, args: fmt::Arguments<'_>) {
         let mut state = self.lock();
+        // The first ones tell the story; a broken invariant repeats on every step after.
+        if state.violations.len() >= VIOLATIONS_KEPT_MAX {
+            return;
+        }
         let now = (state.clock)();
         state
             .trace

@@ -196,11 +196,14 @@ impl Dispatcher {
         self.strip.advance();
         let checkpoint = if self.plant.is(PlantedBug::CheckpointSkipsInflight) {
             // Planted: the stored checkpoint passes records whose commit is still in flight.
-            self.strip.first_neither_done_nor_held()
+            self.strip
+                .first_neither_done_nor_held()
+                .max(self.planted_stored)
         } else {
             self.strip.base()
         };
-        if self.store_in_flight.is_some() || self.is_backing_off(now) || checkpoint <= self.stored {
+        let stored = self.stored.max(self.planted_stored);
+        if self.store_in_flight.is_some() || self.is_backing_off(now) || checkpoint <= stored {
             return;
         }
         self.store_in_flight = Some(checkpoint);

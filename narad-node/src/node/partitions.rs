@@ -44,6 +44,8 @@ use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
 use super::NodeHooks;
+use crate::probe::{Invariant, Probe};
+use narad_core::codec::partition::decode_frame;
 
 /// Commands the host's mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -59,6 +61,33 @@ pub const TOPICS_DIR: &str = "topics";
 const JANITOR_IO_BASE: u64 = 1 << 63;
 /// The lane a combiner's logs run recovery and commits on (the janitor joins it).
 const COMMIT_LANE: IoLane = IoLane(0);
+
+/// For the probe: whether the data a completed request read back decodes as whole frames with valid
+/// checksums (`None` when it read nothing). A commit's read-back is the only data a completion
+/// carries when it advances a high watermark.
+fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
+    let Ok(replies) = &completion.result else {
+        return None;
+    };
+    let mut verified = None;
+    for reply in replies {
+        if let IoReply::Data(bytes) = reply {
+            let mut position = 0;
+            let mut ok = true;
+            while position < bytes.len() {
+                match decode_frame(&bytes[position..]) {
+                    Ok(frame) => position += frame.header.frame_len(),
+                    Err(_) => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            verified = Some(verified.unwrap_or(true) && ok);
+        }
+    }
+    verified
+}
 
 /// The directory of one partition's log of one topic incarnation.
 pub fn partition_dir(topic: &str, topic_id: TopicId, partition: PartitionId) -> String {
@@ -231,6 +260,7 @@ impl PartitionHost {
             restart_needed: BTreeSet::new(),
             status: status_sender,
             metrics,
+            probe: hooks.probe.clone(),
         };
         tokio::spawn(host.run(mailbox, io_receiver));
         PartitionHost {
@@ -417,6 +447,8 @@ struct Host {
     restart_needed: BTreeSet<ActorKey>,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
+    /// Events and broken invariants go here (see [`crate::probe`]).
+    probe: Probe,
 }
 
 impl Host {
@@ -688,9 +720,33 @@ impl Host {
             return self.on_janitor(actor, request, completion);
         }
         if self.slots.contains_key(&actor) {
+            let audit = self.probe.is_watched().then(|| {
+                let verified = read_back_verifies(&completion);
+                (self.high_watermark(actor), verified)
+            });
             self.feed(actor, CombinerInput::Io(completion));
+            if let Some((before, Some(false))) = audit {
+                let after = self.high_watermark(actor);
+                if after > before {
+                    let topic = self.slots.get(&actor).map(|slot| slot.topic.clone());
+                    self.probe.violation(
+                        Invariant::HighWatermarkAboveVerified,
+                        format_args!(
+                            "{topic:?} high watermark {before:?} -> {after:?} over a read-back that fails its checks"
+                        ),
+                    );
+                }
+            }
         }
         // Otherwise the combiner is gone, and with it whoever waited for this request.
+    }
+
+    /// The high watermark of `actor`'s log, if it has one open.
+    fn high_watermark(&self, actor: ActorKey) -> Option<Offset> {
+        self.slots
+            .get(&actor)
+            .and_then(|slot| slot.combiner.log())
+            .map(|log| log.high_watermark())
     }
 
     // ---- the combiners ----
