@@ -63,8 +63,7 @@ const JANITOR_IO_BASE: u64 = 1 << 63;
 const COMMIT_LANE: IoLane = IoLane(0);
 
 /// For the probe: whether the data a completed request read back decodes as whole frames with valid
-/// checksums (`None` when it read nothing). A commit's read-back is the only data a completion
-/// carries when it advances a high watermark.
+/// checksums (`None` when it read nothing).
 fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
     let Ok(replies) = &completion.result else {
         return None;
@@ -720,7 +719,13 @@ impl Host {
             return self.on_janitor(actor, request, completion);
         }
         if self.slots.contains_key(&actor) {
-            let audit = self.probe.is_watched().then(|| {
+            // A commit's request writes its run, syncs it and reads it back (recovery reads whole
+            // segments, torn tails included, and writes nothing in the same request).
+            let commit = request
+                .ops
+                .iter()
+                .any(|op| matches!(op, IoOp::WriteAt { .. }));
+            let audit = (commit && self.probe.is_watched()).then(|| {
                 let verified = read_back_verifies(&completion);
                 (self.high_watermark(actor), verified)
             });
