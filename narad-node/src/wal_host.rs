@@ -804,10 +804,9 @@ impl Runner {
                     (status.repaired, status.durable_next_seq)
                 };
                 if repaired && next_seq > before {
-                    self.audit.probe.event(
-                        "wal",
-                        format_args!("group commit {before}..{next_seq}"),
-                    );
+                    self.audit
+                        .probe
+                        .event("wal", format_args!("group commit {before}..{next_seq}"));
                 }
                 if let Some(observer) = &self.observer {
                     // The open repair's frontier is recovery, not a group commit.

@@ -28,8 +28,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use narad_core::disk::sim::SimDisk;
 use narad_core::disk::{Disk, IoOp};
-use narad_core::planted::Plant;
 use narad_core::partition::ReadError as LogReadError;
+use narad_core::planted::Plant;
 use narad_core::{IoFault, Offset, PartitionId};
 use narad_node::clock::Clock;
 use narad_node::config::Config;
@@ -208,7 +208,11 @@ impl NaradSimNode {
     fn admin_event(&self, what: &str, name: &str, reply: &Reply) {
         self.probe.event(
             "node",
-            format_args!("{what} topic {name}: {} {}", reply.status, reply.text().trim_end()),
+            format_args!(
+                "{what} topic {name}: {} {}",
+                reply.status,
+                reply.text().trim_end()
+            ),
         );
     }
 
@@ -266,8 +270,10 @@ impl SimNode for NaradSimNode {
     }
 
     async fn start(ctx: NodeContext) -> Result<Self, String> {
-        let mut config = Config::default();
-        config.dev = true;
+        let mut config = Config {
+            dev: true,
+            ..Config::default()
+        };
         config.security.enabled = false;
         config.cluster.node_id = ctx.node_id.0 + 1;
         #[cfg(madsim)]
@@ -310,8 +316,9 @@ impl SimNode for NaradSimNode {
         let reply = http::topics::create_topic(self.app(), Body::Bytes(body.into_bytes())).await;
         self.admin_event("create", name, &reply);
         status_of(&reply)?;
-        self.topic_info(name)
-            .ok_or_else(|| NodeError::Failed(format!("topic {name} created but not in the replica")))
+        self.topic_info(name).ok_or_else(|| {
+            NodeError::Failed(format!("topic {name} created but not in the replica"))
+        })
     }
 
     async fn delete_topic(&self, name: &str) -> Result<(), NodeError> {
@@ -355,8 +362,7 @@ impl SimNode for NaradSimNode {
         records: Vec<ProduceRecord>,
     ) -> Result<(), NodeError> {
         let body = batch_body(partition, &records);
-        let reply =
-            http::produce::produce_batch(self.app(), topic, None, Body::Bytes(body)).await;
+        let reply = http::produce::produce_batch(self.app(), topic, None, Body::Bytes(body)).await;
         status_of(&reply)
     }
 

@@ -456,7 +456,11 @@ impl Scenario {
         }
         let n = &self.node;
         for (name, span, min) in [
-            ("node.wal_segment_bytes", n.wal_segment_bytes, WAL_SEGMENT_BYTES_MIN),
+            (
+                "node.wal_segment_bytes",
+                n.wal_segment_bytes,
+                WAL_SEGMENT_BYTES_MIN,
+            ),
             (
                 "node.partition_segment_bytes",
                 n.partition_segment_bytes,
@@ -468,7 +472,9 @@ impl Scenario {
                 return Err(format!("{name}: 0 (the default) cannot be part of a range"));
             }
             if span.lo() != 0 && span.lo() < min {
-                return Err(format!("{name}: at least {min} bytes (or 0 for the default)"));
+                return Err(format!(
+                    "{name}: at least {min} bytes (or 0 for the default)"
+                ));
             }
         }
         if n.wal_segment_bytes.lo() != 0 && n.wal_segment_bytes.lo() < 4 * w.payload_bytes.hi() {

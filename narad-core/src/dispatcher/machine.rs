@@ -681,7 +681,10 @@ impl Actor for Dispatcher {
                 );
                 // The planted `checkpoint-skips-inflight` stored past the checkpoint; the
                 // dispatcher's own books stay honest, so only the stored value lies.
-                let seq = if self.plant.is(crate::planted::PlantedBug::CheckpointSkipsInflight) {
+                let seq = if self
+                    .plant
+                    .is(crate::planted::PlantedBug::CheckpointSkipsInflight)
+                {
                     self.planted_stored = self.planted_stored.max(seq);
                     seq.min(self.strip.base())
                 } else {

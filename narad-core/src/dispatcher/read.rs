@@ -1,6 +1,5 @@
 //! Reading the WAL: fresh reads from the frontier, rescans of skipped records, and the checkpoint.
 
-use crate::planted::PlantedBug;
 use super::api::{DispatcherOutput, ReadWal};
 use super::machine::{undecodable_warning, Dispatcher, ReadKind};
 use super::place::{Origin, TableFull};
@@ -8,6 +7,7 @@ use super::record::DispatchRecord;
 use super::strip::Mark;
 use super::*;
 use crate::ids::Seq;
+use crate::planted::PlantedBug;
 use crate::time::Instant;
 
 impl Dispatcher {

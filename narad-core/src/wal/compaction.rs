@@ -32,7 +32,11 @@ impl IngressWal {
                     break;
                 };
                 // The segment holds [first, second): all below the checkpoint iff second <= it.
-                let behind = if self.config.plant.is(PlantedBug::CompactAheadOfSyncedCheckpoint) {
+                let behind = if self
+                    .config
+                    .plant
+                    .is(PlantedBug::CompactAheadOfSyncedCheckpoint)
+                {
                     // Planted: the segment holding the checkpoint goes too.
                     first < self.checkpoint_synced
                 } else {

@@ -35,10 +35,10 @@ use tokio::sync::{mpsc, watch};
 
 use super::partitions::{PartitionCommitError, PartitionHost};
 use super::NodeHooks;
-use crate::probe::{Invariant, Probe};
 use crate::clock::{self, Clock};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
+use crate::probe::{Invariant, Probe};
 use crate::wal_host::{StoreError, WalHost, WalReadError, WalStatus};
 
 /// Answers the host's helper tasks may queue before they wait.

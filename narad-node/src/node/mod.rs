@@ -173,8 +173,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     // One stream per component: the boot nonce from the node's seed, mixed so it is not the seed.
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
-    .await
-    .map_err(|error| StartError::Metastore(error.to_string()))?;
+        .await
+        .map_err(|error| StartError::Metastore(error.to_string()))?;
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,
@@ -233,7 +233,9 @@ fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
     if let Some(segment_bytes_max) = hooks.sizes.wal_segment_bytes_max {
         let half = segment_bytes_max / 2;
         wal.segment_bytes_max = segment_bytes_max;
-        wal.record_bytes_max = wal.record_bytes_max.min(usize::try_from(half).unwrap_or(usize::MAX));
+        wal.record_bytes_max = wal
+            .record_bytes_max
+            .min(usize::try_from(half).unwrap_or(usize::MAX));
         wal.rotate_dispatched_active_after_bytes = half;
         wal.prepared_write_run_bytes_max = wal.prepared_write_run_bytes_max.min(half);
     }

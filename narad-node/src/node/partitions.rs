@@ -38,12 +38,12 @@ use narad_core::partition::{
 use narad_core::{Actor, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::NodeHooks;
 use crate::clock::Clock;
 use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, TopicKey};
 use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
-use super::NodeHooks;
 use crate::probe::{Invariant, Probe};
 use narad_core::codec::partition::decode_frame;
 
