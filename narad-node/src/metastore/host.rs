@@ -91,8 +91,8 @@ pub struct MetastoreOptions {
     pub addr: String,
     /// Applied entries between snapshots ([`SNAPSHOT_EVERY_ENTRIES`]).
     pub snapshot_every_entries: u64,
-    /// This start's nonce (see the module documentation): random in production, derived from the
-    /// simulation's seed under the simulator so runs replay. `None` draws one from the OS.
+    /// Seeds this start's nonce (see the module documentation), mixed with the log's position at
+    /// start, so simulated runs replay; `None` draws the nonce from the OS.
     pub boot_nonce: Option<u64>,
 }
 
@@ -255,6 +255,12 @@ struct Host {
     nonce: u64,
     next_proposal: u64,
     pending: BTreeMap<u64, oneshot::Sender<Result<Applied, ProposeError>>>,
+    /// Answers of applied proposals, sent only once the view that shows them is published (a
+    /// caller answered "created" must find the topic in the view at once).
+    answers: Vec<(
+        oneshot::Sender<Result<Applied, ProposeError>>,
+        Result<Applied, ProposeError>,
+    )>,
     failed: Option<String>,
     view_tx: watch::Sender<Arc<MetaView>>,
 }
@@ -308,6 +314,7 @@ impl Host {
             .term
             .max(last_term)
             .max(storage.rl().hard_state().term);
+        let hard_state_term = hard_state.term;
         hard_state.commit = hard_state.commit.clamp(snapshot_index, last_index);
         storage.wl().set_hardstate(hard_state);
 
@@ -340,9 +347,15 @@ impl Host {
             node.campaign()
                 .map_err(|error| corrupt(error.to_string()))?;
         }
-        let nonce = options
-            .boot_nonce
-            .unwrap_or_else(|| ChaCha8Rng::from_os_rng().random());
+        // A given seed may start the node many times (tests, the simulator's restarts): mixing in where
+        // the log stood at this start keeps a previous start's replayed entries from matching.
+        let nonce = match options.boot_nonce {
+            Some(seed) => {
+                seed ^ last_index.rotate_left(32)
+                    ^ hard_state_term.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            }
+            None => ChaCha8Rng::from_os_rng().random(),
+        };
         let caught_up = snapshot_index >= last_index;
         let view = MetaView {
             state: state.clone(),
@@ -361,6 +374,7 @@ impl Host {
             nonce,
             next_proposal: 0,
             pending: BTreeMap::new(),
+            answers: Vec::new(),
             failed: None,
             view_tx: watch::Sender::new(Arc::new(view)),
         })
@@ -462,6 +476,15 @@ impl Host {
             self.maybe_snapshot().await;
             self.publish();
         }
+        self.send_answers();
+    }
+
+    /// Answers the applied proposals; call after publishing the view that shows them.
+    fn send_answers(&mut self) {
+        for (reply, result) in self.answers.drain(..) {
+            // A caller that stopped waiting does not need the answer.
+            let _ = reply.send(result);
+        }
     }
 
     /// Single voter: raft never has messages to send. The cluster issue routes them to peers.
@@ -535,7 +558,7 @@ impl Host {
         };
         if let Some(id) = self.own_proposal(&entry.context) {
             if let Some(reply) = self.pending.remove(&id) {
-                let _ = reply.send(result);
+                self.answers.push((reply, result));
             }
         }
     }
@@ -611,6 +634,7 @@ impl Host {
         }
         self.failed = Some(failure);
         self.publish();
+        self.send_answers();
     }
 
     fn publish(&self) {
