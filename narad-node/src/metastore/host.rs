@@ -241,6 +241,9 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
+/// Where a proposal's answer goes.
+type ProposalReply = oneshot::Sender<Result<Applied, ProposeError>>;
+
 /// The task that owns raft and the state machine.
 struct Host {
     node: RawNode<MemStorage>,
@@ -257,10 +260,7 @@ struct Host {
     pending: BTreeMap<u64, oneshot::Sender<Result<Applied, ProposeError>>>,
     /// Answers of applied proposals, sent only once the view that shows them is published (a
     /// caller answered "created" must find the topic in the view at once).
-    answers: Vec<(
-        oneshot::Sender<Result<Applied, ProposeError>>,
-        Result<Applied, ProposeError>,
-    )>,
+    answers: Vec<(ProposalReply, Result<Applied, ProposeError>)>,
     failed: Option<String>,
     view_tx: watch::Sender<Arc<MetaView>>,
 }
