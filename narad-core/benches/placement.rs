@@ -94,6 +94,7 @@ fn run(wal: &Wal, remote: bool) -> Run {
         node: NodeId(0),
         checkpoint: Seq(0),
         durable_next: Seq(0),
+        plant: narad_core::planted::Plant::NONE,
     });
     let mut now = Instant::ZERO;
     let owners = (0..PARTITIONS)

@@ -15,6 +15,7 @@ pub mod error;
 pub mod ids;
 pub mod metastore;
 pub mod partition;
+pub mod planted;
 pub mod routing;
 pub mod time;
 pub mod wal;

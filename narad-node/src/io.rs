@@ -3,8 +3,8 @@
 //!
 //! Requests of one [`IoLane`] run one at a time in submission order, and their completions are delivered
 //! in that order; different lanes run concurrently. Each request runs on `tokio::task::spawn_blocking`
-//! (under `--cfg madsim` that runs inline in the simulated task, so the executor needs no threads of its
-//! own), serialized per lane by one async task that the first request on the lane starts.
+//! (under `--cfg madsim` op by op in the simulated task, after each op's simulated latency: see
+//! [`run_request`]), serialized per lane by one async task that the first request on the lane starts.
 //!
 //! It decides nothing: no retries, no reordering, no dropping. Lanes are an actor *instance's* own
 //! ordering domains: an executor serves one actor through [`IoExecutor::submit`], or many instances of
@@ -17,7 +17,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use narad_core::disk::{execute, Disk, IoCompletion, IoLane, IoRequest};
+#[cfg(not(madsim))]
+use narad_core::disk::execute;
+use narad_core::disk::{Disk, IoCompletion, IoLane, IoRequest};
+#[cfg(not(madsim))]
 use narad_core::IoFault;
 use tokio::sync::mpsc;
 
@@ -159,43 +162,82 @@ impl<M> Deliver<M> {
     }
 }
 
-// madsim marks `spawn_blocking` deprecated ("blocking is not allowed in simulation"); there it runs the
-// closure inline in a simulated task, which is what we want: SimDisk is in memory and never blocks.
-#[cfg_attr(madsim, allow(deprecated))]
 async fn run_lane<M: Send + 'static>(
     disk: Arc<dyn Disk>,
     mut requests: mpsc::Receiver<IoRequest>,
     deliver: Deliver<M>,
 ) {
     while let Some(request) = requests.recv().await {
-        let id = request.id;
-        let disk = Arc::clone(&disk);
-        let lane = request.lane;
-        let job = tokio::task::spawn_blocking(move || {
-            let completion = execute(&*disk, &request);
-            (request, completion)
-        });
-        let (request, completion) = match job.await {
-            Ok(done) => done,
-            // A panicking disk is a bug; still answer, so the actor sees a failure instead of waiting.
-            // The request went down with the worker: an empty one with its id and lane stands in.
-            Err(error) => (
-                IoRequest {
-                    id,
-                    lane,
-                    ops: Vec::new(),
-                },
-                IoCompletion {
-                    id,
-                    result: Err((0, IoFault::Other(format!("I/O worker failed: {error}")))),
-                },
-            ),
-        };
+        let (request, completion) = run_request(Arc::clone(&disk), request).await;
         let message = deliver.wrap(request, completion);
         if deliver.mailbox.send(message).await.is_err() {
             return;
         }
     }
+}
+
+/// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
+/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
+/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+#[cfg(not(madsim))]
+pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
+    let id = request.id;
+    let lane = request.lane;
+    let job = tokio::task::spawn_blocking(move || {
+        let completion = execute(&*disk, &request);
+        (request, completion)
+    });
+    match job.await {
+        Ok(done) => done,
+        // A panicking disk is a bug; still answer, so the actor sees a failure instead of waiting.
+        // The request went down with the worker: an empty one with its id and lane stands in.
+        Err(error) => (
+            IoRequest {
+                id,
+                lane,
+                ops: Vec::new(),
+            },
+            IoCompletion {
+                id,
+                result: Err((0, IoFault::Other(format!("I/O worker failed: {error}")))),
+            },
+        ),
+    }
+}
+
+/// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
+/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
+/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+#[cfg(madsim)]
+pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
+    let mut replies = Vec::with_capacity(request.ops.len());
+    for (index, op) in request.ops.iter().enumerate() {
+        let latency = disk.latency(op);
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match narad_core::disk::execute_op(&*disk, op) {
+            Ok(reply) => replies.push(reply),
+            Err(fault) => {
+                let id = request.id;
+                return (
+                    request,
+                    IoCompletion {
+                        id,
+                        result: Err((index, fault)),
+                    },
+                );
+            }
+        }
+    }
+    let id = request.id;
+    (
+        request,
+        IoCompletion {
+            id,
+            result: Ok(replies),
+        },
+    )
 }
 
 #[cfg(test)]
@@ -207,6 +249,7 @@ mod tests {
 
     use narad_core::disk::sim::SimDisk;
     use narad_core::disk::{IoId, IoOp, IoReply};
+    use narad_core::IoFault;
 
     use super::*;
 

@@ -25,6 +25,7 @@ pub mod logging;
 pub mod metastore;
 pub mod metrics;
 pub mod node;
+pub mod probe;
 #[cfg(not(madsim))]
 pub mod server;
 pub mod wal_host;

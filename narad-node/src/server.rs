@@ -44,6 +44,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         clock: Clock::start(),
         seed: ChaCha8Rng::from_os_rng().random(),
         member_addr: local_addr.to_string(),
+        hooks: node::NodeHooks::default(),
     };
     let node = node::start(options).await.context("starting the node")?;
     let app = node.app().clone();

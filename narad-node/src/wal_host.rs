@@ -23,7 +23,7 @@
 //!
 //! Time for the actors comes from the node's [`Clock`] (`tokio::time`, virtual under `--cfg madsim`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ use narad_core::checkpoint::{
     read_checkpoint_file, CheckpointFailure, CheckpointInput, CheckpointOpenError,
     CheckpointOutput, Checkpointer, CheckpointerConfig,
 };
-use narad_core::disk::{execute, Disk, IoCompletion, IoRequest};
+use narad_core::disk::{Disk, IoCompletion, IoOp, IoRequest};
 use narad_core::wal::driver::open_wal;
 use narad_core::wal::{
     AppendError, AppendId, FillFn, IngressWal, OpenError, ReadError, ReadId, RecoveryReport,
@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::Clock;
 use crate::io::IoExecutor;
+use crate::probe::{Invariant, Probe};
 
 /// Commands the mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -61,6 +62,8 @@ pub struct WalHostConfig {
     pub checkpoint: CheckpointerConfig,
     /// Commands the mailbox holds before callers wait.
     pub mailbox_capacity: usize,
+    /// Where the host reports events and broken invariants (see [`crate::probe`]).
+    pub probe: Probe,
 }
 
 impl WalHostConfig {
@@ -71,6 +74,7 @@ impl WalHostConfig {
             wal,
             checkpoint,
             mailbox_capacity: MAILBOX_CAPACITY,
+            probe: Probe::none(),
         }
     }
 }
@@ -265,7 +269,18 @@ impl WalHost {
             stopping: false,
             shutdown_replies: Vec::new(),
             flushed: None,
+            audit: WalAudit::new(config.probe.clone()),
         };
+        config.probe.event(
+            "wal",
+            format_args!(
+                "open: next_seq {} checkpoint {} dispatch_start {} segments {}",
+                runner.wal.next_seq(),
+                recovered,
+                runner.wal.dispatch_start(),
+                runner.wal.segment_count()
+            ),
+        );
         tokio::spawn(runner.run(command_receiver, io_receiver));
         let mut status = status_receiver;
         // The WAL serves reads and reports its durable frontier once its open-time repair ran; a failed
@@ -441,10 +456,7 @@ async fn open_checkpointer(
             }
         }
         for request in requests {
-            let io_disk = Arc::clone(disk);
-            let completion = run_blocking(move || execute(&*io_disk, &request))
-                .await
-                .map_err(WalHostOpenError::Task)?;
+            let (_, completion) = crate::io::run_request(Arc::clone(disk), request).await;
             checkpointer.handle(clock.now(), CheckpointInput::Io(completion));
         }
     }
@@ -479,6 +491,101 @@ struct Runner {
     shutdown_replies: Vec<oneshot::Sender<Result<Seq, CheckpointFailure>>>,
     /// The final flush's outcome, once it came.
     flushed: Option<Result<Seq, CheckpointFailure>>,
+    audit: WalAudit,
+}
+
+/// The WAL's invariants as the host sees them (see [`crate::probe`]): what its requests did to the
+/// disk against what it acknowledges and deletes. Kept only while a probe watches.
+struct WalAudit {
+    probe: Probe,
+    /// Segment files with a completed write that no completed fdatasync has covered since.
+    unsynced: BTreeSet<String>,
+}
+
+impl WalAudit {
+    fn new(probe: Probe) -> WalAudit {
+        WalAudit {
+            probe,
+            unsynced: BTreeSet::new(),
+        }
+    }
+
+    /// Notes what the ops of a finished request did, up to the first failed one.
+    fn on_completed(&mut self, request: &IoRequest, completion: &IoCompletion) {
+        if !self.probe.is_watched() {
+            return;
+        }
+        let done = match &completion.result {
+            Ok(_) => request.ops.len(),
+            Err((index, _)) => *index,
+        };
+        for op in &request.ops[..done] {
+            match op {
+                IoOp::WriteAt { path, .. }
+                | IoOp::WriteZeros { path, .. }
+                | IoOp::SetLen { path, .. } => {
+                    self.unsynced.insert(path.clone());
+                }
+                IoOp::SyncData { path } | IoOp::Remove { path } => {
+                    self.unsynced.remove(path);
+                }
+                IoOp::Rename { from, to } => {
+                    if self.unsynced.remove(from) {
+                        self.unsynced.insert(to.clone());
+                    } else {
+                        self.unsynced.remove(to);
+                    }
+                }
+                IoOp::Create { .. }
+                | IoOp::CreateDirAll { .. }
+                | IoOp::ReadAt { .. }
+                | IoOp::Len { .. }
+                | IoOp::SyncDir { .. }
+                | IoOp::List { .. } => {}
+            }
+        }
+    }
+
+    /// An acknowledgement is going out: every segment write must be covered by a completed sync.
+    fn on_ack(&self, range: SeqRange) {
+        if range.is_empty() {
+            return;
+        }
+        if let Some(path) = self.unsynced.iter().find(|path| path.ends_with(".wal")) {
+            self.probe.violation(
+                Invariant::AckBeforeSync,
+                format_args!(
+                    "records {}..{} acknowledged while {path} holds a write no fdatasync covered",
+                    range.first, range.next
+                ),
+            );
+        }
+    }
+
+    /// The WAL emitted `request`: a segment deletion must trail the checkpoint an fdatasync made durable.
+    fn on_request(&self, request: &IoRequest, oldest_kept: Seq, synced: Option<Seq>) {
+        if !self.probe.is_watched() {
+            return;
+        }
+        let removes_segment = request.ops.iter().any(|op| match op {
+            IoOp::Remove { path } => path.ends_with(".wal"),
+            _ => false,
+        });
+        if removes_segment && synced.is_none_or(|synced| oldest_kept > synced) {
+            self.probe.violation(
+                Invariant::CompactionAheadOfSyncedCheckpoint,
+                format_args!(
+                    "segments below {oldest_kept} deleted while the synced checkpoint is {synced:?}"
+                ),
+            );
+        }
+        if removes_segment {
+            self.probe.event(
+                "wal",
+                format_args!("compact: oldest kept {oldest_kept}, synced checkpoint {synced:?}"),
+            );
+        }
+    }
 }
 
 impl Runner {
@@ -622,13 +729,16 @@ impl Runner {
         self.io_in_flight -= 1;
         let now = self.clock.now();
         match event {
-            IoEvent::Wal(request, completion) => self.wal.handle(
-                now,
-                WalInput::IoDone {
-                    request,
-                    completion,
-                },
-            ),
+            IoEvent::Wal(request, completion) => {
+                self.audit.on_completed(&request, &completion);
+                self.wal.handle(
+                    now,
+                    WalInput::IoDone {
+                        request,
+                        completion,
+                    },
+                )
+            }
             IoEvent::Checkpoint(completion) => self
                 .checkpointer
                 .handle(now, CheckpointInput::Io(completion)),
@@ -690,10 +800,18 @@ impl Runner {
     fn route_wal(&mut self, output: WalOutput) {
         match output {
             WalOutput::Io(request) => {
+                self.audit.on_request(
+                    &request,
+                    self.wal.oldest_segment_first_seq(),
+                    self.checkpointer.synced(),
+                );
                 self.io_in_flight += 1;
                 self.wal_io.submit(request);
             }
             WalOutput::AppendDone { id, result } => {
+                if let Ok(range) = &result {
+                    self.audit.on_ack(*range);
+                }
                 if let Some(reply) = self.appends.remove(&id) {
                     self.answers.push((reply, result));
                 }
@@ -703,6 +821,11 @@ impl Runner {
                     let status = self.status.borrow();
                     (status.repaired, status.durable_next_seq)
                 };
+                if repaired && next_seq > before {
+                    self.audit
+                        .probe
+                        .event("wal", format_args!("group commit {before}..{next_seq}"));
+                }
                 if let Some(observer) = &self.observer {
                     // The open repair's frontier is recovery, not a group commit.
                     if repaired && next_seq > before {
@@ -721,6 +844,9 @@ impl Runner {
             }
             WalOutput::Latched { fault } => {
                 tracing::error!(%fault, "ingress WAL latched: every append is refused until restart");
+                self.audit
+                    .probe
+                    .event("wal", format_args!("latched: {fault}"));
                 self.status
                     .send_modify(|status| status.latched = Some(fault));
             }

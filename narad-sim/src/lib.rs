@@ -18,6 +18,7 @@
 
 pub mod ledger;
 pub mod model_node;
+pub mod node_narad;
 pub mod outcome;
 pub mod payload;
 #[cfg(madsim)]

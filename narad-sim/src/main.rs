@@ -35,6 +35,8 @@ enum Command {
 /// Which node implementation to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum NodeKind {
+    /// The real node (narad-node), through `node_narad`.
+    Narad,
     /// The harness's model node (a self-test, not the product).
     Model,
 }
@@ -43,6 +45,7 @@ enum NodeKind {
 impl NodeKind {
     fn name(self) -> &'static str {
         match self {
+            NodeKind::Narad => "narad",
             NodeKind::Model => "model",
         }
     }
@@ -66,7 +69,7 @@ struct RunArgs {
     #[arg(long, value_parser = parse_bug)]
     plant_bug: Option<PlantedBug>,
     /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Model)]
+    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
     node: NodeKind,
 }
 
@@ -88,7 +91,7 @@ struct SweepArgs {
     #[arg(long)]
     stop_at_first_failure: bool,
     /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Model)]
+    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
     node: NodeKind,
 }
 
@@ -110,7 +113,7 @@ struct ShrinkArgs {
     #[arg(long, default_value_t = TESTS_MAX_DEFAULT)]
     tests_max: usize,
     /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Model)]
+    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
     node: NodeKind,
 }
 
@@ -119,7 +122,7 @@ struct ReplayArgs {
     /// Regression scenario files; default: every scenarios/regress/*.toml.
     files: Vec<String>,
     /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Model)]
+    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
     node: NodeKind,
 }
 
@@ -203,17 +206,22 @@ fn execute(_cli: Cli) -> Result<ExitCode, String> {
 #[cfg(madsim)]
 fn execute(cli: Cli) -> Result<ExitCode, String> {
     use narad_sim::model_node::ModelNode;
+    use narad_sim::node_narad::NaradSimNode;
     match cli.command {
         Command::Run(args) => match args.node {
+            NodeKind::Narad => sim::run::<NaradSimNode>(args),
             NodeKind::Model => sim::run::<ModelNode>(args),
         },
         Command::Sweep(args) => match args.node {
+            NodeKind::Narad => sim::sweep::<NaradSimNode>(args),
             NodeKind::Model => sim::sweep::<ModelNode>(args),
         },
         Command::Shrink(args) => match args.node {
+            NodeKind::Narad => sim::shrink::<NaradSimNode>(args),
             NodeKind::Model => sim::shrink::<ModelNode>(args),
         },
         Command::Replay(args) => match args.node {
+            NodeKind::Narad => sim::replay::<NaradSimNode>(args),
             NodeKind::Model => sim::replay::<ModelNode>(args),
         },
     }

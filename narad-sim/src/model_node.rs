@@ -526,6 +526,8 @@ impl SimNode for ModelNode {
         DiskLayout {
             wal_prefix: format!("{LOG_DIR}/"),
             partition_prefix: format!("{LOG_DIR}/"),
+            // A topic's logs are files of one directory (name-keyed under the planted bug).
+            partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
         }
     }
 
@@ -641,6 +643,10 @@ impl SimNode for ModelNode {
         NodeStatus {
             ready: true,
             backlog_records: 0,
+            // Never: the model recovers from the page cache (it has no fsyncgate rewrite), so a
+            // process restart after a failed fsync would adopt bytes a power loss then takes away.
+            // Its latch holds until the next crash, as it always did.
+            latched: false,
         }
     }
 }

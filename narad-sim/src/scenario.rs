@@ -104,6 +104,9 @@ pub struct Scenario {
     pub faults: FaultMix,
     /// The time budget.
     pub phases: Phases,
+    /// Node settings (file sizes), so rolls and compaction happen within a run.
+    #[serde(default)]
+    pub node: NodeSpec,
     /// An explicit fault schedule; when present it replaces the generated one (used by `shrink`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<FaultEvent>>,
@@ -235,6 +238,36 @@ fn default_disk_targets() -> Vec<crate::schedule::Target> {
     ]
 }
 
+/// Node settings the harness overrides, drawn per seed; `0` keeps the node's default.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSpec {
+    /// The ingress WAL's segment size in bytes (its largest record is half of it).
+    #[serde(default = "span_zero")]
+    pub wal_segment_bytes: Span,
+    /// A partition log's segment size in bytes.
+    #[serde(default = "span_zero")]
+    pub partition_segment_bytes: Span,
+}
+
+impl Default for NodeSpec {
+    fn default() -> Self {
+        NodeSpec {
+            wal_segment_bytes: span_zero(),
+            partition_segment_bytes: span_zero(),
+        }
+    }
+}
+
+fn span_zero() -> Span {
+    Span::Fixed(0)
+}
+
+/// Smallest WAL segment a scenario may ask for: it must hold the largest payload twice over.
+pub const WAL_SEGMENT_BYTES_MIN: u64 = 8 * 1024;
+/// Smallest partition segment a scenario may ask for.
+pub const PARTITION_SEGMENT_BYTES_MIN: u64 = 1024;
+
 /// The time budget of a run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -312,6 +345,10 @@ pub struct Knobs {
     pub faults_per_minute: u64,
     /// Weights in [`crate::schedule::FaultKind::ALL`] order.
     pub fault_weights: [u64; 8],
+    /// The WAL's segment size; 0 = the node's default.
+    pub wal_segment_bytes: u64,
+    /// A partition log's segment size; 0 = the node's default.
+    pub partition_segment_bytes: u64,
 }
 
 impl Scenario {
@@ -417,6 +454,32 @@ impl Scenario {
         if p.final_settle_ms > PHASE_MS_MAX {
             return Err("phases.final_settle_ms must be at most 3600000".into());
         }
+        let n = &self.node;
+        for (name, span, min) in [
+            (
+                "node.wal_segment_bytes",
+                n.wal_segment_bytes,
+                WAL_SEGMENT_BYTES_MIN,
+            ),
+            (
+                "node.partition_segment_bytes",
+                n.partition_segment_bytes,
+                PARTITION_SEGMENT_BYTES_MIN,
+            ),
+        ] {
+            span.check(name, 0, 1 << 40)?;
+            if span.lo() == 0 && span.hi() != 0 {
+                return Err(format!("{name}: 0 (the default) cannot be part of a range"));
+            }
+            if span.lo() != 0 && span.lo() < min {
+                return Err(format!(
+                    "{name}: at least {min} bytes (or 0 for the default)"
+                ));
+            }
+        }
+        if n.wal_segment_bytes.lo() != 0 && n.wal_segment_bytes.lo() < 4 * w.payload_bytes.hi() {
+            return Err("node.wal_segment_bytes must hold 4 of the largest payloads".into());
+        }
         if f.warmup_ms >= p.safety_ms {
             return Err("faults.warmup_ms must be below phases.safety_ms".into());
         }
@@ -481,6 +544,9 @@ impl Scenario {
             sync_us: self.disk.sync_us.draw(rng),
             faults_per_minute: self.faults.per_minute.draw(rng),
             fault_weights,
+            // Drawn last, so the knobs above stay what they were for scenarios without `[node]`.
+            wal_segment_bytes: self.node.wal_segment_bytes.draw(rng),
+            partition_segment_bytes: self.node.partition_segment_bytes.draw(rng),
         }
     }
 

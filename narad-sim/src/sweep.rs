@@ -171,7 +171,7 @@ pub fn replay_command(
     if let Some(bug) = plant_bug {
         command.push_str(&format!(" --plant-bug {bug}"));
     }
-    if node != "model" {
+    if node != "narad" {
         command.push_str(&format!(" --node {node}"));
     }
     command.push_str(" --trace");
@@ -352,7 +352,7 @@ mod tests {
                 "scenarios/basic.toml",
                 7,
                 Some(PlantedBug::AckBeforeFsync),
-                "model"
+                "narad"
             ),
             "ci/sim run --scenario scenarios/basic.toml --seed 7 --plant-bug ack-before-fsync --trace"
         );

@@ -209,12 +209,18 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, DecodeError> {
 /// Decodes the frame at the start of `bytes` (trailing bytes are the next frames and are allowed):
 /// header, checksum, and exactly `count` well-formed records filling the record section.
 pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
+    decode_frame_checked(bytes, true)
+}
+
+/// [`decode_frame`], with the checksum verified only when `verify_crc` (the simulator's planted
+/// `skip-readback-crc` bug passes `false`; everything else must verify).
+pub fn decode_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<Frame<'_>, DecodeError> {
     let header = decode_header(bytes)?;
     let frame = bytes
         .get(..header.frame_len())
         .ok_or(DecodeError::Truncated)?;
     let records_bytes = &frame[FRAME_HEADER_BYTES..];
-    if frame_crc(&frame[CRC_HEADER_RANGE], records_bytes) != header.crc {
+    if verify_crc && frame_crc(&frame[CRC_HEADER_RANGE], records_bytes) != header.crc {
         return Err(DecodeError::BadChecksum);
     }
     let mut reader = Reader::new(records_bytes);

@@ -45,6 +45,13 @@ pub trait Disk: Send + Sync {
     fn remove(&self, path: &str) -> Result<(), IoFault>;
     /// Names (not paths) of the files directly in `dir`, sorted; empty when `dir` does not exist.
     fn list(&self, dir: &str) -> Result<Vec<String>, IoFault>;
+    /// How long `op` takes on a *simulated* disk: a driver running under the simulator sleeps this
+    /// long (in simulated time) before it runs the op. Real disks take their own time: zero. A wrapper
+    /// disk must forward it.
+    fn latency(&self, op: &IoOp) -> core::time::Duration {
+        let _ = op;
+        core::time::Duration::ZERO
+    }
 }
 
 /// One I/O command, as an actor emits it.

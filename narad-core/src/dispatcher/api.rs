@@ -4,6 +4,7 @@ use super::record::DispatchRecord;
 use crate::codec::DecodeError;
 use crate::error::IoFault;
 use crate::ids::{NodeId, PartitionId, Seq, TopicId};
+use crate::planted::Plant;
 use crate::time::Instant;
 use core::fmt;
 use core::ops::Deref;
@@ -19,6 +20,8 @@ pub struct DispatcherConfig {
     pub checkpoint: Seq,
     /// The WAL's durable next sequence number at start.
     pub durable_next: Seq,
+    /// The bug planted in this dispatcher (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 /// Names one commit from the moment it is sent until its answer.

@@ -27,6 +27,9 @@ pub(super) enum ReadKind {
 #[derive(Debug)]
 pub struct Dispatcher {
     pub(super) node: NodeId,
+    pub(super) plant: crate::planted::Plant,
+    /// The highest checkpoint the planted `checkpoint-skips-inflight` stored (never read otherwise).
+    pub(super) planted_stored: Seq,
     pub(super) now: Instant,
     pub(super) strip: Strip,
     pub(super) durable_next: Seq,
@@ -114,6 +117,8 @@ impl Dispatcher {
         );
         Dispatcher {
             node: config.node,
+            plant: config.plant,
+            planted_stored: Seq(0),
             now: Instant::ZERO,
             strip: Strip::new(config.checkpoint),
             durable_next: config.durable_next,
@@ -674,6 +679,17 @@ impl Actor for Dispatcher {
                     Some(seq),
                     "a store answer without a store"
                 );
+                // The planted `checkpoint-skips-inflight` stored past the checkpoint; the
+                // dispatcher's own books stay honest, so only the stored value lies.
+                let seq = if self
+                    .plant
+                    .is(crate::planted::PlantedBug::CheckpointSkipsInflight)
+                {
+                    self.planted_stored = self.planted_stored.max(seq);
+                    seq.min(self.strip.base())
+                } else {
+                    seq
+                };
                 self.stored = self.stored.max(seq);
             }
             DispatcherInput::CheckpointStoreFailed { seq, fault } => {

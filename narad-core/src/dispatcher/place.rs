@@ -92,6 +92,13 @@ impl Dispatcher {
 
     pub(super) fn status(&self, topic: TopicIdx, topic_id: Option<TopicId>) -> Status {
         let entry = self.topic(topic);
+        if entry.local.is_some()
+            && self
+                .plant
+                .is(crate::planted::PlantedBug::StaleIncarnationIntoRecreatedTopic)
+        {
+            return Status::Resolved; // Planted: any incarnation of a live name is taken as live.
+        }
         match (&entry.local, topic_id) {
             (Some(_), None) => Status::Resolved,
             (Some(view), Some(id)) if view.topic_id == Some(id) => Status::Resolved,

@@ -7,6 +7,7 @@ use super::record::DispatchRecord;
 use super::strip::Mark;
 use super::*;
 use crate::ids::Seq;
+use crate::planted::PlantedBug;
 use crate::time::Instant;
 
 impl Dispatcher {
@@ -193,8 +194,16 @@ impl Dispatcher {
     /// Hands the checkpoint to the Checkpointer when it moved (one store outstanding at a time).
     pub(super) fn maybe_store_checkpoint(&mut self, now: Instant) {
         self.strip.advance();
-        let checkpoint = self.strip.base();
-        if self.store_in_flight.is_some() || self.is_backing_off(now) || checkpoint <= self.stored {
+        let checkpoint = if self.plant.is(PlantedBug::CheckpointSkipsInflight) {
+            // Planted: the stored checkpoint passes records whose commit is still in flight.
+            self.strip
+                .first_neither_done_nor_held()
+                .max(self.planted_stored)
+        } else {
+            self.strip.base()
+        };
+        let stored = self.stored.max(self.planted_stored);
+        if self.store_in_flight.is_some() || self.is_backing_off(now) || checkpoint <= stored {
             return;
         }
         self.store_in_flight = Some(checkpoint);

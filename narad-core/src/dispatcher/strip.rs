@@ -125,6 +125,17 @@ impl Strip {
         }
     }
 
+    /// The first sequence number that is neither done nor held (the frontier when there is none):
+    /// what the planted `checkpoint-skips-inflight` stores.
+    pub(super) fn first_neither_done_nor_held(&self) -> Seq {
+        let index = self
+            .marks
+            .iter()
+            .position(|mark| !matches!(mark, Mark::Done | Mark::Held))
+            .unwrap_or(self.marks.len());
+        Seq(self.base.0 + index as u64)
+    }
+
     /// Recounts every mark (invariant checks): `(held, skipped)`.
     pub(super) fn recount(&self) -> (usize, usize) {
         let held = self

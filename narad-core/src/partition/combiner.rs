@@ -59,6 +59,7 @@ use crate::codec::partition::FRAME_RECORDS_BYTES_MAX;
 use crate::disk::{IoCompletion, IoRequest};
 use crate::error::IoFault;
 use crate::ids::{Offset, TopicId};
+use crate::planted::Plant;
 use crate::time::Instant;
 
 /// Batches waiting for a cycle, at most (more are refused with [`CommitError::Overloaded`]).
@@ -91,6 +92,8 @@ pub struct CombinerConfig {
     pub log_retry_interval: Duration,
     /// Unix time in milliseconds at [`Instant::ZERO`]: commit time = this + `now`.
     pub unix_epoch_ms: u64,
+    /// The bug planted in this combiner (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 impl CombinerConfig {
@@ -104,6 +107,7 @@ impl CombinerConfig {
             resolve_tries_max: RESOLVE_TRIES_MAX_DEFAULT,
             log_retry_interval: LOG_RETRY_INTERVAL_DEFAULT,
             unix_epoch_ms,
+            plant: Plant::NONE,
         }
     }
 }
@@ -684,6 +688,13 @@ impl Combiner {
     }
 
     fn refuse_other_incarnations(&mut self, live_topic_id: Option<TopicId>) {
+        if self
+            .config
+            .plant
+            .is(crate::planted::PlantedBug::StaleIncarnationIntoRecreatedTopic)
+        {
+            return; // Planted: every incarnation's records go into the live log.
+        }
         let cycle = self.cycle.as_mut().expect("checking a cycle");
         let mut refused = Vec::new();
         cycle.batches.retain(|queued| {

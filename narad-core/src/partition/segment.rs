@@ -5,7 +5,7 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_frame, Frame};
+use crate::codec::partition::{decode_frame_checked, Frame};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -114,6 +114,17 @@ pub struct SegmentScan {
 
 /// Scans a segment's bytes from the start: see the module documentation.
 pub fn scan_segment(base: Offset, bytes: &[u8], interval_bytes: u64) -> SegmentScan {
+    scan_segment_checked(base, bytes, interval_bytes, true)
+}
+
+/// [`scan_segment`], verifying checksums only when `verify_crc` (see
+/// [`crate::codec::partition::decode_frame_checked`]).
+pub fn scan_segment_checked(
+    base: Offset,
+    bytes: &[u8],
+    interval_bytes: u64,
+    verify_crc: bool,
+) -> SegmentScan {
     let mut scan = SegmentScan {
         end_offset: base,
         verified_bytes: 0,
@@ -125,7 +136,7 @@ pub fn scan_segment(base: Offset, bytes: &[u8], interval_bytes: u64) -> SegmentS
     let mut last_run_at_ms: Option<u64> = None;
     let mut position = 0usize;
     while position < bytes.len() {
-        let frame = match decode_frame(&bytes[position..]) {
+        let frame = match decode_frame_checked(&bytes[position..], verify_crc) {
             Ok(frame) => frame,
             Err(error) => {
                 scan.damage = Some((position as u64, FrameDamage::Decode(error)));

@@ -4,6 +4,7 @@ use super::{IngressWal, Pending, Segment, WalOutput, WalWarning};
 use crate::disk::{IoOp, IoReply};
 use crate::error::IoFault;
 use crate::ids::Seq;
+use crate::planted::PlantedBug;
 use crate::time::Instant;
 
 impl IngressWal {
@@ -31,7 +32,17 @@ impl IngressWal {
                     break;
                 };
                 // The segment holds [first, second): all below the checkpoint iff second <= it.
-                if second > self.checkpoint_synced {
+                let behind = if self
+                    .config
+                    .plant
+                    .is(PlantedBug::CompactAheadOfSyncedCheckpoint)
+                {
+                    // Planted: the segment holding the checkpoint goes too.
+                    first < self.checkpoint_synced
+                } else {
+                    second <= self.checkpoint_synced
+                };
+                if !behind {
                     break;
                 }
                 victims.push(self.segments.remove(&first).expect("listed above"));

@@ -3,6 +3,7 @@
 use crate::codec::wal::{FRAME_HEADER_BYTES, FRAME_PAYLOAD_BYTES_MAX, PREP_TRAILER_BYTES};
 use crate::disk::IoLane;
 use crate::ids::Seq;
+use crate::planted::Plant;
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;
@@ -89,6 +90,8 @@ pub struct WalConfig {
     pub reads_in_flight_max: usize,
     /// The lanes requests go on.
     pub lanes: WalLanes,
+    /// The bug planted in this WAL (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 impl Default for WalConfig {
@@ -106,6 +109,7 @@ impl Default for WalConfig {
             index_interval_bytes: 64 * 1024,
             reads_in_flight_max: 16,
             lanes: WalLanes::default(),
+            plant: Plant::NONE,
         }
     }
 }

@@ -240,6 +240,8 @@ pub struct IngressWal {
     compact_in_flight: bool,
     compact_blocked: bool,
     reads_in_flight: usize,
+    /// Set by the planted `roll-drops-batch-tail` for the call being staged.
+    planted_tail_dropped: bool,
     next_io_id: u64,
     pending: BTreeMap<IoId, Pending>,
     outputs: VecDeque<WalOutput>,
@@ -302,6 +304,7 @@ impl IngressWal {
             compact_in_flight: false,
             compact_blocked: false,
             reads_in_flight: 0,
+            planted_tail_dropped: false,
             next_io_id: 0,
             pending: BTreeMap::new(),
             outputs: VecDeque::new(),

@@ -121,7 +121,17 @@ impl ReadState {
 
 impl IngressWal {
     pub(super) fn on_read(&mut self, id: ReadId, from: Seq, max_records: usize, max_bytes: usize) {
-        if !self.repaired || from >= self.durable_next || max_records == 0 {
+        if !self.repaired {
+            // A repair that failed latched the WAL: what recovery read may never become durable, so
+            // it is never served; the latch's fault says so (an empty answer would tell a reader
+            // that believes those records durable to ask again at once, forever).
+            let result = match &self.latched {
+                Some(fault) => Err(ReadError::Io(fault.clone())),
+                None => Ok(Vec::new()),
+            };
+            return self.answer_read(id, result);
+        }
+        if from >= self.durable_next || max_records == 0 {
             return self.answer_read(id, Ok(Vec::new()));
         }
         let oldest = self.oldest_segment_first_seq();

@@ -10,6 +10,7 @@ use crate::codec::wal::{decode_frame_header, encode_frame_header, FRAME_HEADER_B
 use crate::disk::{IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Seq;
+use crate::planted::PlantedBug;
 use crate::time::Instant;
 
 /// Where to withdraw to when a fill fails: the state before the call, or right after a roll inside it.
@@ -36,6 +37,16 @@ impl IngressWal {
                 id,
                 result: Ok(range),
             }),
+            Ok(range) if std::mem::take(&mut self.planted_tail_dropped) => {
+                let before_roll = self.queue.iter_mut().rev().find_map(|step| match step {
+                    Step::Flush(batch) => Some(batch),
+                    Step::Repair | Step::Roll(_) => None,
+                });
+                before_roll
+                    .expect("a roll inside a batch queued the records before it")
+                    .waiters
+                    .push((id, range));
+            }
             // The batch holding the last record is the open one: its flush answers the caller.
             Ok(range) => self.open.waiters.push((id, range)),
             Err(error) => self.outputs.push_back(WalOutput::AppendDone {
@@ -78,9 +89,11 @@ impl IngressWal {
         let room = self.tail.limit.saturating_sub(self.tail.end);
         self.open.buf.reserve(total_bytes.min(room as usize));
         let mut mark = self.mark();
+        let mut rolled_inside = false;
         for (index, &bytes) in sizes.iter().enumerate() {
             let frame_bytes = (FRAME_HEADER_BYTES + bytes) as u64;
             if self.tail.end + frame_bytes > self.tail.limit {
+                rolled_inside |= index > 0;
                 if self.tail.end == 0 {
                     // Only a recovered segment written under a smaller limit can refuse a frame while
                     // empty; rolling would recreate the same file name.
@@ -111,10 +124,18 @@ impl IngressWal {
             self.unflushed_bytes += frame_bytes as usize;
             self.open.seqs.next = self.next_seq;
         }
-        Ok(SeqRange {
+        let range = SeqRange {
             first,
             next: self.next_seq,
-        })
+        };
+        if rolled_inside && self.config.plant.is(PlantedBug::RollDropsBatchTail) {
+            // Planted: what was staged after the roll is dropped (its sequence numbers go to the next
+            // records), yet the caller is answered with the whole range once the part before the
+            // roll is durable.
+            self.withdraw(mark);
+            self.planted_tail_dropped = true;
+        }
+        Ok(range)
     }
 
     fn mark(&self) -> Mark {
@@ -240,6 +261,15 @@ impl IngressWal {
 
     /// One write and one sync; into a prepared segment, runs of whole frames each written and synced.
     fn flush_ops(&self, batch: &mut Batch) -> Vec<IoOp> {
+        let mut ops = self.flush_ops_synced(batch);
+        if self.config.plant.is(PlantedBug::AckBeforeFsync) {
+            // Planted: the flush completes, and acknowledges, once written; nothing syncs it.
+            ops.retain(|op| !matches!(op, IoOp::SyncData { .. }));
+        }
+        ops
+    }
+
+    fn flush_ops_synced(&self, batch: &mut Batch) -> Vec<IoOp> {
         let path = self.config.segment_path(batch.segment);
         let run_bytes_max = self.config.prepared_write_run_bytes_max;
         batch.len = batch.buf.len();
@@ -315,6 +345,23 @@ impl IngressWal {
         self.append_in_flight = None;
         let rolled = matches!(step, Step::Roll(_));
         match result {
+            Err((index, fault)) if self.planted_fsync_retry(&step, &request, index) => {
+                // Planted: the failed fsync is issued again, and its "success" trusted.
+                let Step::Flush(mut batch) = step else {
+                    unreachable!("checked by planted_fsync_retry")
+                };
+                let _ = fault;
+                batch.buf = Self::flush_buffer(&mut batch, request);
+                let path = self.config.segment_path(batch.segment);
+                let lane = self.config.lanes.append;
+                let id = self.emit_io(
+                    lane,
+                    vec![IoOp::SyncData { path }],
+                    Pending::Append(Step::Flush(batch)),
+                );
+                self.append_in_flight = Some(id);
+                return;
+            }
             Err((_, fault)) => self.latch(fault, step, request),
             Ok(_) => match step {
                 Step::Repair => {
@@ -333,6 +380,15 @@ impl IngressWal {
         if rolled {
             self.compact(now);
         }
+    }
+
+    /// Whether the planted `fsync-retry-after-eio` retries this failure: a flush's first attempt
+    /// (it carries the write) whose fsync failed.
+    fn planted_fsync_retry(&self, step: &Step, request: &IoRequest, index: usize) -> bool {
+        self.config.plant.is(PlantedBug::FsyncRetryAfterEio)
+            && matches!(step, Step::Flush(_))
+            && matches!(request.ops.get(index), Some(IoOp::SyncData { .. }))
+            && matches!(request.ops.first(), Some(IoOp::WriteAt { .. }))
     }
 
     /// The flush's buffer: kept in the batch (written in runs) or handed back inside the request.

@@ -22,8 +22,9 @@
 //!
 //! Decisions: one voter for now (the cluster issue adds peers, the transport for `Ready` messages and
 //! conf changes); a single voter campaigns at start instead of waiting for an election timeout. Raft's
-//! own election jitter draws from rand 0.8's `thread_rng`, which madsim does not make deterministic;
-//! the simulator issue will need to address that when it runs several voters.
+//! own election jitter draws from rand 0.8's `thread_rng`, which nothing seeds (its `getrandom` 0.2 uses
+//! the raw syscall, past madsim): a single voter runs without jitter (`max_election_tick` one past the
+//! minimum), so simulated runs replay; several voters will need a seeded jitter.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -90,6 +91,9 @@ pub struct MetastoreOptions {
     pub addr: String,
     /// Applied entries between snapshots ([`SNAPSHOT_EVERY_ENTRIES`]).
     pub snapshot_every_entries: u64,
+    /// Seeds this start's nonce (see the module documentation), mixed with the log's position at
+    /// start, so simulated runs replay; `None` draws the nonce from the OS.
+    pub boot_nonce: Option<u64>,
 }
 
 impl MetastoreOptions {
@@ -99,6 +103,7 @@ impl MetastoreOptions {
             node_id,
             addr,
             snapshot_every_entries: SNAPSHOT_EVERY_ENTRIES,
+            boot_nonce: None,
         }
     }
 }
@@ -236,11 +241,8 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
-/// A proposal's caller and the state machine's answer.
-type AppliedReply = (
-    oneshot::Sender<Result<Applied, ProposeError>>,
-    Result<Applied, ProposeError>,
-);
+/// Where a proposal's answer goes.
+type ProposalReply = oneshot::Sender<Result<Applied, ProposeError>>;
 
 /// The task that owns raft and the state machine.
 struct Host {
@@ -256,9 +258,9 @@ struct Host {
     nonce: u64,
     next_proposal: u64,
     pending: BTreeMap<u64, oneshot::Sender<Result<Applied, ProposeError>>>,
-    /// Proposals applied but not answered yet: they are answered after the view that shows them is
-    /// published, so a caller that reads the replica after its answer sees its own change.
-    applied: Vec<AppliedReply>,
+    /// Answers of applied proposals, sent only once the view that shows them is published (a
+    /// caller answered "created" must find the topic in the view at once).
+    answers: Vec<(ProposalReply, Result<Applied, ProposeError>)>,
     failed: Option<String>,
     view_tx: watch::Sender<Arc<MetaView>>,
 }
@@ -312,12 +314,23 @@ impl Host {
             .term
             .max(last_term)
             .max(storage.rl().hard_state().term);
+        let hard_state_term = hard_state.term;
         hard_state.commit = hard_state.commit.clamp(snapshot_index, last_index);
         storage.wl().set_hardstate(hard_state);
 
+        let voters = storage
+            .initial_state()
+            .map_err(|error| corrupt(error.to_string()))?
+            .conf_state
+            .voters;
+        let single_voter = voters == [id];
         let config = raft::Config {
             id,
             election_tick: ELECTION_TICKS,
+            // Raft draws its election jitter from rand 0.8's `thread_rng`, which nothing can seed (the
+            // simulator included). A single voter has nobody to split a vote with: no jitter, so its
+            // timing replays. The cluster issue must seed it before running several voters.
+            max_election_tick: if single_voter { ELECTION_TICKS + 1 } else { 0 },
             heartbeat_tick: HEARTBEAT_TICKS,
             applied: snapshot_index,
             max_size_per_msg: 1024 * 1024,
@@ -328,18 +341,21 @@ impl Host {
         config
             .validate()
             .map_err(|error| corrupt(error.to_string()))?;
-        let voters = storage
-            .initial_state()
-            .map_err(|error| corrupt(error.to_string()))?
-            .conf_state
-            .voters;
         let mut node = RawNode::new(&config, storage, &slog_bridge::logger())
             .map_err(|error| corrupt(error.to_string()))?;
-        if voters == [id] {
+        if single_voter {
             node.campaign()
                 .map_err(|error| corrupt(error.to_string()))?;
         }
-        let mut boot_rng = ChaCha8Rng::from_os_rng();
+        // A given seed may start the node many times (tests, the simulator's restarts): mixing in where
+        // the log stood at this start keeps a previous start's replayed entries from matching.
+        let nonce = match options.boot_nonce {
+            Some(seed) => {
+                seed ^ last_index.rotate_left(32)
+                    ^ hard_state_term.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            }
+            None => ChaCha8Rng::from_os_rng().random(),
+        };
         let caught_up = snapshot_index >= last_index;
         let view = MetaView {
             state: state.clone(),
@@ -355,10 +371,10 @@ impl Host {
             snapshot_index,
             snapshot_every_entries: options.snapshot_every_entries.max(1),
             recovered_last_index: last_index,
-            nonce: boot_rng.random(),
+            nonce,
             next_proposal: 0,
             pending: BTreeMap::new(),
-            applied: Vec::new(),
+            answers: Vec::new(),
             failed: None,
             view_tx: watch::Sender::new(Arc::new(view)),
         })
@@ -368,14 +384,17 @@ impl Host {
         let mut ticker = tokio::time::interval(TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Biased (ticks first, then the mailbox, drained below): an unbiased select draws from
+            // tokio's thread RNG, which the simulator cannot seed.
             tokio::select! {
+                biased;
+                _ = ticker.tick() => {
+                    self.node.tick();
+                }
                 proposal = mailbox.recv() => match proposal {
                     Some(proposal) => self.on_proposal(proposal),
                     None => return,
                 },
-                _ = ticker.tick() => {
-                    self.node.tick();
-                }
             }
             for _ in 0..PROPOSALS_PER_TURN_MAX {
                 match mailbox.try_recv() {
@@ -386,7 +405,6 @@ impl Host {
             if self.failed.is_none() {
                 self.on_ready().await;
             }
-            self.answer_applied();
         }
     }
 
@@ -457,6 +475,15 @@ impl Host {
         if applied_any {
             self.maybe_snapshot().await;
             self.publish();
+        }
+        self.send_answers();
+    }
+
+    /// Answers the applied proposals; call after publishing the view that shows them.
+    fn send_answers(&mut self) {
+        for (reply, result) in self.answers.drain(..) {
+            // A caller that stopped waiting does not need the answer.
+            let _ = reply.send(result);
         }
     }
 
@@ -531,16 +558,8 @@ impl Host {
         };
         if let Some(id) = self.own_proposal(&entry.context) {
             if let Some(reply) = self.pending.remove(&id) {
-                // Answered once the view shows the entry (see `answer_applied`).
-                self.applied.push((reply, result));
+                self.answers.push((reply, result));
             }
-        }
-    }
-
-    /// Answers the proposals applied so far; call only once the view showing them is published.
-    fn answer_applied(&mut self) {
-        for (reply, result) in self.applied.drain(..) {
-            let _ = reply.send(result);
         }
     }
 
@@ -615,6 +634,7 @@ impl Host {
         }
         self.failed = Some(failure);
         self.publish();
+        self.send_answers();
     }
 
     fn publish(&self) {

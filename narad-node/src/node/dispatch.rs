@@ -36,9 +36,11 @@ use narad_core::{Actor, IoFault, Seq};
 use tokio::sync::{mpsc, watch};
 
 use super::partitions::{PartitionCommitError, PartitionHost};
+use super::NodeHooks;
 use crate::clock::{self, Clock};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
+use crate::probe::{Invariant, Probe};
 use crate::wal_host::{StoreError, WalHost, WalReadError, WalStatus};
 
 /// Answers the host's helper tasks may queue before they wait.
@@ -60,12 +62,14 @@ impl DispatchHost {
         metastore: Metastore,
         clock: Clock,
         metrics: Arc<Metrics>,
+        hooks: &NodeHooks,
     ) -> DispatchHost {
         let status = wal.status();
         let config = DispatcherConfig {
             node,
             checkpoint: status.dispatch_start,
             durable_next: status.durable_next_seq,
+            plant: hooks.plant,
         };
         tracing::info!(
             checkpoint = %config.checkpoint,
@@ -90,6 +94,7 @@ impl DispatchHost {
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
             reroutes_published: 0,
+            probe: hooks.probe.clone(),
         };
         tokio::spawn(async move {
             host.run(events, stop_rx).await;
@@ -128,6 +133,8 @@ struct Host {
     /// Members last fed alive.
     members: BTreeSet<NodeId>,
     reroutes_published: u64,
+    /// Events and broken invariants go here (see [`crate::probe`]).
+    probe: Probe,
 }
 
 impl Host {
@@ -181,6 +188,18 @@ impl Host {
     }
 
     fn feed(&mut self, input: DispatcherInput) {
+        if self.probe.is_watched() {
+            match &input {
+                DispatcherInput::CommitDone { commit_id } => self
+                    .probe
+                    .event("dispatch", format_args!("commit #{} done", commit_id.0)),
+                DispatcherInput::CommitFailed { commit_id, failure } => self.probe.event(
+                    "dispatch",
+                    format_args!("commit #{} failed: {failure:?}", commit_id.0),
+                ),
+                _ => {}
+            }
+        }
         let now = self.clock.now();
         self.dispatcher.handle(now, input);
         self.drain();
@@ -245,7 +264,10 @@ impl Host {
             match output {
                 DispatcherOutput::ReadWal(read) => self.read_wal(read),
                 DispatcherOutput::SendCommit(commit) => self.send_commit(commit),
-                DispatcherOutput::StoreCheckpoint { seq } => self.store_checkpoint(seq),
+                DispatcherOutput::StoreCheckpoint { seq } => {
+                    self.audit_checkpoint(seq);
+                    self.store_checkpoint(seq)
+                }
                 DispatcherOutput::ConfirmTopicGone { topic } => self.confirm_topic_gone(topic),
                 DispatcherOutput::Warn(warning) => log_warning(&warning),
             }
@@ -304,6 +326,20 @@ impl Host {
         });
     }
 
+    /// A checkpoint on its way to the checkpointer must not pass the first record not done.
+    fn audit_checkpoint(&self, seq: Seq) {
+        if !self.probe.is_watched() {
+            return;
+        }
+        let first_not_done = self.dispatcher.checkpoint();
+        if seq > first_not_done {
+            self.probe.violation(
+                Invariant::CheckpointPassesNotDone,
+                format_args!("checkpoint {seq} stored while {first_not_done} is not done"),
+            );
+        }
+    }
+
     fn store_checkpoint(&self, seq: Seq) {
         let wal = self.wal.clone();
         self.answer_later(async move {
@@ -350,6 +386,14 @@ impl Host {
             with_ids,
             deadline,
         } = commit;
+        self.probe.event(
+            "dispatch",
+            format_args!(
+                "commit #{} {topic}/{partition} records={}",
+                commit_id.0,
+                records.len()
+            ),
+        );
         if let CommitOwner::Remote(node) = owner {
             tracing::error!(%node, %topic, %partition, "a remote owner on a single node: no cluster transport");
             self.answer_later(async move {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use narad_core::disk::Disk;
+use narad_core::disk::{Disk, IoOp};
 use narad_core::IoFault;
 
 use crate::clock::Clock;
@@ -82,6 +82,9 @@ impl Disk for MeteredDisk {
     }
     fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
         self.inner.list(dir)
+    }
+    fn latency(&self, op: &IoOp) -> std::time::Duration {
+        self.inner.latency(op)
     }
 }
 

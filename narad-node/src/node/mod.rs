@@ -34,6 +34,7 @@ use std::sync::{Arc, OnceLock};
 
 use narad_core::disk::Disk;
 use narad_core::ids::NodeId;
+use narad_core::planted::Plant;
 use narad_core::wal::WalConfig;
 use narad_core::Seq;
 use tokio::sync::watch;
@@ -47,6 +48,7 @@ use crate::config::Config;
 use crate::http::App;
 use crate::metastore::{Metastore, MetastoreOptions};
 use crate::metrics::Metrics;
+use crate::probe::Probe;
 use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
 
 /// The ingress WAL's directory (segments and the dispatch checkpoint).
@@ -64,6 +66,28 @@ pub struct NodeOptions {
     pub seed: u64,
     /// This node's address as recorded in the metastore's member set.
     pub member_addr: String,
+    /// What a test or the simulator plugs in; [`NodeHooks::default`] in production.
+    pub hooks: NodeHooks,
+}
+
+/// What a test or the simulator plugs into a node: a probe, smaller files, a planted bug.
+#[derive(Clone, Debug, Default)]
+pub struct NodeHooks {
+    /// Where hosts report events and broken invariants ([`Probe::none`] in production).
+    pub probe: Probe,
+    /// File sizes overriding production's, so rolls, rotations and compaction happen within seconds.
+    pub sizes: StorageSizes,
+    /// The bug planted in every actor's configuration (only the simulator can plant one).
+    pub plant: Plant,
+}
+
+/// File sizes overriding production's; `None` keeps the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageSizes {
+    /// The ingress WAL's segment size (its largest record and its rotation size follow: half of it).
+    pub wal_segment_bytes_max: Option<u64>,
+    /// A partition log's segment size.
+    pub partition_segment_bytes_max: Option<u64>,
 }
 
 impl std::fmt::Debug for NodeOptions {
@@ -72,6 +96,7 @@ impl std::fmt::Debug for NodeOptions {
             .field("config", &self.config)
             .field("seed", &self.seed)
             .field("member_addr", &self.member_addr)
+            .field("hooks", &self.hooks)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +132,10 @@ pub struct NodeStatus {
     pub backlog_records: u64,
     /// `narad_ingress_wal_failed`: the WAL latched a disk failure.
     pub wal_failed: bool,
+    /// The metastore latched a disk failure (topic changes answer 503 until restart).
+    pub metastore_failed: bool,
+    /// Partition logs that only a restart can open again (their recovery's final sync failed).
+    pub partitions_restart_needed: usize,
 }
 
 /// A running node; clones share it.
@@ -135,22 +164,24 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         clock,
         seed,
         member_addr,
+        hooks,
     } = options;
     let node_id = NodeId(config.cluster.node_id);
     let metrics = Arc::new(Metrics::new());
     let disk: Arc<dyn Disk> = Arc::new(MeteredDisk::new(disk, WAL_DIR, clock, metrics.clone()));
-    let metastore = Metastore::open(
-        Arc::clone(&disk),
-        MetastoreOptions::new(node_id, member_addr),
-    )
-    .await
-    .map_err(|error| StartError::Metastore(error.to_string()))?;
+    let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
+    // One stream per component: the boot nonce from the node's seed, mixed so it is not the seed.
+    metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
+    let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
+        .await
+        .map_err(|error| StartError::Metastore(error.to_string()))?;
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,
         clock,
         node_id,
         metrics.clone(),
+        &hooks,
     );
     let sink = WalSink::new();
     let partitions_seam = Arc::new(partitions.clone());
@@ -172,10 +203,10 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         dispatcher: OnceLock::new(),
         recovery,
     });
-    let wal_config = wal_config(&config);
+    let wal_config = wal_config(&config, &hooks);
     let recovering = inner.clone();
     tokio::spawn(async move {
-        let outcome = recover(&recovering, disk, wal_config, sink, node_id, clock).await;
+        let outcome = recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await;
         let state = match outcome {
             Ok(()) => {
                 recovering.app.set_ready();
@@ -191,13 +222,26 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     Ok(Node { inner })
 }
 
-fn wal_config(config: &Config) -> WalHostConfig {
-    WalHostConfig::new(WalConfig {
+fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
+    let mut wal = WalConfig {
         dir: WAL_DIR.to_string(),
         sync_interval_ms: config.storage.ingress_wal_sync_interval_ms,
         prealloc: config.storage.ingress_wal_prealloc,
+        plant: hooks.plant,
         ..WalConfig::default()
-    })
+    };
+    if let Some(segment_bytes_max) = hooks.sizes.wal_segment_bytes_max {
+        let half = segment_bytes_max / 2;
+        wal.segment_bytes_max = segment_bytes_max;
+        wal.record_bytes_max = wal
+            .record_bytes_max
+            .min(usize::try_from(half).unwrap_or(usize::MAX));
+        wal.rotate_dispatched_active_after_bytes = half;
+        wal.prepared_write_run_bytes_max = wal.prepared_write_run_bytes_max.min(half);
+    }
+    let mut host = WalHostConfig::new(wal);
+    host.probe = hooks.probe.clone();
+    host
 }
 
 async fn recover(
@@ -207,6 +251,7 @@ async fn recover(
     sink: Arc<WalSink>,
     node_id: NodeId,
     clock: Clock,
+    hooks: NodeHooks,
 ) -> Result<(), StartError> {
     inner
         .metastore
@@ -265,6 +310,7 @@ async fn recover(
         inner.metastore.clone(),
         clock,
         inner.metrics.clone(),
+        &hooks,
     );
     let _ = inner.dispatcher.set(dispatcher);
     Ok(())
@@ -319,6 +365,8 @@ impl Node {
             ready: self.inner.app.is_ready(),
             backlog_records: wal.map_or(0, WalHost::backlog_records),
             wal_failed: wal.is_some_and(WalHost::is_latched),
+            metastore_failed: self.inner.metastore.view().failed.is_some(),
+            partitions_restart_needed: self.inner.partitions.status().restart_needed,
         }
     }
 

@@ -33,16 +33,19 @@ use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
 use narad_core::partition::{
     BatchId, BatchRecord, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch,
     CommitError, CommittedRange, LiveTopic, LogStatus, ReadBatch, ReadError, ReadId, ReadRequest,
-    TopicView,
+    RecoveryError, TopicView,
 };
 use narad_core::{Actor, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::NodeHooks;
 use crate::clock::Clock;
 use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, TopicKey};
 use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
+use crate::probe::{Invariant, Probe};
+use narad_core::codec::partition::decode_frame;
 
 /// Commands the host's mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -58,6 +61,32 @@ pub const TOPICS_DIR: &str = "topics";
 const JANITOR_IO_BASE: u64 = 1 << 63;
 /// The lane a combiner's logs run recovery and commits on (the janitor joins it).
 const COMMIT_LANE: IoLane = IoLane(0);
+
+/// For the probe: whether the data a completed request read back decodes as whole frames with valid
+/// checksums (`None` when it read nothing).
+fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
+    let Ok(replies) = &completion.result else {
+        return None;
+    };
+    let mut verified = None;
+    for reply in replies {
+        if let IoReply::Data(bytes) = reply {
+            let mut position = 0;
+            let mut ok = true;
+            while position < bytes.len() {
+                match decode_frame(&bytes[position..]) {
+                    Ok(frame) => position += frame.header.frame_len(),
+                    Err(_) => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            verified = Some(verified.unwrap_or(true) && ok);
+        }
+    }
+    verified
+}
 
 /// The directory of one partition's log of one topic incarnation.
 pub fn partition_dir(topic: &str, topic_id: TopicId, partition: PartitionId) -> String {
@@ -135,6 +164,9 @@ pub struct PartitionStatus {
     pub opening: usize,
     /// Logs whose open failed (the combiner retries those that may be retried).
     pub open_failed: usize,
+    /// Logs whose open failed in a way only a restart of the process can clear (the final sync of
+    /// recovery failed: see `RecoveryError::Sync`): the alert an operator restarts the node on.
+    pub restart_needed: usize,
 }
 
 impl PartitionStatus {
@@ -184,6 +216,7 @@ impl PartitionHost {
         clock: Clock,
         node: NodeId,
         metrics: Arc<Metrics>,
+        hooks: &NodeHooks,
     ) -> PartitionHost {
         let (commands, mailbox) = mpsc::channel(MAILBOX_CAPACITY);
         let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
@@ -194,6 +227,11 @@ impl PartitionHost {
         let view = meta.borrow().clone();
         let mut template = CombinerConfig::new(unix_epoch_ms);
         template.log.commit_lane = COMMIT_LANE;
+        template.log.plant = hooks.plant;
+        template.plant = hooks.plant;
+        if let Some(segment_bytes_max) = hooks.sizes.partition_segment_bytes_max {
+            template.log.segment_bytes_max = segment_bytes_max;
+        }
         let host = Host {
             node,
             clock,
@@ -218,8 +256,10 @@ impl PartitionHost {
             janitor: BTreeMap::new(),
             opening: BTreeSet::new(),
             open_failed: BTreeSet::new(),
+            restart_needed: BTreeSet::new(),
             status: status_sender,
             metrics,
+            probe: hooks.probe.clone(),
         };
         tokio::spawn(host.run(mailbox, io_receiver));
         PartitionHost {
@@ -402,8 +442,12 @@ struct Host {
     janitor: BTreeMap<IoId, (ActorKey, String)>,
     opening: BTreeSet<ActorKey>,
     open_failed: BTreeSet<ActorKey>,
+    /// The failed opens that only a restart clears.
+    restart_needed: BTreeSet<ActorKey>,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
+    /// Events and broken invariants go here (see [`crate::probe`]).
+    probe: Probe,
 }
 
 impl Host {
@@ -440,6 +484,7 @@ impl Host {
             caught_up: self.view.caught_up,
             opening: self.opening.len(),
             open_failed: self.open_failed.len(),
+            restart_needed: self.restart_needed.len(),
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;
@@ -674,9 +719,39 @@ impl Host {
             return self.on_janitor(actor, request, completion);
         }
         if self.slots.contains_key(&actor) {
+            // A commit's request writes its run, syncs it and reads it back (recovery reads whole
+            // segments, torn tails included, and writes nothing in the same request).
+            let commit = request
+                .ops
+                .iter()
+                .any(|op| matches!(op, IoOp::WriteAt { .. }));
+            let audit = (commit && self.probe.is_watched()).then(|| {
+                let verified = read_back_verifies(&completion);
+                (self.high_watermark(actor), verified)
+            });
             self.feed(actor, CombinerInput::Io(completion));
+            if let Some((before, Some(false))) = audit {
+                let after = self.high_watermark(actor);
+                if after > before {
+                    let topic = self.slots.get(&actor).map(|slot| slot.topic.clone());
+                    self.probe.violation(
+                        Invariant::HighWatermarkAboveVerified,
+                        format_args!(
+                            "{topic:?} high watermark {before:?} -> {after:?} over a read-back that fails its checks"
+                        ),
+                    );
+                }
+            }
         }
         // Otherwise the combiner is gone, and with it whoever waited for this request.
+    }
+
+    /// The high watermark of `actor`'s log, if it has one open.
+    fn high_watermark(&self, actor: ActorKey) -> Option<Offset> {
+        self.slots
+            .get(&actor)
+            .and_then(|slot| slot.combiner.log())
+            .map(|log| log.high_watermark())
     }
 
     // ---- the combiners ----
@@ -776,11 +851,16 @@ impl Host {
     }
 
     fn note_log_state(&mut self, actor: ActorKey) {
-        let status = self
-            .slots
-            .get(&actor)
-            .and_then(|slot| slot.combiner.log())
-            .map(|log| log.status());
+        let log = self.slots.get(&actor).and_then(|slot| slot.combiner.log());
+        let status = log.map(|log| log.status());
+        let sync_failed = log
+            .and_then(|log| log.open_error())
+            .is_some_and(|error| matches!(error, RecoveryError::Sync(_)));
+        if status == Some(LogStatus::OpenFailed) && sync_failed {
+            self.restart_needed.insert(actor);
+        } else {
+            self.restart_needed.remove(&actor);
+        }
         if status == Some(LogStatus::Opening) {
             self.opening.insert(actor);
         } else {
@@ -810,6 +890,7 @@ impl Host {
             self.by_name.remove(&(slot.topic, slot.partition));
             self.opening.remove(&actor);
             self.open_failed.remove(&actor);
+            self.restart_needed.remove(&actor);
             // Lanes still running janitor work are let go once it is done.
             if !self.janitor_pending(actor) {
                 self.executor.forget(actor);

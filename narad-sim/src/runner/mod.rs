@@ -33,8 +33,8 @@ use crate::payload;
 use crate::scenario::{pick_weighted, Knobs, TopicSpec};
 use crate::schedule::{self, DiskError, FaultEvent, Target};
 use crate::seam::{
-    derive_seed, DiskLayout, NodeContext, NodeError, PlantedBug, Probe, ProduceRecord, SimIo,
-    SimNode, TopicInfo,
+    derive_seed, DiskLayout, NodeContext, NodeError, NodeSizes, PlantedBug, Probe, ProduceRecord,
+    SimIo, SimNode, TopicInfo,
 };
 
 /// Extra simulated time beyond the scenario's phases before madsim's time limit stops a run.
@@ -53,6 +53,10 @@ const READ_RECORDS_MAX: usize = 1000;
 const READ_CALLS_MAX: usize = 100_000;
 /// Records of each failure category described in a run's details.
 const DETAILS_MAX: usize = 10;
+/// How often the operator looks at the node's status.
+const OPERATOR_POLL: Duration = Duration::from_millis(250);
+/// How long a latch holds before the operator restarts the process.
+const OPERATOR_RESTART_AFTER: Duration = Duration::from_secs(1);
 /// A connection to a node that is down is refused after this long.
 const REFUSED_DELAY: Duration = Duration::from_millis(1);
 
@@ -63,19 +67,54 @@ fn sim_now_ns() -> u64 {
 /// Runs one seed to completion in its own madsim runtime. Never panics: a panic inside the simulation
 /// becomes a harness error of the outcome.
 pub fn run<N: SimNode>(spec: &RunSpec) -> RunOutcome {
+    // A fresh OS thread per run: std's hash keys and other per-thread random state are initialized
+    // inside the simulation, from its seed (a thread that used them before would replay differently).
+    let spec = spec.clone();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| run_here::<N>(&spec))
+            .join()
+            .unwrap_or_else(|payload| RunOutcome {
+                seed: spec.seed,
+                errors: vec![format!("panic: {}", panic_text(payload.as_ref()))],
+                ..RunOutcome::default()
+            })
+    })
+}
+
+fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
     let phases = &spec.scenario.phases;
     let budget_ms = phases.safety_ms + phases.liveness_ms + phases.final_settle_ms;
     let mut runtime = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
     runtime.set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN);
     let spec_inner = spec.clone();
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        runtime.block_on(simulate::<N>(spec_inner))
+    // Made here so a run that panics (a node's assertion, the time limit) still shows its trace.
+    let probe = Probe::new(spec.trace, sim_now_ns);
+    let probe_inner = probe.clone();
+    // tokio's sync primitives (a `watch` receiver picks one of 8 notifiers at random) draw from a
+    // per-thread RNG seeded from a process-wide counter: a second run in the same process would wake
+    // tasks in another order. Inside a tokio runtime with a fixed seed that RNG replays; the
+    // simulation runs unconstrained by tokio's cooperative budget (madsim schedules it).
+    let seeded = real_tokio::runtime::Builder::new_current_thread()
+        .rng_seed(real_tokio::runtime::RngSeed::from_bytes(
+            &spec.seed.to_le_bytes(),
+        ))
+        .build();
+    let result = catch_unwind(AssertUnwindSafe(|| match seeded {
+        Ok(tokio_runtime) => tokio_runtime.block_on(real_tokio::task::unconstrained(async {
+            runtime.block_on(simulate::<N>(spec_inner, probe_inner))
+        })),
+        Err(error) => panic!("cannot build the seeded tokio context: {error}"),
     }));
     match result {
         Ok(outcome) => outcome,
         Err(payload) => RunOutcome {
             seed: spec.seed,
             errors: vec![format!("panic: {}", panic_text(payload.as_ref()))],
+            violations: probe.violations(),
+            trace_hash: probe.trace_hash(),
+            trace_events: probe.trace_events(),
+            trace_lines: probe.trace_lines(),
             ..RunOutcome::default()
         },
     }
@@ -123,6 +162,7 @@ impl<N: SimNode> Server<N> {
         probe: Probe,
         seed: u64,
         plant_bug: Option<PlantedBug>,
+        sizes: NodeSizes,
     ) -> Arc<Self> {
         let slot: Arc<Mutex<Option<N>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
@@ -130,6 +170,8 @@ impl<N: SimNode> Server<N> {
         let init_probe = probe.clone();
         let init_disk = disk.clone();
         let node_seed = derive_seed(seed, "node/0");
+        let own_id: Arc<std::sync::OnceLock<MadsimNodeId>> = Arc::new(std::sync::OnceLock::new());
+        let init_own_id = own_id.clone();
         let node = Handle::current()
             .create_node()
             .name("narad-0")
@@ -143,23 +185,31 @@ impl<N: SimNode> Server<N> {
                     io: io.clone(),
                     plant_bug,
                     probe: init_probe.clone(),
+                    sizes,
                 };
                 let slot = init_slot.clone();
+                let own_id = init_own_id.clone();
                 async move {
-                    loop {
-                        match N::start(ctx.clone()).await {
-                            Ok(node) => {
-                                ctx.probe
-                                    .event("harness", format_args!("boot {} ready", ctx.boot));
-                                *lock(&slot) = Some(node);
-                                break;
-                            }
-                            Err(error) => {
+                    match N::start(ctx.clone()).await {
+                        Ok(node) => {
+                            ctx.probe
+                                .event("harness", format_args!("boot {} ready", ctx.boot));
+                            *lock(&slot) = Some(node);
+                        }
+                        Err(error) => {
+                            // A process whose start-up failed exits; its supervisor starts it again
+                            // (the disk keeps everything: this is no power loss).
+                            ctx.probe.event(
+                                "harness",
+                                format_args!("boot {} failed: {error}", ctx.boot),
+                            );
+                            tokio::time::sleep(BOOT_RETRY).await;
+                            if let Some(&id) = own_id.get() {
                                 ctx.probe.event(
                                     "harness",
-                                    format_args!("boot {} failed: {error}", ctx.boot),
+                                    format_args!("process restart after failed boot {}", ctx.boot),
                                 );
-                                tokio::time::sleep(BOOT_RETRY).await;
+                                Handle::current().restart(id);
                             }
                         }
                     }
@@ -168,6 +218,7 @@ impl<N: SimNode> Server<N> {
                 }
             })
             .build();
+        let _ = own_id.set(node.id());
         Arc::new(Server {
             madsim_id: node.id(),
             slot,
@@ -220,6 +271,19 @@ impl<N: SimNode> Server<N> {
         );
     }
 
+    /// The process dies and its supervisor starts it again at once: no power loss, the disk keeps
+    /// everything it was given (synced or not).
+    fn process_restart(&self, why: &str) {
+        let mut state = lock(&self.state);
+        *lock(&self.slot) = None;
+        state.down = false;
+        state.paused = false;
+        state.generation += 1;
+        Handle::current().restart(self.madsim_id);
+        self.probe
+            .event("fault", format_args!("process restart ({why})"));
+    }
+
     fn restart(&self) {
         let mut state = lock(&self.state);
         state.down = false;
@@ -270,8 +334,8 @@ struct World<N: SimNode> {
     disk_rules: Mutex<Vec<(u64, FaultRule)>>,
     /// Chooses where bit rot strikes.
     rot_rng: Mutex<ChaCha8Rng>,
-    /// Every (file, offset) bit rot struck.
-    rot_spots: Mutex<Vec<(String, u64)>>,
+    /// Every directory bit rot struck.
+    rot_spots: Mutex<Vec<String>>,
 }
 
 impl<N: SimNode> World<N> {
@@ -603,20 +667,22 @@ impl<N: SimNode> World<N> {
         }
     }
 
-    /// Flips a bit of synced data and excuses the records it may destroy: the struck payload and
-    /// every payload after it in that file (a reader or recovery may stop at the damaged frame). The
-    /// victims are found in the image *before* the flip, so a flip inside a payload header cannot hide
-    /// its own record.
+    /// Flips a bit of synced data and excuses the records it may destroy: every payload in every file
+    /// of the struck file's directory (a partition log's segments). Rot damages a whole checksummed
+    /// unit, which may hold many records on both sides of the flipped bit (a partition frame); a
+    /// reader stops or skips there, and recovery may refuse a log whose sealed segment is damaged. The
+    /// victims are found in the images *before* the flip, so a flip inside a payload header cannot
+    /// hide its own record.
     fn rot(&self, target: Target) {
         let prefix = self.prefix(target);
         let disk = &self.server.disk;
-        let candidates: Vec<(String, Vec<u8>)> = disk
+        let candidates: Vec<(String, u64)> = disk
             .paths()
             .into_iter()
             .filter(|path| path.starts_with(prefix.as_str()))
             .filter_map(|path| {
-                let image = disk.durable_image(&path)?;
-                (!image.is_empty()).then_some((path, image))
+                let len = disk.durable_image(&path)?.len() as u64;
+                (len > 0).then_some((path, len))
             })
             .collect();
         if candidates.is_empty() {
@@ -626,19 +692,16 @@ impl<N: SimNode> World<N> {
             );
             return;
         }
-        let (path, image, offset, bit) = {
+        let (path, offset, bit) = {
             let mut rng = lock(&self.rot_rng);
-            let (path, image) = &candidates[rng.random_range(0..candidates.len())];
-            let offset = rng.random_range(0..image.len() as u64);
-            (path.clone(), image, offset, rng.random_range(0..8u8))
+            let (path, len) = &candidates[rng.random_range(0..candidates.len())];
+            let offset = rng.random_range(0..*len);
+            (path.clone(), offset, rng.random_range(0..8u8))
         };
-        let victims: Vec<u64> = payload::scan(image)
-            .into_iter()
-            .filter(|found| found.end > offset)
-            .map(|found| found.id)
-            .collect();
+        let dir = narad_core::disk::parent_dir(&path).to_string();
+        let victims = self.payloads_under(&dir);
         let flipped = disk.rot(&path, offset, bit);
-        lock(&self.rot_spots).push((path.clone(), offset));
+        lock(&self.rot_spots).push(dir);
         self.probe.event(
             "fault",
             format_args!(
@@ -649,22 +712,59 @@ impl<N: SimNode> World<N> {
         lock(&self.ledger).rotted(victims);
     }
 
-    /// Excuses records written after a rot spot in its file since it struck: a reader or a recovery
-    /// that stops at the damaged frame never reaches them. Runs before every crash (recovery may
-    /// truncate the file at the damage) and before every observation. Lenient on purpose: a file
-    /// truncated at the damage and appended again has its new records excused too.
+    /// Every payload id in the durable images of the files directly in `dir`.
+    fn payloads_under(&self, dir: &str) -> Vec<u64> {
+        let disk = &self.server.disk;
+        disk.paths()
+            .into_iter()
+            .filter(|path| narad_core::disk::parent_dir(path) == dir)
+            .filter_map(|path| disk.durable_image(&path))
+            .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
+            .collect()
+    }
+
+    /// Excuses records written since into a directory bit rot struck (see [`World::rot`]). Runs before
+    /// every crash (recovery may truncate or refuse the damaged log) and before every observation.
+    /// Lenient on purpose: a log struck once is excused for the rest of the run.
     fn excuse_behind_rot(&self) {
-        let spots = lock(&self.rot_spots).clone();
-        for (path, offset) in spots {
-            let Some(image) = self.server.disk.durable_image(&path) else {
-                continue;
-            };
-            let victims: Vec<u64> = payload::scan(&image)
-                .into_iter()
-                .filter(|found| found.end > offset)
-                .map(|found| found.id)
-                .collect();
+        let dirs = lock(&self.rot_spots).clone();
+        for dir in dirs {
+            let victims = self.payloads_under(&dir);
             lock(&self.ledger).rotted(victims);
+        }
+    }
+
+    /// The operator: a node whose disk failure latched a component (it says so in its status, as an
+    /// alert would) is restarted once the latch has held for [`OPERATOR_RESTART_AFTER`]. Runs for the
+    /// whole run, faults or not.
+    async fn operator(self: Arc<Self>) {
+        let mut latched_since: Option<u64> = None;
+        loop {
+            tokio::time::sleep(OPERATOR_POLL).await;
+            let state = *lock(&self.server.state);
+            if state.down || state.paused {
+                latched_since = None;
+                continue;
+            }
+            let status = self
+                .server
+                .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                .await;
+            let latched = matches!(status, Call::Done(status) if status.latched);
+            if !latched {
+                latched_since = None;
+                continue;
+            }
+            let now = sim_now_ns();
+            let since = *latched_since.get_or_insert(now);
+            if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
+                && lock(&self.server.state).generation == state.generation
+            {
+                // Recovery may truncate a log at a rot spot: excuse what lies behind it first.
+                self.excuse_behind_rot();
+                self.server.process_restart("operator: a component latched");
+                latched_since = None;
+            }
         }
     }
 
@@ -691,15 +791,22 @@ impl<N: SimNode> World<N> {
     async fn read_all(&self) -> Observation {
         let mut observation = Observation::default();
         for topic in &self.topics {
+            let current = *lock(&topic.current);
             for p in 0..topic.spec.partitions {
-                self.read_partition(&topic.spec.name, PartitionId(p), &mut observation)
+                self.read_partition(&topic.spec.name, current, PartitionId(p), &mut observation)
                     .await;
             }
         }
         observation
     }
 
-    async fn read_partition(&self, name: &str, partition: PartitionId, out: &mut Observation) {
+    async fn read_partition(
+        &self,
+        name: &str,
+        topic_id: Option<TopicId>,
+        partition: PartitionId,
+        out: &mut Observation,
+    ) {
         let mut from = Offset(0);
         let mut failures = 0;
         for _ in 0..READ_CALLS_MAX {
@@ -716,7 +823,22 @@ impl<N: SimNode> World<N> {
                 Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => {
                     failures += 1;
                     if failures > 20 {
-                        self.error(format!("read {name}/{partition} from {from} keeps failing"));
+                        let struck = topic_id.is_some_and(|id| {
+                            let dir = (self.layout.partition_dir)(name, id, partition);
+                            lock(&self.rot_spots).contains(&dir)
+                        });
+                        if struck {
+                            // Bit rot damaged verified data of this log: it may refuse to open, by
+                            // design. What it held is excused already.
+                            self.probe.event(
+                                "harness",
+                                format_args!("read {name}/{partition}: unreadable after bit rot"),
+                            );
+                        } else {
+                            self.error(format!(
+                                "read {name}/{partition} from {from} keeps failing"
+                            ));
+                        }
                         return;
                     }
                     tokio::time::sleep(ADMIN_RETRY).await;
@@ -791,7 +913,7 @@ impl<N: SimNode> World<N> {
     }
 }
 
-async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
+async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let scenario = spec.scenario.clone();
     let seed = spec.seed;
     let knobs = scenario.draw(&mut ChaCha8Rng::seed_from_u64(derive_seed(seed, "knobs")));
@@ -803,7 +925,6 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
             let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(seed, "schedule"));
             schedule::generate(&scenario, &knobs, &mut rng)
         });
-    let probe = Probe::new(spec.trace, sim_now_ns);
     probe.event(
         "harness",
         format_args!(
@@ -815,7 +936,11 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
     );
     let disk = SimDisk::new(derive_seed(seed, "disk"));
     let io = SimIo::new(derive_seed(seed, "io"), knobs.op_us, knobs.sync_us);
-    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug);
+    let sizes = NodeSizes {
+        wal_segment_bytes: knobs.wal_segment_bytes,
+        partition_segment_bytes: knobs.partition_segment_bytes,
+    };
+    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug, sizes);
     let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
     let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
     let world = Arc::new(World {
@@ -852,6 +977,7 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
         }
     }
     let injector = tokio::spawn(world.clone().injector(events.clone()));
+    let operator = tokio::spawn(world.clone().operator());
     let mut tasks = Vec::new();
     for index in 0..knobs.producers {
         tasks.push(tokio::spawn(world.clone().producer(index)));
@@ -889,6 +1015,7 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
         at_deadline.clone()
     };
 
+    operator.abort();
     let report = lock(&world.ledger).check(&at_deadline, &after_final);
     probe.event(
         "harness",
@@ -905,22 +1032,46 @@ async fn simulate<N: SimNode>(spec: RunSpec) -> RunOutcome {
     let details = {
         let ledger = lock(&world.ledger);
         let mut details = Vec::new();
+        // Where the missing records sit on disk (durable images), to start the diagnosis there.
+        let mut missing: Vec<u64> = report.lost.iter().take(DETAILS_MAX).copied().collect();
+        missing.extend(report.unseen.iter().take(DETAILS_MAX));
+        let mut places: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+        if !missing.is_empty() {
+            for path in server.disk.paths() {
+                let Some(image) = server.disk.durable_image(&path) else {
+                    continue;
+                };
+                for found in payload::scan(&image) {
+                    if missing.contains(&found.id) {
+                        places
+                            .entry(found.id)
+                            .or_default()
+                            .push(format!("{path}@{}", found.start));
+                    }
+                }
+            }
+        }
         for (kind, ids) in [("lost", &report.lost), ("unseen", &report.unseen)] {
             for &id in ids.iter().take(DETAILS_MAX) {
                 if let Some(entry) = ledger.record(id) {
                     details.push(format!(
-                        "{kind} record {id}: {}#{} aimed at {:?}, call #{} {}",
+                        "{kind} record {id}: {}#{} aimed at {:?}, call #{} {}; durable in {:?}",
                         entry.topic,
                         entry.topic_id,
                         entry.aimed_at.map(|p| p.0),
                         entry.attempt.0,
-                        ledger.outcome_of(id).map_or("?", Outcome::name)
+                        ledger.outcome_of(id).map_or("?", Outcome::name),
+                        places.get(&id).map_or(&[][..], Vec::as_slice)
                     ));
                 }
             }
         }
         details
     };
+    // madsim frees no task when its runtime drops, and a node's tasks hold each other (channels,
+    // wakers) in cycles: kill the node and let the executor drop its tasks, or every run leaks them.
+    Handle::current().kill(server.madsim_id);
+    tokio::time::sleep(Duration::from_millis(1)).await;
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
     RunOutcome {

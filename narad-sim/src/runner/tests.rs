@@ -173,6 +173,7 @@ impl SimNode for PanickingNode {
         DiskLayout {
             wal_prefix: "wal/".into(),
             partition_prefix: "p/".into(),
+            partition_dir: |_, _, _| "p".into(),
         }
     }
     fn supports(_bug: PlantedBug) -> bool {

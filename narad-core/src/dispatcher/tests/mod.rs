@@ -58,6 +58,7 @@ impl Harness {
             node: LOCAL,
             checkpoint: Seq(0),
             durable_next: Seq(0),
+            plant: crate::planted::Plant::NONE,
         });
         Harness {
             d,

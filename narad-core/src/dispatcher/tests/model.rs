@@ -159,6 +159,7 @@ impl World {
                 node: LOCAL,
                 checkpoint: Seq(0),
                 durable_next: Seq(0),
+                plant: crate::planted::Plant::NONE,
             }),
             wal: Vec::new(),
             wal_bytes: Vec::new(),

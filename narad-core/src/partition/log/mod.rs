@@ -2,7 +2,7 @@
 //!
 //! # Contract
 //! - **Open / recovery.** [`PartitionLog::open`] emits `[CreateDirAll, List]`, then the length of every
-//!   segment, then reads each segment whole and scans it ([`scan_segment`]). The high watermark is the
+//!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high watermark is the
 //!   end of the CRC-verified prefix: there is no boundary file. A damaged tail of the *last* segment (a
 //!   torn append, a failed commit's leftovers, rot of its last frames) is truncated; damage in an earlier
 //!   segment, or segments whose offsets do not continue each other, fail the open
@@ -51,16 +51,19 @@ mod read;
 #[cfg(test)]
 mod tests;
 
-use super::segment::{parse_segment_name, scan_segment, segment_name, FrameDamage, SparseIndex};
+use super::segment::{
+    parse_segment_name, scan_segment_checked, segment_name, FrameDamage, SparseIndex,
+};
 use crate::actor::Actor;
 use crate::codec::partition::{
-    decode_frame, encode_frame, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
+    decode_frame_checked, encode_frame, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
     FRAME_RECORDS_BYTES_MAX,
 };
 use crate::codec::DecodeError;
 use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Offset;
+use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
 
 /// Segment roll threshold: a run that would take the active segment past this starts a new one.
@@ -100,6 +103,8 @@ pub struct PartitionLogConfig {
     pub commit_lane: IoLane,
     /// Lane of read requests.
     pub read_lane: IoLane,
+    /// The bug planted in this log (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 impl PartitionLogConfig {
@@ -115,6 +120,7 @@ impl PartitionLogConfig {
             io_id_base: 0,
             commit_lane: IoLane(0),
             read_lane: IoLane(1),
+            plant: Plant::NONE,
         }
     }
 }
@@ -486,6 +492,12 @@ pub struct PartitionLog {
 }
 
 impl PartitionLog {
+    /// Whether frames are checksummed when read back, read or recovered: always, unless the simulator
+    /// planted `skip-readback-crc`.
+    fn verify_crc(&self) -> bool {
+        !self.config.plant.is(PlantedBug::SkipReadbackCrc)
+    }
+
     /// Starts opening the log in `config.dir`: the first request is already queued as an output.
     pub fn open(config: PartitionLogConfig) -> Self {
         assert!(config.segment_bytes_max > 0 && config.frame_records_bytes_target > 0);
@@ -705,7 +717,12 @@ impl PartitionLog {
                 });
             }
         }
-        let result = scan_segment(base, bytes, self.config.index_interval_bytes);
+        let result = scan_segment_checked(
+            base,
+            bytes,
+            self.config.index_interval_bytes,
+            self.verify_crc(),
+        );
         let file_len = bytes.len() as u64;
         if let (Some((byte, damage)), false) = (result.damage, is_last) {
             return self.fail_open(RecoveryError::Corrupt {
@@ -928,7 +945,9 @@ impl PartitionLog {
     fn on_commit_io(&mut self, pending: PendingCommit, completion: IoCompletion) {
         let outcome = match completion.result {
             Ok(replies) => match replies.last() {
-                Some(IoReply::Data(bytes)) if verify_run(&pending, bytes) => Ok(()),
+                Some(IoReply::Data(bytes)) if verify_run(&pending, bytes, self.verify_crc()) => {
+                    Ok(())
+                }
                 _ => Err(CommitFault::ReadBackMismatch),
             },
             Err((index, fault)) => Err(match pending.stages.get(index) {
@@ -1130,7 +1149,7 @@ fn bad_reply(what: &str) -> IoFault {
 
 /// True when `bytes` are exactly the frames of `pending`: each decodes (CRC, structure) with the
 /// header that was written, and nothing else follows.
-fn verify_run(pending: &PendingCommit, bytes: &[u8]) -> bool {
+fn verify_run(pending: &PendingCommit, bytes: &[u8], verify_crc: bool) -> bool {
     if bytes.len() as u64 != pending.run_bytes {
         return false;
     }
@@ -1138,7 +1157,7 @@ fn verify_run(pending: &PendingCommit, bytes: &[u8]) -> bool {
         let Some(at) = bytes.get(meta.position as usize..) else {
             return false;
         };
-        match decode_frame(at) {
+        match decode_frame_checked(at, verify_crc) {
             Ok(frame) => {
                 frame.header.base_offset == meta.base
                     && frame.header.count == meta.count

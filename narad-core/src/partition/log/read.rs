@@ -4,7 +4,9 @@ use super::{
     bad_reply, LogOutput, PartitionLog, PendingRead, Phase, ReadBatch, ReadError, ReadFault,
     ReadRequest, READ_ATTEMPTS_MAX,
 };
-use crate::codec::partition::{decode_frame, decode_header, PartitionRecord, FRAME_HEADER_BYTES};
+use crate::codec::partition::{
+    decode_frame_checked, decode_header, PartitionRecord, FRAME_HEADER_BYTES,
+};
 use crate::codec::DecodeError;
 use crate::disk::{IoCompletion, IoOp, IoReply};
 use crate::ids::Offset;
@@ -92,7 +94,12 @@ impl PartitionLog {
                 return self.finish_read(read, Err(unreadable(offset, ReadFault::Io(fault))))
             }
         };
-        match collect_records(&read.request, self.config.read_bytes_max, &bytes) {
+        match collect_records(
+            &read.request,
+            self.config.read_bytes_max,
+            &bytes,
+            self.verify_crc(),
+        ) {
             Collected::Records(records) => {
                 let batch = ReadBatch {
                     first: offset,
@@ -145,7 +152,12 @@ enum Collected {
 }
 
 /// Walks the frames in `bytes` (starting at a frame boundary) and collects the records wanted.
-fn collect_records(request: &ReadRequest, read_bytes_max: u32, bytes: &[u8]) -> Collected {
+fn collect_records(
+    request: &ReadRequest,
+    read_bytes_max: u32,
+    bytes: &[u8],
+    verify_crc: bool,
+) -> Collected {
     let records_max = request.records_max.max(1) as usize;
     let bytes_max = request.bytes_max.min(read_bytes_max) as usize;
     let mut records: Vec<PartitionRecord> = Vec::new();
@@ -175,7 +187,7 @@ fn collect_records(request: &ReadRequest, read_bytes_max: u32, bytes: &[u8]) -> 
             }
             break;
         }
-        let frame = match decode_frame(rest) {
+        let frame = match decode_frame_checked(rest, verify_crc) {
             Ok(frame) => frame,
             // Serve what verified; the next read reports the damage.
             Err(_) if !records.is_empty() => break,

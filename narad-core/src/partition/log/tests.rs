@@ -5,6 +5,7 @@ use crate::codec::partition::{encode_frame, RecordView};
 use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
 use crate::disk::{Disk, IoReply};
 use crate::partition::driver::{run_to_idle, NoHook};
+use crate::partition::segment::scan_segment;
 
 const DIR: &str = "topics/orders/p00000";
 const NOW: Instant = Instant::ZERO;

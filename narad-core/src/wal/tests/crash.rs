@@ -180,6 +180,7 @@ impl Scenario {
             index_interval_bytes: [256, 4096][rng.random_range(0..2)],
             reads_in_flight_max: 4,
             lanes: WalLanes::default(),
+            plant: crate::planted::Plant::NONE,
         };
         Scenario {
             seed,

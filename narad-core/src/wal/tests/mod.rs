@@ -32,6 +32,7 @@ pub(super) fn small_config() -> WalConfig {
         index_interval_bytes: 64,
         reads_in_flight_max: 2,
         lanes: WalLanes::default(),
+        plant: crate::planted::Plant::NONE,
     }
 }
 

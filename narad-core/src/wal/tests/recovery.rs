@@ -318,6 +318,42 @@ fn a_leftover_spare_is_removed_and_other_files_are_left_alone() {
 }
 
 #[test]
+fn reads_after_a_failed_repair_answer_the_latch_fault_never_the_recovered_records() {
+    let mut opened = recover(&[(&name(0), frames(0, &[b"r0", b"r1"]))], 0, small_config()).unwrap();
+    let repair =
+        ios(&std::iter::from_fn(|| opened.wal.poll_output()).collect::<Vec<_>>())[0].clone();
+    let mut h = Harness {
+        wal: opened.wal,
+        now: Instant::ZERO,
+    };
+    let read = |h: &mut Harness| {
+        h.input(WalInput::Read {
+            id: ReadId(3),
+            from: Seq(0),
+            max_records: 10,
+            max_bytes: 1000,
+        })
+    };
+    // While the repair runs, nothing recovered is served yet.
+    assert_eq!(
+        read(&mut h),
+        vec![WalOutput::ReadDone {
+            id: ReadId(3),
+            result: Ok(Vec::new())
+        }]
+    );
+    let _ = h.fail(&repair, 1, IoFault::Eio);
+    assert_eq!(h.wal.durable_next_seq(), Seq(2), "recovery saw two records");
+    assert_eq!(
+        read(&mut h),
+        vec![WalOutput::ReadDone {
+            id: ReadId(3),
+            result: Err(ReadError::Io(IoFault::Eio))
+        }]
+    );
+}
+
+#[test]
 fn a_failed_repair_latches_the_wal() {
     let mut opened = recover(&[(&name(0), frames(0, &[b"r0"]))], 0, small_config()).unwrap();
     let repair =

@@ -43,6 +43,23 @@ fn created_id(result: Result<Applied, ProposeError>) -> TopicId {
     }
 }
 
+/// Found by the simulator's node tests: the answer went out while applying, before the view was
+/// published, so a caller on another worker thread could miss the topic it had just created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answered_proposal_is_already_in_the_view_on_any_thread() {
+    let disk = SimDisk::new(7);
+    let metastore = open(&disk, options()).await;
+    for index in 0..200 {
+        let name = format!("t{index}");
+        let id = created_id(metastore.propose(create(&name)).await);
+        assert_eq!(
+            metastore.view().state.topic(&name).map(|topic| topic.id),
+            Some(id),
+            "answered before the view showed {name}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_proposal_is_answered_once_applied_and_visible_in_the_view() {
     let disk = SimDisk::new(1);

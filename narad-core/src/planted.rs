@@ -1,0 +1,135 @@
+//! Planted bugs: deliberate defects the simulator plants to prove its checker can fail.
+//!
+//! A bug is planted through an actor's configuration ([`Plant`] fields of `WalConfig`,
+//! `PartitionLogConfig`, `DispatcherConfig`, `CombinerConfig`), never through a global. Only a build
+//! with `--cfg madsim` (the simulator) can plant one: [`Plant::new`] exists only there, and outside it
+//! [`Plant::is`] is the constant `false`, so every defect's branch is dead code the compiler removes.
+//! This crate does not depend on madsim; it only reads the cfg flag.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A deliberate defect the simulator must catch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PlantedBug {
+    /// The WAL acknowledges a group commit once it is written, without the fsync that covers it.
+    AckBeforeFsync,
+    /// The dispatcher stores a checkpoint past a record whose commit is still in flight.
+    CheckpointSkipsInflight,
+    /// The WAL retries an fsync that failed with EIO and, once the retry "succeeds", acknowledges.
+    FsyncRetryAfterEio,
+    /// The WAL compacts the segment holding the synced checkpoint (records not yet dispatched).
+    CompactAheadOfSyncedCheckpoint,
+    /// The partition log trusts what it reads: no CRC check on read-back, reads or recovery.
+    SkipReadbackCrc,
+    /// The dispatcher and the combiner skip incarnation checks: a deleted incarnation's records are
+    /// committed into the topic recreated under the same name.
+    StaleIncarnationIntoRecreatedTopic,
+    /// A batch that rolls the WAL segment loses the records staged after the roll, yet is acknowledged.
+    RollDropsBatchTail,
+}
+
+impl PlantedBug {
+    /// Every planted bug, in the order of the issue.
+    pub const ALL: [PlantedBug; 7] = [
+        PlantedBug::AckBeforeFsync,
+        PlantedBug::CheckpointSkipsInflight,
+        PlantedBug::FsyncRetryAfterEio,
+        PlantedBug::CompactAheadOfSyncedCheckpoint,
+        PlantedBug::SkipReadbackCrc,
+        PlantedBug::StaleIncarnationIntoRecreatedTopic,
+        PlantedBug::RollDropsBatchTail,
+    ];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::AckBeforeFsync => "ack-before-fsync",
+            PlantedBug::CheckpointSkipsInflight => "checkpoint-skips-inflight",
+            PlantedBug::FsyncRetryAfterEio => "fsync-retry-after-eio",
+            PlantedBug::CompactAheadOfSyncedCheckpoint => "compact-ahead-of-synced-checkpoint",
+            PlantedBug::SkipReadbackCrc => "skip-readback-crc",
+            PlantedBug::StaleIncarnationIntoRecreatedTopic => {
+                "stale-incarnation-into-recreated-topic"
+            }
+            PlantedBug::RollDropsBatchTail => "roll-drops-batch-tail",
+        }
+    }
+}
+
+impl fmt::Display for PlantedBug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PlantedBug {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        PlantedBug::ALL
+            .into_iter()
+            .find(|bug| bug.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = PlantedBug::ALL.iter().map(|bug| bug.name()).collect();
+                format!("unknown planted bug {name:?}; known: {}", names.join(", "))
+            })
+    }
+}
+
+/// The bug planted in one actor, if any. Zero-sized outside the simulator, where nothing is planted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plant {
+    #[cfg(madsim)]
+    bug: Option<PlantedBug>,
+}
+
+impl Plant {
+    /// Nothing planted.
+    pub const NONE: Plant = Plant {
+        #[cfg(madsim)]
+        bug: None,
+    };
+
+    /// Plants `bug` (simulation builds only).
+    #[cfg(madsim)]
+    pub fn new(bug: Option<PlantedBug>) -> Plant {
+        Plant { bug }
+    }
+
+    /// Whether `bug` is planted. Always `false` outside the simulator.
+    #[inline(always)]
+    pub fn is(self, bug: PlantedBug) -> bool {
+        #[cfg(madsim)]
+        {
+            self.bug == Some(bug)
+        }
+        #[cfg(not(madsim))]
+        {
+            let _ = bug;
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn planted_bug_names_round_trip_and_unknown_names_are_refused() {
+        for bug in PlantedBug::ALL {
+            assert_eq!(bug.name().parse::<PlantedBug>(), Ok(bug));
+        }
+        let error = "ack-after-fsync".parse::<PlantedBug>().unwrap_err();
+        assert!(error.contains("unknown planted bug") && error.contains("ack-before-fsync"));
+    }
+
+    #[test]
+    fn nothing_is_planted_by_default() {
+        for bug in PlantedBug::ALL {
+            assert!(!Plant::NONE.is(bug));
+            assert!(!Plant::default().is(bug));
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The node's probe: where a host reports notable events and broken invariants to whoever watches
+//! (the simulator; nobody in production, where [`Probe::none`] makes every call a no-op).
+//!
+//! Hosts report what only they can see, after every turn of their actor, from its getters and its
+//! outputs: a report decides nothing and changes nothing. The invariants checked ([`Invariant`]) are
+//! the ones the delivery contract rests on; each is a property of the actors' *outputs* against the I/O
+//! they were given back, so a defect inside an actor cannot hide it.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What a watcher implements.
+pub trait NodeProbe: Send + Sync {
+    /// A notable event (recovery, group commit, partition commit, latch): enters the simulator's trace.
+    fn event(&self, source: &str, args: fmt::Arguments<'_>);
+    /// A broken invariant: the simulated run fails.
+    fn violation(&self, invariant: Invariant, args: fmt::Arguments<'_>);
+}
+
+/// An invariant a host checks continuously.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invariant {
+    /// The checkpoint handed to the checkpointer never passes a record that is not done (committed or
+    /// discarded).
+    CheckpointPassesNotDone,
+    /// WAL compaction only deletes segments behind the checkpoint value an fdatasync made durable.
+    CompactionAheadOfSyncedCheckpoint,
+    /// A partition's high watermark never passes the records the host saw verified (the read-back of
+    /// their commit decoded with valid CRCs, or recovery verified them).
+    HighWatermarkAboveVerified,
+    /// The WAL never acknowledges a record while a write to its segments is not covered by a completed
+    /// fdatasync.
+    AckBeforeSync,
+}
+
+impl Invariant {
+    /// The name reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Invariant::CheckpointPassesNotDone => "checkpoint-passes-not-done",
+            Invariant::CompactionAheadOfSyncedCheckpoint => "compaction-ahead-of-synced-checkpoint",
+            Invariant::HighWatermarkAboveVerified => "hwm-above-verified",
+            Invariant::AckBeforeSync => "ack-before-sync",
+        }
+    }
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A cheap handle on an optional watcher; clones share it.
+#[derive(Clone, Default)]
+pub struct Probe {
+    inner: Option<Arc<dyn NodeProbe>>,
+}
+
+impl Probe {
+    /// No watcher: every report is dropped without being formatted.
+    pub fn none() -> Probe {
+        Probe { inner: None }
+    }
+
+    /// Reports to `watcher`.
+    pub fn new(watcher: Arc<dyn NodeProbe>) -> Probe {
+        Probe {
+            inner: Some(watcher),
+        }
+    }
+
+    /// Whether someone watches (hosts skip the bookkeeping of their checks otherwise).
+    pub fn is_watched(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// Reports an event.
+    pub fn event(&self, source: &str, args: fmt::Arguments<'_>) {
+        if let Some(inner) = &self.inner {
+            inner.event(source, args);
+        }
+    }
+
+    /// Reports a broken invariant.
+    pub fn violation(&self, invariant: Invariant, args: fmt::Arguments<'_>) {
+        if let Some(inner) = &self.inner {
+            inner.violation(invariant, args);
+        }
+    }
+}
+
+impl fmt::Debug for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Probe")
+            .field("watched", &self.is_watched())
+            .finish()
+    }
+}
+
+/// Probes compare equal: a watcher is not part of a configuration's value.
+impl PartialEq for Probe {
+    fn eq(&self, _other: &Probe) -> bool {
+        true
+    }
+}
+
+impl Eq for Probe {}

@@ -1,0 +1,472 @@
+//! `NaradSimNode`: the real node ([`narad_node::node`]) behind the harness's [`SimNode`] seam.
+//!
+//! Each boot calls [`narad_node::node::start`] inside the node's madsim node with
+//! - the run's [`SimDisk`] wrapped in [`LatencyDisk`], whose [`Disk::latency`] is the harness's
+//!   [`SimIo`] model, so the node's I/O executors sleep each op's simulated latency before running it;
+//! - a [`Clock`] started at boot (madsim's virtual `Instant`), and a seed derived from the run's seed and
+//!   the boot number (the keyless rotations' starts; raft's election jitter is irrelevant: a single
+//!   voter campaigns at once);
+//! - [`NodeHooks`]: a probe bridged to the harness's [`Probe`] (trace events and the hosts' invariant
+//!   checks), the scenario's file sizes, and the planted bug, if any;
+//!
+//! and returns once recovery finished ([`narad_node::node::Node::wait_ready`]). A failed recovery is a
+//! failed boot: the harness restarts the process.
+//!
+//! Every call goes through the same route functions the HTTP server calls
+//! ([`narad_node::http::produce`], [`narad_node::http::topics`], [`narad_node::http::consume`]), with the
+//! request built as a client would send it (query string, JSON batch body with base64 payloads), so
+//! validation, partition choice and status mapping are exercised: 2xx is success, 4xx a refusal,
+//! anything else a failure. The route answers carry no incarnation id, so the adapter reads it from the
+//! node's metastore replica (as `GET /v1/topics` would show it if it did). Reads go to the partition
+//! host in bulk (what the consume route calls with one record), skipping an unreadable (damaged)
+//! offset as a consumer skips a 410 (the checker excuses what bit rot destroyed); the first record of
+//! every read is served through the consume route too and must agree.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use narad_core::disk::sim::SimDisk;
+use narad_core::disk::{Disk, IoOp};
+use narad_core::partition::ReadError as LogReadError;
+use narad_core::planted::Plant;
+use narad_core::{IoFault, Offset, PartitionId};
+use narad_node::clock::Clock;
+use narad_node::config::Config;
+use narad_node::http::{self, Body, Reply, TopicKey};
+use narad_node::node::partitions::PartitionReadError;
+use narad_node::node::{self, Node, NodeHooks, NodeOptions, StorageSizes};
+use narad_node::probe::{Invariant, NodeProbe};
+
+use crate::seam::{
+    derive_seed, DiskLayout, NodeContext, NodeError, NodeStatus, PlantedBug, Probe, ProduceRecord,
+    ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
+};
+
+/// The member address the node records for itself.
+const MEMBER_ADDR: &str = "10.0.0.1:7942";
+
+/// The simulated disk with the harness's latency model.
+struct LatencyDisk {
+    inner: SimDisk,
+    io: SimIo,
+}
+
+impl Disk for LatencyDisk {
+    fn create(&self, path: &str) -> Result<(), IoFault> {
+        self.inner.create(path)
+    }
+    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner.create_dir_all(dir)
+    }
+    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+        self.inner.write_at(path, offset, data)
+    }
+    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+        self.inner.write_zeros(path, offset, len)
+    }
+    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+        self.inner.read_at(path, offset, len)
+    }
+    fn len(&self, path: &str) -> Result<u64, IoFault> {
+        self.inner.len(path)
+    }
+    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+        self.inner.set_len(path, len)
+    }
+    fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+        self.inner.sync_data(path)
+    }
+    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner.sync_dir(dir)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+        self.inner.rename(from, to)
+    }
+    fn remove(&self, path: &str) -> Result<(), IoFault> {
+        self.inner.remove(path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+        self.inner.list(dir)
+    }
+    fn latency(&self, op: &IoOp) -> Duration {
+        self.io.op_delay(op)
+    }
+}
+
+/// The node's probe, reporting into the harness's.
+struct ProbeBridge(Probe);
+
+impl NodeProbe for ProbeBridge {
+    fn event(&self, source: &str, args: std::fmt::Arguments<'_>) {
+        self.0.event(source, args);
+    }
+
+    fn violation(&self, invariant: Invariant, args: std::fmt::Arguments<'_>) {
+        self.0.violation(invariant.name(), args);
+    }
+}
+
+/// The real node under simulation. Cloning shares it.
+#[derive(Clone)]
+pub struct NaradSimNode {
+    node: Node,
+    probe: Probe,
+}
+
+/// Maps a route's answer: 2xx `Ok`, 4xx refused, anything else failed.
+fn status_of(reply: &Reply) -> Result<(), NodeError> {
+    match reply.status {
+        200..=299 => Ok(()),
+        400..=499 => Err(NodeError::Refused(format!(
+            "{} {}",
+            reply.status,
+            reply.text().trim_end()
+        ))),
+        _ => Err(NodeError::Failed(format!(
+            "{} {}",
+            reply.status,
+            reply.text().trim_end()
+        ))),
+    }
+}
+
+fn nonzero(bytes: u64) -> Option<u64> {
+    (bytes != 0).then_some(bytes)
+}
+
+/// `key=…&partition=…` as a client would send it.
+fn produce_query(key: Option<&[u8]>, partition: Option<PartitionId>) -> Option<String> {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    if let Some(key) = key {
+        query.append_pair("key", &String::from_utf8_lossy(key));
+    }
+    if let Some(partition) = partition {
+        query.append_pair("partition", &partition.0.to_string());
+    }
+    let query = query.finish();
+    (!query.is_empty()).then_some(query)
+}
+
+/// A batch body: every payload base64-encoded (the harness's payloads are binary).
+fn batch_body(partition: Option<PartitionId>, records: &[ProduceRecord]) -> Vec<u8> {
+    let messages: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            let mut message = serde_json::Map::new();
+            if let Some(key) = &record.key {
+                message.insert(
+                    "key".into(),
+                    String::from_utf8_lossy(key).into_owned().into(),
+                );
+            }
+            if let Some(partition) = partition {
+                message.insert("partition".into(), partition.0.into());
+            }
+            message.insert(
+                "payload".into(),
+                base64::engine::general_purpose::STANDARD
+                    .encode(&record.payload)
+                    .into(),
+            );
+            message.insert("payload_encoding".into(), "base64".into());
+            serde_json::Value::Object(message)
+        })
+        .collect();
+    serde_json::json!({ "messages": messages })
+        .to_string()
+        .into_bytes()
+}
+
+/// The payload bytes of a consumed message JSON (raw JSON, a JSON string, or base64).
+fn consumed_payload(body: &[u8]) -> Result<(u64, Vec<u8>), String> {
+    let message: serde_json::Value =
+        serde_json::from_slice(body).map_err(|error| format!("consume JSON: {error}"))?;
+    let offset = message["offset"]
+        .as_u64()
+        .ok_or("consume JSON without an offset")?;
+    let payload = &message["payload"];
+    let bytes = match (message["payload_encoding"].as_str(), payload) {
+        (Some("base64"), serde_json::Value::String(text)) => {
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|error| format!("consume payload base64: {error}"))?
+        }
+        (None, serde_json::Value::String(text)) => text.clone().into_bytes(),
+        (None, raw) => raw.to_string().into_bytes(),
+        (Some(other), _) => return Err(format!("consume payload encoding {other:?}")),
+    };
+    Ok((offset, bytes))
+}
+
+impl NaradSimNode {
+    fn app(&self) -> &http::App {
+        self.node.app()
+    }
+
+    /// Traces a topic-management answer (they are rare, and their failures explain a run).
+    fn admin_event(&self, what: &str, name: &str, reply: &Reply) {
+        self.probe.event(
+            "node",
+            format_args!(
+                "{what} topic {name}: {} {}",
+                reply.status,
+                reply.text().trim_end()
+            ),
+        );
+    }
+
+    /// Serves `record`'s offset through the consume route as well, and insists on the same payload:
+    /// reads go to the partition host in bulk (a route call per record is too slow for the sweeps),
+    /// and this keeps the route's own path (query parsing, status mapping, the message JSON) in play.
+    async fn cross_check(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        record: &ReadRecord,
+    ) -> Result<(), NodeError> {
+        let query = format!("partition={}&offset={}", partition.0, record.offset.0);
+        let reply = http::consume::consume(self.app(), topic, Some(&query)).await;
+        status_of(&reply)?;
+        let (served, payload) = consumed_payload(&reply.body).map_err(NodeError::Failed)?;
+        if served != record.offset.0 || payload != record.payload {
+            return Err(NodeError::Failed(format!(
+                "consume {topic}/{partition}@{} disagrees with the partition read",
+                record.offset
+            )));
+        }
+        Ok(())
+    }
+
+    /// The topic's current incarnation as the replica holds it.
+    fn topic_info(&self, name: &str) -> Option<TopicInfo> {
+        self.node
+            .metastore()
+            .view()
+            .state
+            .topic(name)
+            .map(|topic| TopicInfo {
+                id: topic.id,
+                partitions: topic.partitions(),
+            })
+    }
+}
+
+impl SimNode for NaradSimNode {
+    fn name() -> &'static str {
+        "narad"
+    }
+
+    fn layout() -> DiskLayout {
+        DiskLayout {
+            wal_prefix: format!("{}/", node::WAL_DIR),
+            partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
+            partition_dir: node::partitions::partition_dir,
+        }
+    }
+
+    fn supports(_bug: PlantedBug) -> bool {
+        true
+    }
+
+    async fn start(ctx: NodeContext) -> Result<Self, String> {
+        let mut config = Config {
+            dev: true,
+            ..Config::default()
+        };
+        config.security.enabled = false;
+        config.cluster.node_id = ctx.node_id.0 + 1;
+        #[cfg(madsim)]
+        let plant = Plant::new(ctx.plant_bug);
+        #[cfg(not(madsim))]
+        let plant = Plant::NONE;
+        let hooks = NodeHooks {
+            probe: narad_node::probe::Probe::new(Arc::new(ProbeBridge(ctx.probe.clone()))),
+            sizes: StorageSizes {
+                wal_segment_bytes_max: nonzero(ctx.sizes.wal_segment_bytes),
+                partition_segment_bytes_max: nonzero(ctx.sizes.partition_segment_bytes),
+            },
+            plant,
+        };
+        let options = NodeOptions {
+            disk: Arc::new(LatencyDisk {
+                inner: ctx.disk.clone(),
+                io: ctx.io.clone(),
+            }),
+            config,
+            clock: Clock::start(),
+            seed: derive_seed(ctx.seed, &format!("narad/{}", ctx.boot)),
+            member_addr: MEMBER_ADDR.to_string(),
+            hooks,
+        };
+        let node = node::start(options)
+            .await
+            .map_err(|error| format!("start: {error}"))?;
+        node.wait_ready()
+            .await
+            .map_err(|error| format!("recovery: {error}"))?;
+        Ok(NaradSimNode {
+            node,
+            probe: ctx.probe,
+        })
+    }
+
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo, NodeError> {
+        let body = serde_json::json!({ "name": name, "partitions": partitions }).to_string();
+        let reply = http::topics::create_topic(self.app(), Body::Bytes(body.into_bytes())).await;
+        self.admin_event("create", name, &reply);
+        status_of(&reply)?;
+        self.topic_info(name).ok_or_else(|| {
+            NodeError::Failed(format!("topic {name} created but not in the replica"))
+        })
+    }
+
+    async fn delete_topic(&self, name: &str) -> Result<(), NodeError> {
+        let reply = http::topics::delete_topic(self.app(), name).await;
+        self.admin_event("delete", name, &reply);
+        status_of(&reply)
+    }
+
+    async fn describe_topic(&self, name: &str) -> Result<Option<TopicInfo>, NodeError> {
+        let reply = http::topics::get_topic(self.app(), name, None).await;
+        match reply.status {
+            404 => Ok(None),
+            _ => {
+                status_of(&reply)?;
+                Ok(self.topic_info(name))
+            }
+        }
+    }
+
+    async fn produce(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        record: ProduceRecord,
+    ) -> Result<(), NodeError> {
+        let query = produce_query(record.key.as_deref(), partition);
+        let reply = http::produce::produce(
+            self.app(),
+            topic,
+            query.as_deref(),
+            Body::Bytes(record.payload),
+        )
+        .await;
+        status_of(&reply)
+    }
+
+    async fn produce_batch(
+        &self,
+        topic: &str,
+        partition: Option<PartitionId>,
+        records: Vec<ProduceRecord>,
+    ) -> Result<(), NodeError> {
+        let body = batch_body(partition, &records);
+        let reply = http::produce::produce_batch(self.app(), topic, None, Body::Bytes(body)).await;
+        status_of(&reply)
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        from: Offset,
+        records_max: usize,
+    ) -> Result<ReadBatch, NodeError> {
+        let Some(info) = self.topic_info(topic) else {
+            return Err(NodeError::Refused(format!("topic {topic} not found")));
+        };
+        let key = TopicKey {
+            name: topic.to_string(),
+            id: info.id,
+        };
+        let records_max = u32::try_from(records_max.max(1)).unwrap_or(u32::MAX);
+        let mut offset = from;
+        // Damaged records are skipped one offset at a time, as a consumer skips a 410.
+        for _ in 0..=records_max {
+            match self
+                .node
+                .partitions()
+                .read(&key, partition, offset, records_max)
+                .await
+            {
+                Ok(batch) => {
+                    let records: Vec<ReadRecord> = batch
+                        .records
+                        .into_iter()
+                        .enumerate()
+                        .map(|(index, record)| ReadRecord {
+                            offset: Offset(batch.first.0 + index as u64),
+                            payload: record.payload,
+                        })
+                        .collect();
+                    if let Some(first) = records.first() {
+                        self.cross_check(topic, partition, first).await?;
+                    }
+                    return Ok(ReadBatch {
+                        topic_id: info.id,
+                        records,
+                        high_watermark: batch.high_watermark,
+                    });
+                }
+                Err(PartitionReadError::Log(LogReadError::AtOrPastHighWatermark {
+                    high_watermark,
+                })) => {
+                    return Ok(ReadBatch {
+                        topic_id: info.id,
+                        records: Vec::new(),
+                        high_watermark,
+                    })
+                }
+                Err(PartitionReadError::Log(LogReadError::Unreadable { .. })) => {
+                    offset = offset.next();
+                }
+                Err(PartitionReadError::Log(LogReadError::BelowOldestRetained { oldest })) => {
+                    offset = oldest;
+                }
+                Err(error) => return Err(NodeError::Failed(format!("read: {error}"))),
+            }
+        }
+        // Every offset asked for was unreadable: an empty answer ends this partition's read.
+        Ok(ReadBatch {
+            topic_id: info.id,
+            records: Vec::new(),
+            high_watermark: offset,
+        })
+    }
+
+    async fn status(&self) -> NodeStatus {
+        let status = self.node.status();
+        NodeStatus {
+            ready: status.ready,
+            backlog_records: status.backlog_records,
+            latched: status.wal_failed
+                || status.metastore_failed
+                || status.partitions_restart_needed > 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_encode_keys_and_partitions_as_a_client_would() {
+        assert_eq!(produce_query(None, None), None);
+        assert_eq!(
+            produce_query(Some(b"k 1&x"), Some(PartitionId(3))).as_deref(),
+            Some("key=k+1%26x&partition=3")
+        );
+    }
+
+    #[test]
+    fn consumed_payloads_decode_from_every_encoding() {
+        let base64 = br#"{"topic":"t","partition":0,"offset":7,"payload":"AAE=","payload_encoding":"base64","timestamp":1}"#;
+        assert_eq!(consumed_payload(base64), Ok((7, vec![0, 1])));
+        let text = br#"{"topic":"t","partition":0,"offset":2,"payload":"h\u0001i","timestamp":1}"#;
+        assert_eq!(consumed_payload(text), Ok((2, b"h\x01i".to_vec())));
+        let raw = br#"{"topic":"t","partition":0,"offset":3,"payload":{"a":1},"timestamp":1}"#;
+        assert_eq!(consumed_payload(raw), Ok((3, br#"{"a":1}"#.to_vec())));
+    }
+}
