@@ -1,16 +1,21 @@
 //! The crash test: concurrent producers (keyed and keyless, single and batch) against the real `narad`
 //! binary, `kill -9` of the node at random moments over several rounds, a restart on the same data dir
 //! after each, and at the end — once the dispatch backlog gauge reads 0 (waited for at most
-//! [`narad_tests::observe::WAIT_TIMEOUT`]) — a replay of every partition
-//! checked against the ledger of every attempt: every 202'd record present (duplicates counted and
-//! reported), nothing that was never produced, every record under the key it was produced with.
+//! [`narad_tests::observe::WAIT_TIMEOUT`]) — a replay of every partition checked against the ledger of
+//! every attempt: every 202'd record present (duplicates counted and reported), nothing that was never
+//! produced, every record under the key it was produced with.
 //!
 //! The kill moments are drawn from a seeded ChaCha8Rng: after a random number of newly acknowledged
-//! records, plus a random delay of up to [`KILL_DELAY_MS_MAX`] ms; in some rounds the restarted node
-//! is killed once more, a few milliseconds into its recovery, before the restart that lets it finish. `NARAD_CRASH_SEED` fixes the seed
-//! (otherwise a fresh one is drawn and printed) and `NARAD_CRASH_ROUNDS` the number of kills. The
-//! same seed gives the same schedule; the interleaving with the node's own timing is real, so a
-//! failure may need a few reruns to reproduce — every run prints its seed and the rerun command.
+//! records, plus a random delay of up to [`KILL_DELAY_MS_MAX`] ms; in some rounds the restarted node is
+//! killed once more, a few milliseconds into its recovery, before the restart that lets it finish.
+//! `NARAD_CRASH_SEED` fixes the seed (otherwise a fresh one is drawn and printed) and
+//! `NARAD_CRASH_ROUNDS` the number of kills. The same seed gives the same schedule; the interleaving
+//! with the node's own timing is real, so a failure may need a few reruns to reproduce — every run
+//! prints its seed and the rerun command.
+//!
+//! Scope: `kill -9` is a process crash, so the page cache survives it; what a power loss does to
+//! unsynced writes (and an fsync that lies or fails) is the simulator's job over SimDisk. This test
+//! proves the real binary's recovery, replay, checkpointing and dispatch on real files.
 
 use std::path::Path;
 use std::time::Duration;
@@ -27,8 +32,9 @@ const PARTITIONS: u32 = 4;
 const ROUNDS_DEFAULT: u32 = 12;
 /// Largest batch the batch producers send.
 const BATCH_MAX: usize = 16;
-/// Newly acknowledged records before a kill: drawn from this range.
+/// Fewest newly acknowledged records before a kill.
 const ACKS_BEFORE_KILL_MIN: u64 = 50;
+/// Most newly acknowledged records before a kill.
 const ACKS_BEFORE_KILL_MAX: u64 = 800;
 /// Extra delay after those acknowledgements, drawn up to this.
 const KILL_DELAY_MS_MAX: u64 = 25;

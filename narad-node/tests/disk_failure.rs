@@ -8,7 +8,11 @@
 //! - once the fault clears (the failpoints' clear file exists) produces keep failing: the latch holds;
 //! - a restart clears the latch: produces get 202 again and the gauge reads 0;
 //! - every record that got a 202, before the fault or after the restart, is visible exactly as
-//!   produced, and nothing that was never produced is.
+//!   produced, and nothing that was never produced is. A record that got a 500 may be visible (the
+//!   spec: frames written before the failing point survive the rescan); those are counted.
+//!
+//! Two variants: ENOSPC on writes, restarted gracefully (SIGTERM, which must exit 0 with the WAL
+//! latched), and EIO on fdatasync, restarted with `kill -9`.
 
 #![cfg(feature = "failpoints")]
 
@@ -25,6 +29,7 @@ const TOPIC: &str = "disk";
 const PARTITIONS: u32 = 3;
 /// The WAL's segment files (`ingress/produce/<20-digit seq>.wal`), not its checkpoint file.
 const WAL_SEGMENTS: &str = "ingress/produce/0";
+/// Largest batch the batch producers send.
 const BATCH_MAX: usize = 8;
 /// Longest wait for the fault to strike under load, and for other progress.
 const WAIT: Duration = Duration::from_secs(60);
