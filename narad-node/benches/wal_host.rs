@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use narad_core::disk::Disk;
+use narad_core::disk::{Disk, DiskLayer};
 use narad_core::wal::WalConfig;
 use narad_core::IoFault;
 use narad_node::clock::Clock;
@@ -137,45 +137,15 @@ struct CountingDisk {
     segment_syncs: AtomicU64,
 }
 
-impl Disk for CountingDisk {
-    fn create(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.create(path)
-    }
-    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.create_dir_all(dir)
-    }
-    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
-        self.inner.write_at(path, offset, data)
-    }
-    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
-        self.inner.write_zeros(path, offset, len)
-    }
-    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
-        self.inner.read_at(path, offset, len)
-    }
-    fn len(&self, path: &str) -> Result<u64, IoFault> {
-        self.inner.len(path)
-    }
-    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
-        self.inner.set_len(path, len)
+impl DiskLayer for CountingDisk {
+    fn inner(&self) -> &dyn Disk {
+        &self.inner
     }
     fn sync_data(&self, path: &str) -> Result<(), IoFault> {
         if path.ends_with(".wal") {
             self.segment_syncs.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.sync_data(path)
-    }
-    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.sync_dir(dir)
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
-        self.inner.rename(from, to)
-    }
-    fn remove(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.remove(path)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
-        self.inner.list(dir)
     }
 }
 

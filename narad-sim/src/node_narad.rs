@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use narad_core::disk::sim::SimDisk;
-use narad_core::disk::{Disk, IoOp};
+use narad_core::disk::{Disk, DiskLayer, IoOp};
 use narad_core::partition::ReadError as LogReadError;
 use narad_core::planted::Plant;
-use narad_core::{IoFault, Offset, PartitionId};
+use narad_core::{Offset, PartitionId};
 use narad_node::clock::Clock;
 use narad_node::config::Config;
 use narad_node::http::{self, Body, Reply, TopicKey};
@@ -52,42 +52,9 @@ struct LatencyDisk {
     io: SimIo,
 }
 
-impl Disk for LatencyDisk {
-    fn create(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.create(path)
-    }
-    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.create_dir_all(dir)
-    }
-    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
-        self.inner.write_at(path, offset, data)
-    }
-    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
-        self.inner.write_zeros(path, offset, len)
-    }
-    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
-        self.inner.read_at(path, offset, len)
-    }
-    fn len(&self, path: &str) -> Result<u64, IoFault> {
-        self.inner.len(path)
-    }
-    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
-        self.inner.set_len(path, len)
-    }
-    fn sync_data(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.sync_data(path)
-    }
-    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.sync_dir(dir)
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
-        self.inner.rename(from, to)
-    }
-    fn remove(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.remove(path)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
-        self.inner.list(dir)
+impl DiskLayer for LatencyDisk {
+    fn inner(&self) -> &dyn Disk {
+        &self.inner
     }
     fn latency(&self, op: &IoOp) -> Duration {
         self.io.op_delay(op)

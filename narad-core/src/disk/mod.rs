@@ -54,6 +54,110 @@ pub trait Disk: Send + Sync {
     }
 }
 
+/// A disk that wraps another and changes a few of its methods (counts them, times them, delays them,
+/// makes two writers meet): implement [`DiskLayer::inner`] and override only what the layer changes;
+/// every other method, and [`Disk::latency`], reaches the inner disk unchanged, so a new `Disk` method
+/// cannot be forgotten by one wrapper. Call a layer through `&dyn Disk` (both traits name the same
+/// methods).
+pub trait DiskLayer: Send + Sync {
+    /// The disk this layer forwards to.
+    fn inner(&self) -> &dyn Disk;
+    /// [`Disk::create`].
+    fn create(&self, path: &str) -> Result<(), IoFault> {
+        self.inner().create(path)
+    }
+    /// [`Disk::create_dir_all`].
+    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner().create_dir_all(dir)
+    }
+    /// [`Disk::write_at`].
+    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+        self.inner().write_at(path, offset, data)
+    }
+    /// [`Disk::write_zeros`].
+    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+        self.inner().write_zeros(path, offset, len)
+    }
+    /// [`Disk::read_at`].
+    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+        self.inner().read_at(path, offset, len)
+    }
+    /// [`Disk::len`].
+    fn len(&self, path: &str) -> Result<u64, IoFault> {
+        self.inner().len(path)
+    }
+    /// [`Disk::set_len`].
+    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+        self.inner().set_len(path, len)
+    }
+    /// [`Disk::sync_data`].
+    fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+        self.inner().sync_data(path)
+    }
+    /// [`Disk::sync_dir`].
+    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+        self.inner().sync_dir(dir)
+    }
+    /// [`Disk::rename`].
+    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+        self.inner().rename(from, to)
+    }
+    /// [`Disk::remove`].
+    fn remove(&self, path: &str) -> Result<(), IoFault> {
+        self.inner().remove(path)
+    }
+    /// [`Disk::list`].
+    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+        self.inner().list(dir)
+    }
+    /// [`Disk::latency`].
+    fn latency(&self, op: &IoOp) -> core::time::Duration {
+        self.inner().latency(op)
+    }
+}
+
+impl<L: DiskLayer> Disk for L {
+    fn create(&self, path: &str) -> Result<(), IoFault> {
+        DiskLayer::create(self, path)
+    }
+    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+        DiskLayer::create_dir_all(self, dir)
+    }
+    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+        DiskLayer::write_at(self, path, offset, data)
+    }
+    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+        DiskLayer::write_zeros(self, path, offset, len)
+    }
+    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+        DiskLayer::read_at(self, path, offset, len)
+    }
+    fn len(&self, path: &str) -> Result<u64, IoFault> {
+        DiskLayer::len(self, path)
+    }
+    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+        DiskLayer::set_len(self, path, len)
+    }
+    fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+        DiskLayer::sync_data(self, path)
+    }
+    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+        DiskLayer::sync_dir(self, dir)
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+        DiskLayer::rename(self, from, to)
+    }
+    fn remove(&self, path: &str) -> Result<(), IoFault> {
+        DiskLayer::remove(self, path)
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+        DiskLayer::list(self, dir)
+    }
+    fn latency(&self, op: &IoOp) -> core::time::Duration {
+        DiskLayer::latency(self, op)
+    }
+}
+
 /// One I/O command, as an actor emits it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IoOp {
@@ -242,5 +346,69 @@ pub fn join(dir: &str, name: &str) -> String {
         name.to_string()
     } else {
         format!("{dir}/{name}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    use core::time::Duration;
+
+    use super::sim::SimDisk;
+    use super::*;
+
+    /// Counts syncs and models a latency; everything else must reach the inner disk.
+    struct Counting {
+        inner: SimDisk,
+        syncs: AtomicU64,
+    }
+
+    impl DiskLayer for Counting {
+        fn inner(&self) -> &dyn Disk {
+            &self.inner
+        }
+        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            self.inner.sync_data(path)
+        }
+    }
+
+    /// Overrides only the latency.
+    struct Slow(Counting);
+
+    impl DiskLayer for Slow {
+        fn inner(&self) -> &dyn Disk {
+            &self.0
+        }
+        fn latency(&self, _op: &IoOp) -> Duration {
+            Duration::from_millis(3)
+        }
+    }
+
+    #[test]
+    fn a_layer_changes_what_it_overrides_and_forwards_the_rest() {
+        let layered = Slow(Counting {
+            inner: SimDisk::new(1),
+            syncs: AtomicU64::new(0),
+        });
+        let disk: &dyn Disk = &layered;
+        disk.create_dir_all("d").unwrap();
+        disk.create("d/f").unwrap();
+        disk.write_at("d/f", 0, b"abc").unwrap();
+        disk.write_zeros("d/f", 3, 2).unwrap();
+        disk.sync_data("d/f").unwrap();
+        disk.sync_dir("d").unwrap();
+        disk.rename("d/f", "d/g").unwrap();
+        assert_eq!(disk.read_at("d/g", 0, 8).unwrap(), b"abc\0\0");
+        disk.set_len("d/g", 1).unwrap();
+        assert_eq!(disk.len("d/g").unwrap(), 1);
+        assert_eq!(disk.list("d").unwrap(), ["g"]);
+        disk.remove("d/g").unwrap();
+        assert_eq!(disk.list("d").unwrap(), Vec::<String>::new());
+        assert_eq!(layered.0.syncs.load(Ordering::Relaxed), 1);
+        let op = IoOp::SyncDir { dir: "d".into() };
+        assert_eq!(disk.latency(&op), Duration::from_millis(3));
+        let inner: &dyn Disk = &layered.0;
+        assert_eq!(inner.latency(&op), Duration::ZERO);
     }
 }

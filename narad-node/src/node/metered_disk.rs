@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use narad_core::disk::{Disk, IoOp};
+use narad_core::disk::{Disk, DiskLayer};
 use narad_core::IoFault;
 
 use crate::clock::Clock;
@@ -37,27 +37,9 @@ impl MeteredDisk {
     }
 }
 
-impl Disk for MeteredDisk {
-    fn create(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.create(path)
-    }
-    fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.create_dir_all(dir)
-    }
-    fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
-        self.inner.write_at(path, offset, data)
-    }
-    fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
-        self.inner.write_zeros(path, offset, len)
-    }
-    fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
-        self.inner.read_at(path, offset, len)
-    }
-    fn len(&self, path: &str) -> Result<u64, IoFault> {
-        self.inner.len(path)
-    }
-    fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
-        self.inner.set_len(path, len)
+impl DiskLayer for MeteredDisk {
+    fn inner(&self) -> &dyn Disk {
+        &*self.inner
     }
     fn sync_data(&self, path: &str) -> Result<(), IoFault> {
         if !(path.starts_with(&self.wal_prefix) && path.ends_with(".wal")) {
@@ -71,21 +53,6 @@ impl Disk for MeteredDisk {
             .observe(elapsed.as_secs_f64());
         result
     }
-    fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
-        self.inner.sync_dir(dir)
-    }
-    fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
-        self.inner.rename(from, to)
-    }
-    fn remove(&self, path: &str) -> Result<(), IoFault> {
-        self.inner.remove(path)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
-        self.inner.list(dir)
-    }
-    fn latency(&self, op: &IoOp) -> std::time::Duration {
-        self.inner.latency(op)
-    }
 }
 
 #[cfg(test)]
@@ -97,12 +64,13 @@ mod tests {
     #[tokio::test]
     async fn only_wal_segment_syncs_are_timed() {
         let metrics = Arc::new(Metrics::new());
-        let disk = MeteredDisk::new(
+        let metered = MeteredDisk::new(
             Arc::new(SimDisk::new(1)),
             "ingress/produce",
             Clock::start(),
             metrics.clone(),
         );
+        let disk: &dyn Disk = &metered;
         disk.create_dir_all("ingress/produce").unwrap();
         disk.create_dir_all("topics/t/1/p00000").unwrap();
         for path in [
