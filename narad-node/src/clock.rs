@@ -101,3 +101,30 @@ pub fn unix_ms() -> u64 {
 pub fn unix_s() -> u64 {
     unix_ms() / 1000
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn wake_timer_fires_at_its_deadline_and_reset_moves_it() {
+        let now = tokio::time::Instant::now();
+        let mut timer = WakeTimer::at(now + Duration::from_secs(3600));
+        // An hour away: still pending after a short wait (polled more than once meanwhile).
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut timer)
+            .await
+            .is_err());
+        // Moved to a deadline that passed: fires at once.
+        timer.reset(now);
+        assert!(tokio::time::timeout(Duration::from_secs(10), &mut timer)
+            .await
+            .is_ok());
+        // Moved again after firing: pending again until the new deadline.
+        timer.reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut timer)
+            .await
+            .is_err());
+    }
+}
