@@ -5,6 +5,11 @@
 //!   madsim, so simulated runs replay.
 //! - [`unix_ms`] / [`unix_s`] read the wall clock for values stored in records (accept time, topic
 //!   creation time). madsim intercepts the underlying `clock_gettime`, so these are simulated too.
+//! - [`WakeTimer`] is a host loop's one wake-up timer, moved as the actors' earliest timeout moves.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use narad_core::time::Instant;
 
@@ -34,6 +39,54 @@ impl Clock {
     }
 }
 
+/// A host loop's wake-up timer: a `tokio::time::Sleep` that [`WakeTimer::reset`] moves, polled in the
+/// loop's `select!` on every turn.
+///
+/// Under `--cfg madsim` every poll of a pending `Sleep` files one more timer event (madsim's timer has
+/// no cancellation): a loop that turns per message would file thousands that then fire as spurious
+/// wake-ups, most of a simulated run's cost. So there it asks madsim for the wake-up once per deadline
+/// and answers later polls itself. That relies on being polled by one task, which a host loop is.
+/// Elsewhere it is the plain `Sleep`.
+#[derive(Debug)]
+pub struct WakeTimer {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    /// The deadline madsim holds a wake-up for.
+    #[cfg(madsim)]
+    filed: Option<tokio::time::Instant>,
+}
+
+impl WakeTimer {
+    /// A timer that fires at `deadline`.
+    pub fn at(deadline: tokio::time::Instant) -> Self {
+        WakeTimer {
+            sleep: Box::pin(tokio::time::sleep_until(deadline)),
+            #[cfg(madsim)]
+            filed: None,
+        }
+    }
+
+    /// Moves the timer to `deadline` (whether or not it fired).
+    pub fn reset(&mut self, deadline: tokio::time::Instant) {
+        self.sleep.as_mut().reset(deadline);
+    }
+}
+
+impl Future for WakeTimer {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        #[cfg(madsim)]
+        {
+            let deadline = self.sleep.deadline();
+            if !self.sleep.is_elapsed() && self.filed == Some(deadline) {
+                return Poll::Pending;
+            }
+            self.filed = Some(deadline);
+        }
+        self.sleep.as_mut().poll(cx)
+    }
+}
+
 /// Wall-clock time, Unix milliseconds (0 if the clock is before 1970).
 #[allow(clippy::disallowed_methods)] // The node's one wall-clock read.
 pub fn unix_ms() -> u64 {
@@ -47,4 +100,31 @@ pub fn unix_ms() -> u64 {
 /// Wall-clock time, Unix seconds.
 pub fn unix_s() -> u64 {
     unix_ms() / 1000
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn wake_timer_fires_at_its_deadline_and_reset_moves_it() {
+        let now = tokio::time::Instant::now();
+        let mut timer = WakeTimer::at(now + Duration::from_secs(3600));
+        // An hour away: still pending after a short wait (polled more than once meanwhile).
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut timer)
+            .await
+            .is_err());
+        // Moved to a deadline that passed: fires at once.
+        timer.reset(now);
+        assert!(tokio::time::timeout(Duration::from_secs(10), &mut timer)
+            .await
+            .is_ok());
+        // Moved again after firing: pending again until the new deadline.
+        timer.reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut timer)
+            .await
+            .is_err());
+    }
 }

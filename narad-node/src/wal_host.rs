@@ -596,14 +596,13 @@ impl Runner {
     ) {
         self.drain();
         // One timer, moved only when the earliest wake-up changes (not re-registered per command).
-        let timer = tokio::time::sleep_until(self.clock.to_tokio(Instant(0)));
-        tokio::pin!(timer);
+        let mut timer = crate::clock::WakeTimer::at(self.clock.to_tokio(Instant(0)));
         let mut armed: Option<Instant> = None;
         loop {
             let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
             if wake != armed {
                 if let Some(at) = wake {
-                    timer.as_mut().reset(self.clock.to_tokio(at));
+                    timer.reset(self.clock.to_tokio(at));
                 }
                 armed = wake;
             }

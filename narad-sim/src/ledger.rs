@@ -279,17 +279,20 @@ impl Ledger {
     /// How many records that must be visible are not served, correctly placed, in `observation`:
     /// the cheap question the liveness phase asks before the full [`Ledger::check`].
     pub fn missing(&self, observation: &Observation) -> usize {
-        let served: BTreeSet<u64> = observation
-            .served
-            .iter()
-            .filter_map(|served| {
-                let id = payload::decode(&served.payload).ok()?;
-                let entry = self.record(id)?;
-                (entry.topic == served.topic && entry.topic_id == served.topic_id).then_some(id)
-            })
-            .collect();
+        // Ids are dense from 0: a flag per record instead of a set (this runs once per read).
+        let mut served = vec![false; self.records.len()];
+        for copy in &observation.served {
+            let Ok(id) = payload::decode(&copy.payload) else {
+                continue;
+            };
+            if let Some(entry) = self.record(id) {
+                if entry.topic == copy.topic && entry.topic_id == copy.topic_id {
+                    served[id as usize] = true;
+                }
+            }
+        }
         (0..self.records.len() as u64)
-            .filter(|&id| self.must_be_visible(id) && !served.contains(&id))
+            .filter(|&id| self.must_be_visible(id) && !served[id as usize])
             .count()
     }
 
@@ -328,8 +331,8 @@ impl Ledger {
             if !self.must_be_visible(id) {
                 continue;
             }
-            let at_final = final_copies.get(&id).copied().unwrap_or(0);
-            let at_deadline = deadline_copies.get(&id).copied().unwrap_or(0);
+            let at_final = final_copies[id as usize];
+            let at_deadline = deadline_copies[id as usize];
             if at_final == 0 {
                 report.lost.push(id);
                 if at_deadline > 0 {
@@ -339,7 +342,7 @@ impl Ledger {
                 report.unseen.push(id);
             }
         }
-        for &copies in final_copies.values() {
+        for &copies in &final_copies {
             if copies >= 2 {
                 *report.duplicates.entry(copies).or_default() += 1;
             }
@@ -349,16 +352,17 @@ impl Ledger {
         report
     }
 
-    /// Counts correctly placed copies per id; collects phantoms and misplaced copies (deduplicated by
-    /// location and payload, so a record seen in both observations counts once).
+    /// Counts correctly placed copies per id (indexed by id: ids are dense from 0); collects phantoms
+    /// and misplaced copies (deduplicated by location and payload, so a record seen in both
+    /// observations counts once).
     fn classify(
         &self,
         observation: &Observation,
         phantoms: &mut BTreeSet<Anomaly>,
         misplaced: &mut BTreeSet<Anomaly>,
         mut reroutes: Option<&mut u64>,
-    ) -> BTreeMap<u64, u32> {
-        let mut copies: BTreeMap<u64, u32> = BTreeMap::new();
+    ) -> Vec<u32> {
+        let mut copies = vec![0u32; self.records.len()];
         for served in &observation.served {
             let anomaly = |reason: String| Anomaly {
                 topic: served.topic.clone(),
@@ -395,7 +399,7 @@ impl Ledger {
                 )));
                 continue;
             }
-            *copies.entry(id).or_default() += 1;
+            copies[id as usize] += 1;
             if let (Some(count), Some(aimed)) = (reroutes.as_deref_mut(), entry.aimed_at) {
                 if aimed != served.partition {
                     *count += 1;

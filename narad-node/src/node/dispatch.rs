@@ -146,8 +146,7 @@ impl Host {
         self.members.insert(self.node);
         self.on_meta();
         self.on_wal_status();
-        let timer = tokio::time::sleep_until(self.clock.to_tokio(self.clock.now()));
-        tokio::pin!(timer);
+        let mut timer = clock::WakeTimer::at(self.clock.to_tokio(self.clock.now()));
         // Moved only when the wake-up changes, not re-registered every turn.
         let mut armed = None;
         // False once the metastore stopped: the last view stays.
@@ -158,7 +157,7 @@ impl Host {
             let wake = self.dispatcher.poll_timeout();
             if wake != armed {
                 if let Some(at) = wake {
-                    timer.as_mut().reset(self.clock.to_tokio(at));
+                    timer.reset(self.clock.to_tokio(at));
                 }
                 armed = wake;
             }
