@@ -2,8 +2,7 @@
 //! protocol in `narad_core::dispatcher`). It decides nothing.
 //!
 //! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`.
-//! - `SendCommit` to the local owner → the partition host's combiner, in a task of its own that gives
-//!   up at the commit's deadline (`Timeout`; the combiner is told the caller left). Combiner errors map
+//! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's deadline (`Timeout`; the combiner is told the caller left). Combiner errors map
 //!   to [`CommitFailure`]: `TopicIncarnationMismatch` → `IncarnationMismatch`, a caller that gave up →
 //!   `Timeout`, everything else → `Error`. A remote owner cannot occur on a single node: it is answered
 //!   `Error(Unreachable)` at once.
@@ -11,6 +10,15 @@
 //! - `ConfirmTopicGone` → the local replica once it is caught up: on a single voter (the leader) a read
 //!   after its applied index is the barrier.
 //! - `Warn` → `tracing::warn!` with the spec's text and the warning's fields.
+//!
+//! Every output that is answered later becomes one future in the host's set of outstanding answers,
+//! polled by the host task itself (no task and no channel per answer). The protocol bounds the set:
+//! one read, one checkpoint store, one question per topic and one commit per destination at most.
+//!
+//! Polling order: stop first, then answers, the WAL's durable frontier, the metastore replica and the
+//! wake-up timer. After the input that woke it, a turn also feeds every other input already ready
+//! (answers, a changed WAL status, a changed replica) without waiting, then drains the outputs, then
+//! publishes the gauges and moves the wake-up timer once for the whole turn.
 //!
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
 //! `Topic` for every topic whose view changed in the replica, `Member` (this node alive, and every other
@@ -23,7 +31,12 @@
 //! commit latency and, per record, accept→visible (the record's accept timestamp to the commit's answer).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 
 use narad_core::dispatcher::{
     CommitError, CommitFailure, CommitOwner, DispatchWarning, Dispatcher, DispatcherConfig,
@@ -33,7 +46,7 @@ use narad_core::ids::NodeId;
 use narad_core::partition::{self, BatchRecord, CommitFault};
 use narad_core::wal::ReadError as WalReadFailure;
 use narad_core::{Actor, IoFault, Seq};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::partitions::{PartitionCommitError, PartitionHost};
 use super::NodeHooks;
@@ -42,9 +55,6 @@ use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
 use crate::probe::{Invariant, Probe};
 use crate::wal_host::{StoreError, WalHost, WalReadError, WalStatus};
-
-/// Answers the host's helper tasks may queue before they wait.
-pub const EVENTS_CAPACITY: usize = 1024;
 
 /// A handle on the running dispatcher host.
 #[derive(Debug)]
@@ -76,7 +86,6 @@ impl DispatchHost {
             durable_next = %config.durable_next,
             "ingress dispatch starting; replaying undispatched records"
         );
-        let (events_tx, events) = mpsc::channel(EVENTS_CAPACITY);
         let (stop, stop_rx) = watch::channel(false);
         let (done_tx, done) = watch::channel(false);
         let host = Host {
@@ -89,7 +98,7 @@ impl DispatchHost {
             metastore,
             clock,
             metrics,
-            events_tx,
+            answers: FuturesUnordered::new(),
             durable_fed: status.durable_next_seq,
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
@@ -97,7 +106,7 @@ impl DispatchHost {
             probe: hooks.probe.clone(),
         };
         tokio::spawn(async move {
-            host.run(events, stop_rx).await;
+            host.run(stop_rx).await;
             let _ = done_tx.send(true);
         });
         DispatchHost { stop, done }
@@ -112,8 +121,8 @@ impl DispatchHost {
     }
 }
 
-/// An answer from a helper task.
-type Event = DispatcherInput;
+/// An output's answer on its way: fed to the dispatcher when it resolves.
+type Answer = Pin<Box<dyn Future<Output = DispatcherInput> + Send>>;
 
 struct Host {
     node: NodeId,
@@ -125,7 +134,8 @@ struct Host {
     meta: watch::Receiver<Arc<MetaView>>,
     clock: Clock,
     metrics: Arc<Metrics>,
-    events_tx: mpsc::Sender<Event>,
+    /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
+    answers: FuturesUnordered<Answer>,
     /// The durable frontier last fed.
     durable_fed: Seq,
     /// The topic views last fed, by name.
@@ -138,7 +148,7 @@ struct Host {
 }
 
 impl Host {
-    async fn run(mut self, mut events: mpsc::Receiver<Event>, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut stop: watch::Receiver<bool>) {
         self.feed(DispatcherInput::Member {
             node: self.node,
             alive: true,
@@ -163,11 +173,11 @@ impl Host {
             }
             tokio::select! {
                 biased;
-                _ = stop.changed() => return,
-                Some(event) = events.recv() => self.feed(event),
+                _ = stop.changed() => break,
+                Some(answer) = self.answers.next(), if !self.answers.is_empty() => self.feed(answer),
                 changed = self.wal_status.changed() => {
                     if changed.is_err() {
-                        return; // The WAL host stopped: nothing more becomes durable.
+                        break; // The WAL host stopped: nothing more becomes durable.
                     }
                     self.on_wal_status();
                 }
@@ -183,6 +193,44 @@ impl Host {
                     }
                 }
             }
+            self.feed_ready(following);
+        }
+        self.let_go();
+    }
+
+    /// Feeds every input that is ready now, without waiting, so that one turn covers them all. A
+    /// closed channel is left to the loop's `select!`, which sees what it still holds first.
+    fn feed_ready(&mut self, following: bool) {
+        loop {
+            let mut fed = false;
+            // `Some(None)`: the set is empty; `None`: nothing resolved yet (the set keeps its
+            // wake-ups; the loop's next poll registers the task's waker again).
+            while let Some(Some(answer)) = self.answers.next().now_or_never() {
+                self.feed(answer);
+                fed = true;
+            }
+            if self.wal_status.has_changed().unwrap_or(false) {
+                self.on_wal_status();
+                fed = true;
+            }
+            if following && self.meta.has_changed().unwrap_or(false) {
+                self.on_meta();
+                fed = true;
+            }
+            if !fed {
+                return;
+            }
+        }
+    }
+
+    /// At stop, outputs still being carried out are left to finish on their own, in a task of their
+    /// own, and their answers are dropped: a commit in flight may still land (its records are replayed
+    /// from the checkpoint at the next start, a duplicate the delivery contract allows), a checkpoint
+    /// store may still be written (it never passes a record not done).
+    fn let_go(&mut self) {
+        let mut answers = std::mem::take(&mut self.answers);
+        if !answers.is_empty() {
+            tokio::spawn(async move { while answers.next().await.is_some() {} });
         }
     }
 
@@ -296,16 +344,12 @@ impl Host {
         }
     }
 
-    fn answer_later(&self, work: impl std::future::Future<Output = Event> + Send + 'static) {
-        let events = self.events_tx.clone();
-        tokio::spawn(async move {
-            let event = work.await;
-            // The host stopped: nobody needs the answer.
-            let _ = events.send(event).await;
-        });
+    /// Carries out an output: its answer is fed once `work` resolves.
+    fn answer_later(&mut self, work: impl Future<Output = DispatcherInput> + Send + 'static) {
+        self.answers.push(Box::pin(work));
     }
 
-    fn read_wal(&self, read: ReadWal) {
+    fn read_wal(&mut self, read: ReadWal) {
         let wal = self.wal.clone();
         self.answer_later(async move {
             match wal.read(read.from, read.max_records, read.max_bytes).await {
@@ -339,7 +383,7 @@ impl Host {
         }
     }
 
-    fn store_checkpoint(&self, seq: Seq) {
+    fn store_checkpoint(&mut self, seq: Seq) {
         let wal = self.wal.clone();
         self.answer_later(async move {
             match wal.store_checkpoint_written(seq).await {
@@ -356,7 +400,7 @@ impl Host {
         });
     }
 
-    fn confirm_topic_gone(&self, topic: String) {
+    fn confirm_topic_gone(&mut self, topic: String) {
         let metastore = self.metastore.clone();
         self.answer_later(async move {
             // A single voter is the leader, and its replica applies every committed entry before it
@@ -374,7 +418,7 @@ impl Host {
         });
     }
 
-    fn send_commit(&self, commit: SendCommit) {
+    fn send_commit(&mut self, commit: SendCommit) {
         let SendCommit {
             commit_id,
             topic,
