@@ -2,9 +2,11 @@
 //! protocol in `narad_core::dispatcher`). It decides nothing.
 //!
 //! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`.
-//! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's deadline (`Timeout`; the combiner is told the caller left). Combiner errors map
-//!   to [`CommitFailure`]: `TopicIncarnationMismatch` → `IncarnationMismatch`, a caller that gave up →
-//!   `Timeout`, everything else → `Error`. A remote owner cannot occur on a single node: it is answered
+//! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's
+//!   deadline (`Timeout`; the combiner is told the caller left). The host's own wake-up timer keeps
+//!   the deadlines of the commits in flight (no timer per commit) and aborts a commit once its
+//!   deadline passed. Combiner errors map to [`CommitFailure`]: `TopicIncarnationMismatch` →
+//!   `IncarnationMismatch`, a caller that gave up → `Timeout`, everything else → `Error`. A remote owner cannot occur on a single node: it is answered
 //!   `Error(Unreachable)` at once.
 //! - `StoreCheckpoint` → the checkpointer (through the WAL host), answered once written in place.
 //! - `ConfirmTopicGone` → the local replica once it is caught up: on a single voter (the leader) a read
@@ -35,17 +37,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::future::{AbortHandle, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 
 use narad_core::dispatcher::{
-    CommitError, CommitFailure, CommitOwner, DispatchWarning, Dispatcher, DispatcherConfig,
-    DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit, TopicView,
+    CommitError, CommitFailure, CommitId, CommitOwner, DispatchWarning, Dispatcher,
+    DispatcherConfig, DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit,
+    TopicView,
 };
 use narad_core::ids::NodeId;
 use narad_core::partition::{self, BatchRecord, CommitFault};
 use narad_core::wal::ReadError as WalReadFailure;
-use narad_core::{Actor, IoFault, Seq};
+use narad_core::{Actor, Instant, IoFault, Seq};
 use tokio::sync::watch;
 
 use super::partitions::{PartitionCommitError, PartitionHost};
@@ -99,6 +103,8 @@ impl DispatchHost {
             clock,
             metrics,
             answers: FuturesUnordered::new(),
+            deadlines: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
             durable_fed: status.durable_next_seq,
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
@@ -136,6 +142,10 @@ struct Host {
     metrics: Arc<Metrics>,
     /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
     answers: FuturesUnordered<Answer>,
+    /// The deadlines of the local commits in flight, earliest first, each with what gives its commit up.
+    deadlines: BTreeMap<(Instant, CommitId), AbortHandle>,
+    /// The deadline of each local commit in flight (to forget it once answered).
+    in_flight: BTreeMap<CommitId, Instant>,
     /// The durable frontier last fed.
     durable_fed: Seq,
     /// The topic views last fed, by name.
@@ -164,7 +174,7 @@ impl Host {
         loop {
             self.drain();
             self.publish();
-            let wake = self.dispatcher.poll_timeout();
+            let wake = self.wake_at();
             if wake != armed {
                 if let Some(at) = wake {
                     timer.reset(self.clock.to_tokio(at));
@@ -188,6 +198,7 @@ impl Host {
                 () = &mut timer, if armed.is_some() => {
                     armed = None;
                     let now = self.clock.now();
+                    self.give_up_commits(now);
                     if self.dispatcher.poll_timeout().is_some_and(|at| at <= now) {
                         self.feed(DispatcherInput::Tick);
                     }
@@ -196,6 +207,27 @@ impl Host {
             self.feed_ready(following);
         }
         self.let_go();
+    }
+
+    /// When the loop must wake: the dispatcher's timeout or a commit's deadline, whichever is first.
+    fn wake_at(&self) -> Option<Instant> {
+        let deadline = self.deadlines.keys().next().map(|(at, _)| *at);
+        match (self.dispatcher.poll_timeout(), deadline) {
+            (Some(timeout), Some(deadline)) => Some(timeout.min(deadline)),
+            (timeout, deadline) => timeout.or(deadline),
+        }
+    }
+
+    /// Gives up every commit whose deadline passed: each then answers `Timeout` (see `send_commit`).
+    fn give_up_commits(&mut self, now: Instant) {
+        while let Some(entry) = self.deadlines.first_entry() {
+            if entry.key().0 > now {
+                return;
+            }
+            let ((_, commit_id), abort) = entry.remove_entry();
+            self.in_flight.remove(&commit_id);
+            abort.abort();
+        }
     }
 
     /// Feeds every input that is ready now, without waiting, so that one turn covers them all. A
@@ -245,6 +277,13 @@ impl Host {
                     format_args!("commit #{} failed: {failure:?}", commit_id.0),
                 ),
                 _ => {}
+            }
+        }
+        if let DispatcherInput::CommitDone { commit_id }
+        | DispatcherInput::CommitFailed { commit_id, .. } = &input
+        {
+            if let Some(deadline) = self.in_flight.remove(commit_id) {
+                self.deadlines.remove(&(deadline, *commit_id));
             }
         }
         let now = self.clock.now();
@@ -450,6 +489,9 @@ impl Host {
         let partitions = self.partitions.clone();
         let clock = self.clock;
         let metrics = self.metrics.clone();
+        let (abort, give_up) = AbortHandle::new_pair();
+        self.deadlines.insert((deadline, commit_id), abort);
+        self.in_flight.insert(commit_id, deadline);
         self.answer_later(async move {
             let started = clock.now();
             let count = records.len() as u64;
@@ -470,11 +512,9 @@ impl Host {
             // The dispatcher keeps the records for a failed commit; this copy goes before the answer.
             drop(records);
             let committing = partitions.commit(topic.clone(), partition, batch, Some(deadline));
-            // `timeout` (not `timeout_at`): madsim has no `timeout_at`.
-            let budget = clock
-                .to_tokio(deadline)
-                .saturating_duration_since(clock.to_tokio(clock.now()));
-            let outcome = tokio::time::timeout(budget, committing).await;
+            // Aborted by the host at the deadline (`give_up_commits`); dropping `committing` tells the
+            // combiner the caller left.
+            let outcome = Abortable::new(committing, give_up).await;
             let elapsed = clock.now().saturating_duration_since(started);
             metrics
                 .ingress_dispatch_commit_duration_seconds
@@ -500,7 +540,7 @@ impl Host {
                     return DispatcherInput::CommitDone { commit_id };
                 }
                 Ok(Err(error)) => commit_failure(error),
-                Err(_elapsed) => CommitFailure::Timeout,
+                Err(_aborted) => CommitFailure::Timeout,
             };
             if !matches!(failure, CommitFailure::IncarnationMismatch) {
                 metrics.error("ingress", "dispatch_commit").inc();
