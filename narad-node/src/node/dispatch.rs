@@ -257,13 +257,35 @@ impl Host {
 
     /// At stop, outputs still being carried out are left to finish on their own, in a task of their
     /// own, and their answers are dropped: a commit in flight may still land (its records are replayed
-    /// from the checkpoint at the next start, a duplicate the delivery contract allows), a checkpoint
-    /// store may still be written (it never passes a record not done).
+    /// from the checkpoint at the next start, a duplicate the delivery contract allows) and still gives
+    /// up at its deadline, a checkpoint store may still be written (it never passes a record not done).
     fn let_go(&mut self) {
         let mut answers = std::mem::take(&mut self.answers);
-        if !answers.is_empty() {
-            tokio::spawn(async move { while answers.next().await.is_some() {} });
+        let mut deadlines = std::mem::take(&mut self.deadlines);
+        if answers.is_empty() {
+            return;
         }
+        let clock = self.clock;
+        tokio::spawn(async move {
+            loop {
+                let next = deadlines.keys().next().map(|(at, _)| *at);
+                let wake = clock.to_tokio(next.unwrap_or_default());
+                tokio::select! {
+                    answer = answers.next() => if answer.is_none() {
+                        return;
+                    },
+                    () = tokio::time::sleep_until(wake), if next.is_some() => {
+                        let now = clock.now();
+                        while let Some(entry) = deadlines.first_entry() {
+                            if entry.key().0 > now {
+                                break;
+                            }
+                            entry.remove().abort();
+                        }
+                    }
+                }
+            }
+        });
     }
 
     fn feed(&mut self, input: DispatcherInput) {
