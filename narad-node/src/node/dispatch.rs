@@ -17,9 +17,9 @@
 //! polled by the host task itself (no task and no channel per answer). The protocol bounds the set:
 //! one read, one checkpoint store, one question per topic and one commit per destination at most.
 //!
-//! Polling order: stop first, then answers, the WAL's durable frontier, the metastore replica and the
-//! wake-up timer. After the input that woke it, a turn also feeds every other input already ready
-//! (answers, a changed WAL status, a changed replica) without waiting, then drains the outputs, then
+//! Polling order: signals first (stop, the WAL's durable frontier, the metastore replica, in the order
+//! they fired), then answers, then the wake-up timer. After the input that woke it, a turn also feeds
+//! every other signal and answer already ready without waiting, then drains the outputs, then
 //! publishes the gauges and moves the wake-up timer once for the whole turn.
 //!
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
@@ -92,13 +92,13 @@ impl DispatchHost {
         );
         let (stop, stop_rx) = watch::channel(false);
         let (done_tx, done) = watch::channel(false);
+        let wal_status = wal.subscribe();
+        let meta = metastore.subscribe();
         let host = Host {
             node,
             dispatcher: Dispatcher::new(config),
-            wal_status: wal.subscribe(),
             wal,
             partitions,
-            meta: metastore.subscribe(),
             metastore,
             clock,
             metrics,
@@ -112,7 +112,7 @@ impl DispatchHost {
             probe: hooks.probe.clone(),
         };
         tokio::spawn(async move {
-            host.run(stop_rx).await;
+            host.run(stop_rx, wal_status, meta).await;
             let _ = done_tx.send(true);
         });
         DispatchHost { stop, done }
@@ -130,14 +130,48 @@ impl DispatchHost {
 /// An output's answer on its way: fed to the dispatcher when it resolves.
 type Answer = Pin<Box<dyn Future<Output = DispatcherInput> + Send>>;
 
+/// A wait for one [`Signal`]. It stays registered with its channel across turns (rather than a
+/// waiter registered again on every turn for every channel) and hands its receiver back when it fires.
+type Waiting = Pin<Box<dyn Future<Output = Signal> + Send>>;
+
+/// A change the host follows besides the answers.
+enum Signal {
+    /// The host was asked to stop (or its handle is gone).
+    Stop,
+    /// The WAL's status changed (`open`), or the WAL host stopped.
+    WalStatus {
+        receiver: watch::Receiver<WalStatus>,
+        open: bool,
+    },
+    /// The metastore replica's view changed (`open`), or the metastore stopped.
+    Meta {
+        receiver: watch::Receiver<Arc<MetaView>>,
+        open: bool,
+    },
+}
+
+impl Signal {
+    fn wal_status(mut receiver: watch::Receiver<WalStatus>) -> Waiting {
+        Box::pin(async move {
+            let open = receiver.changed().await.is_ok();
+            Signal::WalStatus { receiver, open }
+        })
+    }
+
+    fn meta(mut receiver: watch::Receiver<Arc<MetaView>>) -> Waiting {
+        Box::pin(async move {
+            let open = receiver.changed().await.is_ok();
+            Signal::Meta { receiver, open }
+        })
+    }
+}
+
 struct Host {
     node: NodeId,
     dispatcher: Dispatcher,
     wal: WalHost,
-    wal_status: watch::Receiver<WalStatus>,
     partitions: PartitionHost,
     metastore: Metastore,
-    meta: watch::Receiver<Arc<MetaView>>,
     clock: Clock,
     metrics: Arc<Metrics>,
     /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
@@ -158,19 +192,32 @@ struct Host {
 }
 
 impl Host {
-    async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    async fn run(
+        mut self,
+        stop: watch::Receiver<bool>,
+        mut wal_status: watch::Receiver<WalStatus>,
+        mut meta: watch::Receiver<Arc<MetaView>>,
+    ) {
         self.feed(DispatcherInput::Member {
             node: self.node,
             alive: true,
         });
         self.members.insert(self.node);
-        self.on_meta();
-        self.on_wal_status();
+        let view = meta.borrow_and_update().clone();
+        self.on_meta(view);
+        let status = wal_status.borrow_and_update().clone();
+        self.on_wal_status(status);
+        let mut signals: FuturesUnordered<Waiting> = FuturesUnordered::new();
+        signals.push(Box::pin(async move {
+            let mut stop = stop;
+            let _ = stop.changed().await;
+            Signal::Stop
+        }));
+        signals.push(Signal::wal_status(wal_status));
+        signals.push(Signal::meta(meta));
         let mut timer = clock::WakeTimer::at(self.clock.to_tokio(self.clock.now()));
         // Moved only when the wake-up changes, not re-registered every turn.
         let mut armed = None;
-        // False once the metastore stopped: the last view stays.
-        let mut following = true;
         loop {
             self.drain();
             self.publish();
@@ -181,20 +228,13 @@ impl Host {
                 }
                 armed = wake;
             }
-            tokio::select! {
+            let go_on = tokio::select! {
                 biased;
-                _ = stop.changed() => break,
-                Some(answer) = self.answers.next(), if !self.answers.is_empty() => self.feed(answer),
-                changed = self.wal_status.changed() => {
-                    if changed.is_err() {
-                        break; // The WAL host stopped: nothing more becomes durable.
-                    }
-                    self.on_wal_status();
+                Some(signal) = signals.next() => self.on_signal(signal, &mut signals),
+                Some(answer) = self.answers.next(), if !self.answers.is_empty() => {
+                    self.feed(answer);
+                    true
                 }
-                changed = self.meta.changed(), if following => match changed {
-                    Ok(()) => self.on_meta(),
-                    Err(_) => following = false,
-                },
                 () = &mut timer, if armed.is_some() => {
                     armed = None;
                     let now = self.clock.now();
@@ -202,11 +242,43 @@ impl Host {
                     if self.dispatcher.poll_timeout().is_some_and(|at| at <= now) {
                         self.feed(DispatcherInput::Tick);
                     }
+                    true
                 }
+            };
+            if !go_on || !self.feed_ready(&mut signals) {
+                break;
             }
-            self.feed_ready(following);
         }
         self.let_go();
+    }
+
+    /// Acts on a signal that fired and waits for the next one of its kind; `false` once the host
+    /// must stop (asked to, or the WAL host stopped: nothing more becomes durable).
+    fn on_signal(&mut self, signal: Signal, signals: &mut FuturesUnordered<Waiting>) -> bool {
+        match signal {
+            Signal::Stop => false,
+            Signal::WalStatus { open: false, .. } => false,
+            Signal::WalStatus {
+                mut receiver,
+                open: true,
+            } => {
+                let status = receiver.borrow_and_update().clone();
+                self.on_wal_status(status);
+                signals.push(Signal::wal_status(receiver));
+                true
+            }
+            // The metastore stopped: the last view stays.
+            Signal::Meta { open: false, .. } => true,
+            Signal::Meta {
+                mut receiver,
+                open: true,
+            } => {
+                let view = receiver.borrow_and_update().clone();
+                self.on_meta(view);
+                signals.push(Signal::meta(receiver));
+                true
+            }
+        }
     }
 
     /// When the loop must wake: the dispatcher's timeout or a commit's deadline, whichever is first.
@@ -230,27 +302,25 @@ impl Host {
         }
     }
 
-    /// Feeds every input that is ready now, without waiting, so that one turn covers them all. A
-    /// closed channel is left to the loop's `select!`, which sees what it still holds first.
-    fn feed_ready(&mut self, following: bool) {
+    /// Feeds every input that is ready now, without waiting, so that one turn covers them all;
+    /// `false` once the host must stop.
+    fn feed_ready(&mut self, signals: &mut FuturesUnordered<Waiting>) -> bool {
+        // `Some(None)`: the set is empty; `None`: nothing resolved yet (the sets keep their wake-ups,
+        // and the loop's next poll registers the task's waker again).
         loop {
             let mut fed = false;
-            // `Some(None)`: the set is empty; `None`: nothing resolved yet (the set keeps its
-            // wake-ups; the loop's next poll registers the task's waker again).
+            while let Some(Some(signal)) = signals.next().now_or_never() {
+                if !self.on_signal(signal, signals) {
+                    return false;
+                }
+                fed = true;
+            }
             while let Some(Some(answer)) = self.answers.next().now_or_never() {
                 self.feed(answer);
                 fed = true;
             }
-            if self.wal_status.has_changed().unwrap_or(false) {
-                self.on_wal_status();
-                fed = true;
-            }
-            if following && self.meta.has_changed().unwrap_or(false) {
-                self.on_meta();
-                fed = true;
-            }
             if !fed {
-                return;
+                return true;
             }
         }
     }
@@ -313,8 +383,7 @@ impl Host {
         self.drain();
     }
 
-    fn on_wal_status(&mut self) {
-        let status = self.wal_status.borrow_and_update().clone();
+    fn on_wal_status(&mut self, status: WalStatus) {
         self.metrics
             .ingress_wal_failed
             .set(i64::from(status.latched.is_some()));
@@ -327,8 +396,7 @@ impl Host {
     }
 
     /// Feeds every topic whose view changed, and every member not fed yet.
-    fn on_meta(&mut self) {
-        let view = self.meta.borrow_and_update().clone();
+    fn on_meta(&mut self, view: Arc<MetaView>) {
         let (records, _) = view.state.topics_after("", usize::MAX);
         let mut current: BTreeMap<String, TopicView> = BTreeMap::new();
         for topic in records {
