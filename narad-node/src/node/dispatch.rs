@@ -37,7 +37,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::future::{AbortHandle, Abortable};
+use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 
@@ -103,8 +103,7 @@ impl DispatchHost {
             clock,
             metrics,
             answers: FuturesUnordered::new(),
-            deadlines: BTreeMap::new(),
-            in_flight: BTreeMap::new(),
+            deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
@@ -176,10 +175,8 @@ struct Host {
     metrics: Arc<Metrics>,
     /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
     answers: FuturesUnordered<Answer>,
-    /// The deadlines of the local commits in flight, earliest first, each with what gives its commit up.
-    deadlines: BTreeMap<(Instant, CommitId), AbortHandle>,
-    /// The deadline of each local commit in flight (to forget it once answered).
-    in_flight: BTreeMap<CommitId, Instant>,
+    /// The deadlines of the local commits in flight.
+    deadlines: Deadlines,
     /// The durable frontier last fed.
     durable_fed: Seq,
     /// The topic views last fed, by name.
@@ -238,7 +235,7 @@ impl Host {
                 () = &mut timer, if armed.is_some() => {
                     armed = None;
                     let now = self.clock.now();
-                    self.give_up_commits(now);
+                    self.deadlines.expire(now);
                     if self.dispatcher.poll_timeout().is_some_and(|at| at <= now) {
                         self.feed(DispatcherInput::Tick);
                     }
@@ -283,22 +280,10 @@ impl Host {
 
     /// When the loop must wake: the dispatcher's timeout or a commit's deadline, whichever is first.
     fn wake_at(&self) -> Option<Instant> {
-        let deadline = self.deadlines.keys().next().map(|(at, _)| *at);
+        let deadline = self.deadlines.first();
         match (self.dispatcher.poll_timeout(), deadline) {
             (Some(timeout), Some(deadline)) => Some(timeout.min(deadline)),
             (timeout, deadline) => timeout.or(deadline),
-        }
-    }
-
-    /// Gives up every commit whose deadline passed: each then answers `Timeout` (see `send_commit`).
-    fn give_up_commits(&mut self, now: Instant) {
-        while let Some(entry) = self.deadlines.first_entry() {
-            if entry.key().0 > now {
-                return;
-            }
-            let ((_, commit_id), abort) = entry.remove_entry();
-            self.in_flight.remove(&commit_id);
-            abort.abort();
         }
     }
 
@@ -338,20 +323,14 @@ impl Host {
         let clock = self.clock;
         tokio::spawn(async move {
             loop {
-                let next = deadlines.keys().next().map(|(at, _)| *at);
+                let next = deadlines.first();
                 let wake = clock.to_tokio(next.unwrap_or_default());
                 tokio::select! {
                     answer = answers.next() => if answer.is_none() {
                         return;
                     },
                     () = tokio::time::sleep_until(wake), if next.is_some() => {
-                        let now = clock.now();
-                        while let Some(entry) = deadlines.first_entry() {
-                            if entry.key().0 > now {
-                                break;
-                            }
-                            entry.remove().abort();
-                        }
+                        deadlines.expire(clock.now());
                     }
                 }
             }
@@ -374,9 +353,7 @@ impl Host {
         if let DispatcherInput::CommitDone { commit_id }
         | DispatcherInput::CommitFailed { commit_id, .. } = &input
         {
-            if let Some(deadline) = self.in_flight.remove(commit_id) {
-                self.deadlines.remove(&(deadline, *commit_id));
-            }
+            self.deadlines.answered(*commit_id);
         }
         let now = self.clock.now();
         self.dispatcher.handle(now, input);
@@ -579,9 +556,7 @@ impl Host {
         let partitions = self.partitions.clone();
         let clock = self.clock;
         let metrics = self.metrics.clone();
-        let (abort, give_up) = AbortHandle::new_pair();
-        self.deadlines.insert((deadline, commit_id), abort);
-        self.in_flight.insert(commit_id, deadline);
+        let give_up = self.deadlines.start(commit_id, deadline);
         self.answer_later(async move {
             let started = clock.now();
             let count = records.len() as u64;
@@ -602,7 +577,7 @@ impl Host {
             // The dispatcher keeps the records for a failed commit; this copy goes before the answer.
             drop(records);
             let committing = partitions.commit(topic.clone(), partition, batch, Some(deadline));
-            // Aborted by the host at the deadline (`give_up_commits`); dropping `committing` tells the
+            // Aborted by the host at the deadline (`Deadlines::expire`); dropping `committing` tells the
             // combiner the caller left.
             let outcome = Abortable::new(committing, give_up).await;
             let elapsed = clock.now().saturating_duration_since(started);
@@ -637,6 +612,55 @@ impl Host {
             }
             DispatcherInput::CommitFailed { commit_id, failure }
         });
+    }
+}
+
+/// The deadlines of the local commits in flight, so that the host's one wake-up timer covers them all
+/// (rather than a timer per commit). A commit's future is made abortable with the registration
+/// [`Deadlines::start`] returns; [`Deadlines::expire`] aborts it once its deadline passed, and the
+/// future then answers `Timeout`.
+#[derive(Debug, Default)]
+struct Deadlines {
+    /// Earliest first, each with what gives its commit up.
+    by_time: BTreeMap<(Instant, CommitId), AbortHandle>,
+    /// The deadline of each commit, to forget it once answered.
+    by_commit: BTreeMap<CommitId, Instant>,
+}
+
+impl Deadlines {
+    /// Notes a commit sent with `deadline`.
+    fn start(&mut self, commit_id: CommitId, deadline: Instant) -> AbortRegistration {
+        let (abort, registration) = AbortHandle::new_pair();
+        self.by_time.insert((deadline, commit_id), abort);
+        self.by_commit.insert(commit_id, deadline);
+        registration
+    }
+
+    /// Forgets an answered commit.
+    fn answered(&mut self, commit_id: CommitId) {
+        if let Some(deadline) = self.by_commit.remove(&commit_id) {
+            self.by_time.remove(&(deadline, commit_id));
+        }
+    }
+
+    /// The earliest deadline.
+    fn first(&self) -> Option<Instant> {
+        self.by_time.keys().next().map(|(at, _)| *at)
+    }
+
+    /// Gives up (and forgets) every commit whose deadline is at or before `now`, earliest first.
+    fn expire(&mut self, now: Instant) -> Vec<CommitId> {
+        let mut expired = Vec::new();
+        while let Some(entry) = self.by_time.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((_, commit_id), abort) = entry.remove_entry();
+            self.by_commit.remove(&commit_id);
+            abort.abort();
+            expired.push(commit_id);
+        }
+        expired
     }
 }
 
@@ -720,6 +744,38 @@ mod tests {
     use narad_core::partition::{CommitError as Combiner, LogStatus};
 
     use super::*;
+
+    #[test]
+    fn a_commit_is_given_up_at_its_deadline_and_an_answered_one_never() {
+        let at = |ms: u64| Instant::from_nanos(ms * 1_000_000);
+        let mut deadlines = Deadlines::default();
+        let late = Abortable::new(
+            std::future::pending::<()>(),
+            deadlines.start(CommitId(1), at(30)),
+        );
+        let answered = Abortable::new(
+            std::future::pending::<()>(),
+            deadlines.start(CommitId(2), at(10)),
+        );
+        let early = Abortable::new(
+            std::future::pending::<()>(),
+            deadlines.start(CommitId(3), at(20)),
+        );
+        deadlines.answered(CommitId(2));
+        assert_eq!(deadlines.first(), Some(at(20)));
+        assert_eq!(deadlines.expire(at(19)), Vec::<CommitId>::new());
+        assert_eq!(deadlines.expire(at(20)), vec![CommitId(3)]);
+        assert_eq!(
+            early.now_or_never(),
+            Some(Err(futures_util::future::Aborted))
+        );
+        assert!(!late.is_aborted());
+        assert!(!answered.is_aborted());
+        assert_eq!(deadlines.first(), Some(at(30)));
+        assert_eq!(deadlines.expire(at(40)), vec![CommitId(1)]);
+        assert!(late.is_aborted());
+        assert_eq!(deadlines.first(), None);
+    }
 
     fn mapped(error: Combiner) -> CommitFailure {
         commit_failure(PartitionCommitError::Combiner(error))
