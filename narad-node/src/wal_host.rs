@@ -17,6 +17,9 @@
 //!   [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced* value into the
 //!   WAL (the only value compaction trails), warnings and failures to the log, and last the answers to
 //!   the waiting callers (so an answered caller already sees the status its answer implies).
+//! - **Accept instants**: each group commit's durable frontier and the instant its callers are
+//!   answered go to [`AcceptTimes`] ([`WalHost::accept_times`]), forgotten once below the written
+//!   checkpoint; the dispatcher host reads them for `narad_accept_to_visible_seconds`.
 //! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
