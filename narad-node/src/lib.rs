@@ -7,12 +7,14 @@
 //! - [`metrics`]: every Prometheus metric of the node.
 //! - [`clock`]: the node's only clock reads.
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
-//! - [`wal_host`]: the ingress WAL and the checkpointer on tokio.
+//! - [`wal_host`]: the ingress WAL and the checkpointer on tokio; [`accept_times`]: when each record
+//!   earned its 202 (for the accept→visible histogram).
 //! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
 //!   partition host and the dispatcher host live there.
 //! - `server` (not under madsim): wires it all to a real listener.
 //! - [`bench`]: `narad bench`, the HTTP load generator.
 
+pub mod accept_times;
 pub mod bench;
 pub mod cli;
 pub mod clock;

@@ -74,6 +74,18 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
 }
 
+/// `narad_accept_to_visible_seconds` bucket bounds, seconds: fine over 0.5–50 ms, where a healthy node's
+/// records become visible (so a p99 target such as 10 ms is read to within a bucket of 2.5 ms), then
+/// coarse up to 10 s for stalls.
+pub const ACCEPT_TO_VISIBLE_BUCKETS_S: [f64; 22] = [
+    0.000_5, 0.001, 0.001_5, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.010, 0.012_5, 0.015,
+    0.020, 0.025, 0.035, 0.050, 0.100, 0.250, 0.500, 1.0, 2.5, 10.0,
+];
+
+fn accept_to_visible_histogram() -> Histogram {
+    Histogram::new(ACCEPT_TO_VISIBLE_BUCKETS_S)
+}
+
 /// Sets gauges from their source just before an encode.
 type Refresh = Box<dyn Fn(&Metrics) + Send + Sync>;
 
@@ -135,7 +147,7 @@ impl Metrics {
             ingress_wal_group_commit_records: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
             ingress_dispatch_commit_duration_seconds: latency_histogram(),
             ingress_dispatch_reroutes: Counter::default(),
-            accept_to_visible_seconds: latency_histogram(),
+            accept_to_visible_seconds: accept_to_visible_histogram(),
             errors: Family::default(),
             messages_produced: Family::default(),
             bytes_produced: Family::default(),
@@ -294,6 +306,28 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_to_visible_has_fine_buckets_from_half_a_millisecond_to_fifty() {
+        let metrics = Metrics::new();
+        metrics.accept_to_visible_seconds.observe(0.009);
+        let text = metrics.encode();
+        let bounds: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("narad_accept_to_visible_seconds_bucket{"))
+            .filter_map(|line| line.split('"').nth(1))
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                "0.0005", "0.001", "0.0015", "0.002", "0.003", "0.004", "0.005", "0.006", "0.008",
+                "0.01", "0.0125", "0.015", "0.02", "0.025", "0.035", "0.05", "0.1", "0.25", "0.5",
+                "1.0", "2.5", "10.0", "+Inf"
+            ]
+        );
+        assert!(text.contains("narad_accept_to_visible_seconds_bucket{le=\"0.008\"} 0\n"));
+        assert!(text.contains("narad_accept_to_visible_seconds_bucket{le=\"0.01\"} 1\n"));
+    }
 
     #[test]
     fn every_issue_4_metric_is_exposed() {

@@ -17,6 +17,9 @@
 //!   [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced* value into the
 //!   WAL (the only value compaction trails), warnings and failures to the log, and last the answers to
 //!   the waiting callers (so an answered caller already sees the status its answer implies).
+//! - **Accept instants**: each group commit's durable frontier and the instant its callers are
+//!   answered go to [`AcceptTimes`] ([`WalHost::accept_times`]), forgotten once below the written
+//!   checkpoint; the dispatcher host reads them for `narad_accept_to_visible_seconds`.
 //! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
@@ -40,6 +43,7 @@ use narad_core::wal::{
 use narad_core::{Actor, Instant, IoFault, Seq};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
 use crate::io::IoExecutor;
 use crate::probe::{Invariant, Probe};
@@ -208,6 +212,7 @@ enum IoEvent {
 pub struct WalHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<WalStatus>,
+    accept_times: Arc<AcceptTimes>,
 }
 
 impl WalHost {
@@ -250,6 +255,7 @@ impl WalHost {
         let (status_sender, status_receiver) = watch::channel(status);
         let (command_sender, command_receiver) = mpsc::channel(config.mailbox_capacity.max(1));
         let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
+        let accept_times = Arc::new(AcceptTimes::new(wal.durable_next_seq()));
         let runner = Runner {
             wal,
             checkpointer,
@@ -270,6 +276,7 @@ impl WalHost {
             shutdown_replies: Vec::new(),
             flushed: None,
             audit: WalAudit::new(config.probe.clone()),
+            accept_times: Arc::clone(&accept_times),
         };
         config.probe.event(
             "wal",
@@ -292,6 +299,7 @@ impl WalHost {
         let host = WalHost {
             commands: command_sender,
             status,
+            accept_times,
         };
         Ok((host, opened.report))
     }
@@ -376,6 +384,11 @@ impl WalHost {
             .await
             .ok_or(StoreError::Stopped)?;
         result.map_err(StoreError::Failed)
+    }
+
+    /// When each record accepted by this host earned its 202 (for `narad_accept_to_visible_seconds`).
+    pub fn accept_times(&self) -> &Arc<AcceptTimes> {
+        &self.accept_times
     }
 
     /// The current status.
@@ -492,6 +505,8 @@ struct Runner {
     /// The final flush's outcome, once it came.
     flushed: Option<Result<Seq, CheckpointFailure>>,
     audit: WalAudit,
+    /// Each group commit's answer instant, kept until its records are below the written checkpoint.
+    accept_times: Arc<AcceptTimes>,
 }
 
 /// The WAL's invariants as the host sees them (see [`crate::probe`]): what its requests did to the
@@ -767,6 +782,8 @@ impl Runner {
         if self.status.borrow().checkpoint_written != written {
             self.status
                 .send_modify(|status| status.checkpoint_written = written);
+            // Everything below a written checkpoint is visible: its accept instants are not needed.
+            self.accept_times.forget_below(written);
         }
         if !self.stores.is_empty() {
             let (done, waiting) = std::mem::take(&mut self.stores)
@@ -824,6 +841,8 @@ impl Runner {
                     self.audit
                         .probe
                         .event("wal", format_args!("group commit {before}..{next_seq}"));
+                    // The flush's callers are answered at the end of this drain: their 202 instant.
+                    self.accept_times.committed(next_seq, self.clock.now());
                 }
                 if let Some(observer) = &self.observer {
                     // The open repair's frontier is recovery, not a group commit.
@@ -1000,6 +1019,100 @@ mod tests {
             syncs * 4 <= records,
             "{records} records took {syncs} fsyncs: group commit must share them"
         );
+        host.shutdown().await.unwrap();
+    }
+
+    /// FsDisk that notes the node clock's reading when each segment `sync_data` returns.
+    struct SyncTimesDisk {
+        inner: FsDisk,
+        clock: Clock,
+        synced_at: std::sync::Mutex<Vec<Instant>>,
+    }
+
+    impl Disk for SyncTimesDisk {
+        fn create(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.create(path)
+        }
+        fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.create_dir_all(dir)
+        }
+        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+            self.inner.write_at(path, offset, data)
+        }
+        fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
+            self.inner.write_zeros(path, offset, len)
+        }
+        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+            self.inner.read_at(path, offset, len)
+        }
+        fn len(&self, path: &str) -> Result<u64, IoFault> {
+            self.inner.len(path)
+        }
+        fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
+            self.inner.set_len(path, len)
+        }
+        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+            let result = self.inner.sync_data(path);
+            if path.ends_with(".wal") {
+                self.synced_at.lock().unwrap().push(self.clock.now());
+            }
+            result
+        }
+        fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
+            self.inner.sync_dir(dir)
+        }
+        fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
+            self.inner.rename(from, to)
+        }
+        fn remove(&self, path: &str) -> Result<(), IoFault> {
+            self.inner.remove(path)
+        }
+        fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
+            self.inner.list(dir)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_s_accept_instant_is_its_answer_after_the_fsync_and_recovered_ones_have_none()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::start();
+        {
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock)
+                .await
+                .unwrap();
+            host.append(record(0)).await.unwrap();
+            host.shutdown().await.unwrap();
+        }
+        let disk = Arc::new(SyncTimesDisk {
+            inner: FsDisk::new(dir.path()).unwrap(),
+            clock,
+            synced_at: std::sync::Mutex::new(Vec::new()),
+        });
+        let (host, _) = WalHost::open(disk.clone(), config(), clock).await.unwrap();
+        let times = Arc::clone(host.accept_times());
+        assert_eq!(times.accepted_at(Seq(0)), None, "recovered: no 202 here");
+        for index in 1..4 {
+            let asked = clock.now();
+            let seq = host.append(record(index)).await.unwrap();
+            let answered = clock.now();
+            let accepted = times
+                .accepted_at(seq)
+                .expect("an accepted record has an instant");
+            let last_sync = *disk.synced_at.lock().unwrap().last().unwrap();
+            assert!(
+                asked <= last_sync && last_sync <= accepted && accepted <= answered,
+                "record {seq}: asked {asked}, fsynced {last_sync}, accepted {accepted}, answered {answered}"
+            );
+        }
+        assert_eq!(times.len(), 3);
+        host.store_checkpoint_written(Seq(3)).await.unwrap();
+        assert_eq!(
+            times.len(),
+            1,
+            "group commits below the written checkpoint are forgotten"
+        );
+        assert!(times.accepted_at(Seq(3)).is_some());
         host.shutdown().await.unwrap();
     }
 

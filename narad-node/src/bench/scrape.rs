@@ -342,6 +342,6 @@ broken line
         );
         let histogram = scrape.histogram("narad_accept_to_visible_seconds").unwrap();
         assert_eq!(histogram.count(), 1.0);
-        assert_eq!(histogram.quantile_bound(0.99), Some(0.0032));
+        assert_eq!(histogram.quantile_bound(0.99), Some(0.003));
     }
 }

@@ -30,7 +30,10 @@
 //! so it is never behind a 202.
 //!
 //! Metrics at partition commit: `messages_produced_total` / `bytes_produced_total` per partition, the
-//! commit latency and, per record, accept→visible (the record's accept timestamp to the commit's answer).
+//! commit latency and, per record, accept→visible: from the monotonic instant the record's group commit
+//! answered its caller (its 202; [`crate::accept_times`]) to the instant the partition commit's answer
+//! makes it visible, on the node's clock. Records with no 202 instant (recovered at start-up) are not
+//! observed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -556,6 +559,7 @@ impl Host {
         let partitions = self.partitions.clone();
         let clock = self.clock;
         let metrics = self.metrics.clone();
+        let accept_times = Arc::clone(self.wal.accept_times());
         let give_up = self.deadlines.start(commit_id, deadline);
         self.answer_later(async move {
             let started = clock.now();
@@ -564,8 +568,7 @@ impl Host {
                 .iter()
                 .map(|record| record.payload().len() as u64)
                 .sum();
-            let accepted_ms: Vec<u64> =
-                records.iter().map(|record| record.timestamp_ms()).collect();
+            let seqs: Vec<Seq> = records.iter().map(|record| record.seq()).collect();
             let batch: Vec<BatchRecord> = records
                 .iter()
                 .map(|record| BatchRecord {
@@ -595,13 +598,11 @@ impl Host {
                         .get_or_create(&labels)
                         .inc_by(count);
                     metrics.bytes_produced.get_or_create(&labels).inc_by(bytes);
-                    let visible_ms = clock::unix_ms();
-                    for accepted in accepted_ms {
-                        let latency_ms = visible_ms.saturating_sub(accepted);
+                    accept_times.observe_visible(seqs, clock.now(), |latency| {
                         metrics
                             .accept_to_visible_seconds
-                            .observe(latency_ms as f64 / 1000.0);
-                    }
+                            .observe(latency.as_secs_f64());
+                    });
                     return DispatcherInput::CommitDone { commit_id };
                 }
                 Ok(Err(error)) => commit_failure(error),

@@ -222,3 +222,43 @@ async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was
     assert_eq!(message["payload"], "before");
     stop(node).await;
 }
+
+/// Observations in `narad_accept_to_visible_seconds`.
+fn accept_to_visible_count(node: &Node) -> f64 {
+    crate::bench::scrape::Scrape::parse(&node.metrics().encode())
+        .histogram("narad_accept_to_visible_seconds")
+        .map_or(0.0, |histogram| histogram.count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_to_visible_observes_each_record_accepted_here_once_and_no_replayed_one() {
+    let disk = SimDisk::new(6);
+    let node = started(&disk, 9).await;
+    create_topic(&node, "t", 3).await;
+    for index in 0..4 {
+        produce_to(&node, "t", index % 3, &format!("m{index}")).await;
+    }
+    wait_for("the commits", || node.status().backlog_records == 0).await;
+    assert_eq!(accept_to_visible_count(&node), 4.0);
+    // Accepted with dispatch stopped: these become visible only after a restart, which did not
+    // accept them.
+    node.inner
+        .dispatcher
+        .get()
+        .expect("dispatching")
+        .stop()
+        .await;
+    for index in 4..7 {
+        produce_to(&node, "t", 0, &format!("m{index}")).await;
+    }
+    stop(node).await;
+    let node = started(&disk, 10).await;
+    wait_for("the replay", || node.status().backlog_records == 0).await;
+    assert_eq!(
+        consume_at(&node, "t", 0, 3).await.status,
+        200,
+        "the replayed records are visible"
+    );
+    assert_eq!(accept_to_visible_count(&node), 0.0);
+    stop(node).await;
+}
