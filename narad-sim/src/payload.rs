@@ -93,7 +93,12 @@ pub struct Found {
     pub end: u64,
 }
 
-/// Every payload header in `image` (their bodies may be damaged), in file order.
+/// Every well-formed payload in `image`, in file order.
+///
+/// A damaged one is neither reported (its id may be the damaged part) nor stepped over: a flipped bit
+/// in its length field can claim the bytes of the payloads after it, which must still be found. Rot
+/// victims are collected from the images before the flip (see the runner's `rot`), so a payload
+/// damaged by rot is excused there.
 pub fn scan(image: &[u8]) -> Vec<Found> {
     let mut found = Vec::new();
     let mut at = 0;
@@ -103,7 +108,9 @@ pub fn scan(image: &[u8]) -> Vec<Found> {
             continue;
         }
         match header(&image[at..]) {
-            Ok((id, total)) if at + total <= image.len() => {
+            Ok((id, total))
+                if at + total <= image.len() && decode(&image[at..at + total]) == Ok(id) =>
+            {
                 found.push(Found {
                     id,
                     start: at as u64,
@@ -151,6 +158,24 @@ mod tests {
         longer.push(0);
         assert_eq!(decode(&longer), Err(PayloadError::TrailingBytes));
         assert_eq!(decode(&[0u8; 30]), Err(PayloadError::NoMagic));
+    }
+
+    #[test]
+    fn scan_finds_payloads_behind_one_whose_length_field_rotted() {
+        let mut image = encode(5, 30);
+        let b = encode(6, 40);
+        image.extend_from_slice(&b);
+        image.extend_from_slice(&[0; 200]);
+        // A flipped bit in payload 5's body length makes it claim payload 6 and beyond.
+        image[12] ^= 1 << 7;
+        assert_eq!(
+            scan(&image),
+            vec![Found {
+                id: 6,
+                start: 30,
+                end: 70
+            }]
+        );
     }
 
     #[test]

@@ -50,6 +50,17 @@ impl SparseIndex {
         }
     }
 
+    /// Appends the entries of `later`, the index of frames that start `shift` bytes further in the
+    /// same segment (recovery resuming behind a rotten frame), all of them past this index's.
+    pub fn extend_shifted(&mut self, later: SparseIndex, shift: u64) {
+        self.entries.extend(
+            later
+                .entries
+                .into_iter()
+                .map(|(first, position)| (first, position + shift)),
+        );
+    }
+
     /// The byte position of the last indexed frame starting at or before `offset` (0 when none).
     pub fn position_for(&self, offset: Offset) -> u64 {
         let index = self.entries.partition_point(|&(first, _)| first <= offset);
@@ -164,6 +175,48 @@ pub fn scan_segment_checked(
         scan.verified_bytes = position as u64;
     }
     scan
+}
+
+/// Where verified frames resume behind the damage at byte `damage_at` of a last segment, when the
+/// damage is provably rot of acknowledged data rather than a tear: the byte position and base offset
+/// of the first CRC-verified frame behind the damage (at or past `end_offset`, the offset the verified
+/// prefix reached), provided some later verified frame behind the damage has another commit time.
+///
+/// Commits run one at a time, every record of a run carries the run's one commit time, and a failed
+/// commit's run is truncated before the next run is written. So what a crash can leave behind the last
+/// verified frame is a prefix of one run (a torn append: nothing valid behind its first bad byte) or
+/// one failed run whole (rotted or mis-written, found by its read-back, the process dead before the
+/// repair): valid frames of one commit time at most. Valid frames of two commit times mean a run was
+/// written, verified and followed by another after the damaged bytes were written, so those bytes were
+/// acknowledged too. Damage inside the last run cannot be told apart from a failed commit's leftovers
+/// and is truncated, as damage to the last frame always was. The search slides byte by byte (the frame
+/// magic rejects most positions at once) and always verifies checksums.
+pub fn acknowledged_frame_behind(
+    bytes: &[u8],
+    damage_at: u64,
+    end_offset: Offset,
+) -> Option<(u64, Offset)> {
+    let mut position = usize::try_from(damage_at).ok()?.checked_add(1)?;
+    let mut first: Option<(u64, Offset, u64)> = None;
+    while position < bytes.len() {
+        let frame = match decode_frame_checked(&bytes[position..], true) {
+            Ok(frame) if frame.header.base_offset >= end_offset => frame,
+            Ok(_) | Err(_) => {
+                position += 1;
+                continue;
+            }
+        };
+        let at_ms = frame.records.first().map(|record| record.committed_at_ms);
+        match (first, at_ms) {
+            (Some((resume, base, first_at_ms)), Some(at)) if first_at_ms != at => {
+                return Some((resume, base))
+            }
+            (None, Some(at)) => first = Some((position as u64, frame.header.base_offset, at)),
+            _ => {}
+        }
+        position += frame.header.frame_len();
+    }
+    None
 }
 
 fn max_committed_at(current: Option<u64>, frame: &Frame<'_>) -> Option<u64> {

@@ -4,10 +4,12 @@
 //! - **Open / recovery.** [`PartitionLog::open`] emits `[CreateDirAll, List]`, then the length of every
 //!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high watermark is the
 //!   end of the CRC-verified prefix: there is no boundary file. A damaged tail of the *last* segment (a
-//!   torn append, a failed commit's leftovers, rot of its last frames) is truncated; damage in an earlier
-//!   segment, or segments whose offsets do not continue each other, fail the open
-//!   ([`RecoveryError`]) — those bytes were verified and sealed, so losing them silently is not ours to
-//!   decide. Recovery ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last),
+//!   torn append, a failed commit's leftovers, rot of its last run) is truncated, but only when the
+//!   CRC-verified frames behind the damage could all be one failed run (one commit time): verified frames
+//!   of two commit times behind it prove the damaged bytes were acknowledged, so that is rot, not a
+//!   tear ([`super::segment::acknowledged_frame_behind`]). That, damage in an earlier segment, or
+//!   segments whose offsets do not continue each other, fail the open ([`RecoveryError`]) — those
+//!   bytes were verified, so losing them silently is not ours to decide. Recovery ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last),
 //!   SyncDir]` so that bytes a process crash left in the page cache are durable before anything is
 //!   served from them (the rewrite of the frames sharing the last commit time re-dirties pages a failed
 //!   fsync marked clean: see `finalize`); only then [`LogOutput::Opened`].
@@ -52,7 +54,8 @@ mod read;
 mod tests;
 
 use super::segment::{
-    parse_segment_name, scan_segment_checked, segment_name, FrameDamage, SparseIndex,
+    acknowledged_frame_behind, parse_segment_name, scan_segment_checked, segment_name, FrameDamage,
+    SparseIndex,
 };
 use crate::actor::Actor;
 use crate::codec::partition::{
@@ -262,6 +265,20 @@ pub enum ReadFault {
     Damaged(DecodeError),
 }
 
+/// Damage recovery stepped over in the last segment because verified frames of later commits lie
+/// behind it (rot of acknowledged data, not a tear).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedDamage {
+    /// The segment's base offset.
+    pub segment: Offset,
+    /// Byte position of the bad frame.
+    pub byte: u64,
+    /// What is wrong there.
+    pub damage: FrameDamage,
+    /// The offsets lost with the damaged bytes: `[first, end)`.
+    pub offsets: (Offset, Offset),
+}
+
 /// What recovery found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -275,6 +292,9 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Where the last segment's verified prefix ended early, and why: `(segment base, byte, damage)`.
     pub damage: Option<(Offset, u64, FrameDamage)>,
+    /// Rot inside the last segment with acknowledged frames behind it: skipped, never truncated. Its
+    /// offsets stay below the high watermark and read as [`ReadError::Unreadable`].
+    pub skipped: Vec<SkippedDamage>,
 }
 
 /// Why a log could not be opened. The directory is left as it was (except a truncated tail).
@@ -288,7 +308,8 @@ pub enum RecoveryError {
     /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
     #[error("sync at the end of recovery failed: {0}")]
     Sync(IoFault),
-    /// A sealed (not last) segment has a bad frame: verified data is damaged.
+    /// A sealed (not last) segment has a bad frame, or the last segment has one with verified frames of
+    /// two commit times behind it: acknowledged data is damaged, not torn.
     #[error("segment {segment} damaged at byte {byte}: {damage}")]
     Corrupt {
         /// The segment's base offset.
@@ -654,7 +675,7 @@ impl PartitionLog {
         };
         bases.sort();
         if bases.is_empty() {
-            return self.finalize(None, 0, None);
+            return self.finalize(None, Vec::new(), 0, None);
         }
         let ops = bases
             .iter()
@@ -717,14 +738,46 @@ impl PartitionLog {
                 });
             }
         }
-        let result = scan_segment_checked(
+        let mut result = scan_segment_checked(
             base,
             bytes,
             self.config.index_interval_bytes,
             self.verify_crc(),
         );
         let file_len = bytes.len() as u64;
-        if let (Some((byte, damage)), false) = (result.damage, is_last) {
+        let mut skipped = Vec::new();
+        while let (Some((byte, damage)), true) = (result.damage.clone(), is_last) {
+            // A tail is a tear unless verified frames of two commit times lie behind it; then the
+            // rotten bytes are skipped and the acknowledged frames behind them kept (see
+            // `acknowledged_frame_behind`).
+            let Some((resume, resume_offset)) =
+                acknowledged_frame_behind(bytes, byte, result.end_offset)
+            else {
+                break;
+            };
+            skipped.push(SkippedDamage {
+                segment: base,
+                byte,
+                damage,
+                offsets: (result.end_offset, resume_offset),
+            });
+            let Ok(resume_usize) = usize::try_from(resume) else {
+                break;
+            };
+            let rest = scan_segment_checked(
+                resume_offset,
+                &bytes[resume_usize..],
+                self.config.index_interval_bytes,
+                self.verify_crc(),
+            );
+            result.index.extend_shifted(rest.index, resume);
+            result.end_offset = rest.end_offset;
+            result.verified_bytes = resume + rest.verified_bytes;
+            result.last_run_start = resume + rest.last_run_start;
+            result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
+            result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
+        }
+        if let (Some((byte, damage)), false) = (result.damage.clone(), is_last) {
             return self.fail_open(RecoveryError::Corrupt {
                 segment: base,
                 byte,
@@ -750,7 +803,7 @@ impl PartitionLog {
             let last_run =
                 bytes[result.last_run_start as usize..result.verified_bytes as usize].to_vec();
             let rewrite = (!last_run.is_empty()).then_some((result.last_run_start, last_run));
-            return self.finalize(damage, file_len - result.verified_bytes, rewrite);
+            return self.finalize(damage, skipped, file_len - result.verified_bytes, rewrite);
         }
         scan.next += 1;
         self.read_next_segment(scan);
@@ -767,6 +820,7 @@ impl PartitionLog {
     fn finalize(
         &mut self,
         damage: Option<(Offset, u64, FrameDamage)>,
+        skipped: Vec<SkippedDamage>,
         truncated_bytes: u64,
         rewrite: Option<(u64, Vec<u8>)>,
     ) {
@@ -776,6 +830,7 @@ impl PartitionLog {
             high_watermark: self.high_watermark,
             truncated_bytes,
             damage,
+            skipped,
         };
         let mut ops = Vec::new();
         if let Some((&base, last)) = self.segments.iter().next_back() {

@@ -169,6 +169,7 @@ fn opening_an_empty_directory_lists_it_syncs_it_and_reports_an_empty_log() {
             high_watermark: Offset(0),
             truncated_bytes: 0,
             damage: None,
+            skipped: Vec::new(),
         }))
     );
     assert_eq!(log.status(), LogStatus::Ready);
@@ -717,6 +718,7 @@ fn recovery_takes_the_high_watermark_from_the_verified_prefix_and_truncates_the_
             high_watermark: Offset(4),
             truncated_bytes: 10,
             damage: Some((Offset(3), good, FrameDamage::Decode(DecodeError::Truncated))),
+            skipped: Vec::new(),
         })]
     );
     assert_eq!(disk.len(&path(3)).unwrap(), good);
@@ -765,6 +767,102 @@ fn recovery_refuses_damage_inside_a_sealed_segment() {
     assert_eq!(outputs, [LogOutput::OpenFailed(error.clone())]);
     assert_eq!(log.status(), LogStatus::OpenFailed);
     assert_eq!(log.open_error(), Some(&error));
+}
+
+#[test]
+fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_frames_behind_it() {
+    let disk = SimDisk::new(14);
+    let mut log = opened(&disk);
+    let mut first = 0;
+    for (id, payload) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+        let outputs = commit(&mut log, &disk, id, &[payload], id);
+        assert!(matches!(
+            outputs.as_slice(),
+            [LogOutput::CommitDone { result: Ok(_), .. }]
+        ));
+        if id == 1 {
+            first = disk.durable_image(&path(0)).unwrap().len() as u64;
+        }
+    }
+    let image_len = disk.durable_image(&path(0)).unwrap().len();
+    // Rot in the second frame: "a" before it and the acknowledged "c" and "d" behind it, committed at
+    // two later times, are intact: a failed run could not have left them.
+    assert!(disk.rot(&path(0), first + 30, 3));
+    let (mut log, outputs) = open(&disk, config());
+    assert_eq!(
+        outputs,
+        [LogOutput::Opened(RecoveryReport {
+            segments: 1,
+            oldest_offset: Offset(0),
+            high_watermark: Offset(4),
+            truncated_bytes: 0,
+            damage: None,
+            skipped: vec![SkippedDamage {
+                segment: Offset(0),
+                byte: first,
+                damage: FrameDamage::Decode(DecodeError::BadChecksum),
+                offsets: (Offset(1), Offset(2)),
+            }],
+        })]
+    );
+    assert_eq!(
+        disk.durable_image(&path(0)).unwrap().len(),
+        image_len,
+        "nothing is truncated"
+    );
+    assert_eq!(payloads(&read(&mut log, &disk, 0, 1, 1000).unwrap()), ["a"]);
+    assert_eq!(
+        read(&mut log, &disk, 1, 10, 1000),
+        Err(ReadError::Unreadable {
+            offset: Offset(1),
+            reason: ReadFault::Damaged(DecodeError::BadChecksum)
+        })
+    );
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c", "d"]
+    );
+    let outputs = commit(&mut log, &disk, 5, &["e"], 5);
+    assert!(matches!(
+        outputs.as_slice(),
+        [LogOutput::CommitDone {
+            result: Ok(CommittedRun {
+                base: Offset(4),
+                ..
+            }),
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn recovery_truncates_damage_with_at_most_one_commit_time_behind_it_as_a_failed_run() {
+    let disk = SimDisk::new(15);
+    let mut log = opened(&disk);
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let first = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let _ = commit(&mut log, &disk, 2, &["b"], 2);
+    // "c" could be the second frame of the run whose first frame rotted: indistinguishable from a
+    // failed commit's leftovers.
+    let _ = commit(&mut log, &disk, 3, &["c"], 3);
+    let total = disk.durable_image(&path(0)).unwrap().len() as u64;
+    assert!(disk.rot(&path(0), first + 30, 3));
+    let (_, outputs) = open(&disk, config());
+    assert_eq!(
+        outputs,
+        [LogOutput::Opened(RecoveryReport {
+            segments: 1,
+            oldest_offset: Offset(0),
+            high_watermark: Offset(1),
+            truncated_bytes: total - first,
+            damage: Some((
+                Offset(0),
+                first,
+                FrameDamage::Decode(DecodeError::BadChecksum)
+            )),
+            skipped: Vec::new(),
+        })]
+    );
 }
 
 #[test]
