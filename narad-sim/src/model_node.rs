@@ -528,6 +528,7 @@ impl SimNode for ModelNode {
             partition_prefix: format!("{LOG_DIR}/"),
             // A topic's logs are files of one directory (name-keyed under the planted bug).
             partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
+            recovery_truncates_at_rot: true,
         }
     }
 

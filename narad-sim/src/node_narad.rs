@@ -229,6 +229,7 @@ impl SimNode for NaradSimNode {
             wal_prefix: format!("{}/", node::WAL_DIR),
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
             partition_dir: node::partitions::partition_dir,
+            recovery_truncates_at_rot: false,
         }
     }
 

@@ -132,6 +132,10 @@ pub struct DiskLayout {
     /// The directory of one partition's log of one incarnation: a log bit rot struck may refuse to
     /// open (verified data is damaged), which the harness then does not count as a read failure.
     pub partition_dir: fn(&str, TopicId, PartitionId) -> String,
+    /// Whether recovery truncates a log at its first bad frame even with valid frames behind it (the
+    /// model node's simple log), so records a log took after bit rot struck it may go with the rot and
+    /// are excused. The real node keeps acknowledged frames behind rot: for it losing them is loss.
+    pub recovery_truncates_at_rot: bool,
 }
 
 /// What the harness hands a node at every boot.

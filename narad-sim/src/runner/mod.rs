@@ -723,10 +723,15 @@ impl<N: SimNode> World<N> {
             .collect()
     }
 
-    /// Excuses records written since into a directory bit rot struck (see [`World::rot`]). Runs before
-    /// every crash (recovery may truncate or refuse the damaged log) and before every observation.
-    /// Lenient on purpose: a log struck once is excused for the rest of the run.
+    /// Excuses records written since into a directory bit rot struck (see [`World::rot`]), for a node
+    /// whose recovery truncates a log at a rot spot ([`DiskLayout::recovery_truncates_at_rot`]). Runs
+    /// before every crash and before every observation. Lenient on purpose: a log struck once is
+    /// excused for the rest of the run. A node that keeps the acknowledged frames behind rot gets no
+    /// such excuse: losing them is loss.
     fn excuse_behind_rot(&self) {
+        if !self.layout.recovery_truncates_at_rot {
+            return;
+        }
         let dirs = lock(&self.rot_spots).clone();
         for dir in dirs {
             let victims = self.payloads_under(&dir);
@@ -823,17 +828,22 @@ impl<N: SimNode> World<N> {
                 Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => {
                     failures += 1;
                     if failures > 20 {
-                        let struck = topic_id.is_some_and(|id| {
-                            let dir = (self.layout.partition_dir)(name, id, partition);
-                            lock(&self.rot_spots).contains(&dir)
-                        });
-                        if struck {
+                        let struck = topic_id
+                            .map(|id| (self.layout.partition_dir)(name, id, partition))
+                            .filter(|dir| lock(&self.rot_spots).contains(dir));
+                        if let Some(dir) = struck {
                             // Bit rot damaged verified data of this log: it may refuse to open, by
-                            // design. What it held is excused already.
+                            // design (a damaged sealed segment). Everything it holds is unreadable
+                            // then, what it took after the rot included: excuse exactly that.
+                            let victims = self.payloads_under(&dir);
                             self.probe.event(
                                 "harness",
-                                format_args!("read {name}/{partition}: unreadable after bit rot"),
+                                format_args!(
+                                    "read {name}/{partition}: unreadable after bit rot, {} records excused",
+                                    victims.len()
+                                ),
                             );
+                            lock(&self.ledger).rotted(victims);
                         } else {
                             self.error(format!(
                                 "read {name}/{partition} from {from} keeps failing"

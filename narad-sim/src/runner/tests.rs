@@ -174,6 +174,7 @@ impl SimNode for PanickingNode {
             wal_prefix: "wal/".into(),
             partition_prefix: "p/".into(),
             partition_dir: |_, _, _| "p".into(),
+            recovery_truncates_at_rot: false,
         }
     }
     fn supports(_bug: PlantedBug) -> bool {
