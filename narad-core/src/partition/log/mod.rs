@@ -2,17 +2,21 @@
 //!
 //! # Contract
 //! - **Open / recovery.** [`PartitionLog::open`] emits `[CreateDirAll, List]`, then the length of every
-//!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high watermark is the
-//!   end of the CRC-verified prefix: there is no boundary file. A damaged tail of the *last* segment (a
-//!   torn append, a failed commit's leftovers, rot of its last run) is truncated, but only when the
-//!   CRC-verified frames behind the damage could all be one failed run (one commit time): verified frames
-//!   of two commit times behind it prove the damaged bytes were acknowledged, so that is rot, not a
-//!   tear ([`super::segment::acknowledged_frame_behind`]). That, damage in an earlier segment, or
-//!   segments whose offsets do not continue each other, fail the open ([`RecoveryError`]) — those
-//!   bytes were verified, so losing them silently is not ours to decide. Recovery ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last),
-//!   SyncDir]` so that bytes a process crash left in the page cache are durable before anything is
-//!   served from them (the rewrite of the frames sharing the last commit time re-dirties pages a failed
-//!   fsync marked clean: see `finalize`); only then [`LogOutput::Opened`].
+//!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high
+//!   watermark is the end of the CRC-verified frames: there is no boundary file. A damaged tail of the
+//!   *last* segment (a torn append, a failed commit's leftovers, rot of its last run) is truncated, but
+//!   only while the verified frames behind the damage could all be one failed run (one commit time). A
+//!   crash keeps a prefix of an append and a failed run is truncated before the next is written, so
+//!   verified frames of two commit times behind the damage prove it is rot of acknowledged data: those
+//!   bytes are skipped, never truncated, and the frames behind them kept
+//!   ([`super::segment::acknowledged_frame_behind`], [`RecoveryReport::skipped`]); the skipped offsets
+//!   stay below the high watermark and read as [`ReadError::Unreadable`]. Damage in an earlier
+//!   segment, or segments whose offsets do not continue each other, fail the open ([`RecoveryError`])
+//!   — those bytes were verified and sealed, so losing them silently is not ours to decide. Recovery
+//!   ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last), SyncDir]` so
+//!   that bytes a process crash left in the page cache are durable before anything is served from them
+//!   (the rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked
+//!   clean: see `finalize`); only then [`LogOutput::Opened`].
 //! - **CommitDurable.** [`LogInput::Commit`] encodes the run into frames (one frame per about
 //!   `frame_records_bytes_target`), and emits one request: `[Create (on roll)], WriteAt (the whole run,
 //!   one write), SyncData, [SyncDir (while the segment's name is not yet durable)], ReadAt (the run)`.
@@ -308,8 +312,7 @@ pub enum RecoveryError {
     /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
     #[error("sync at the end of recovery failed: {0}")]
     Sync(IoFault),
-    /// A sealed (not last) segment has a bad frame, or the last segment has one with verified frames of
-    /// two commit times behind it: acknowledged data is damaged, not torn.
+    /// A sealed (not last) segment has a bad frame: verified data is damaged.
     #[error("segment {segment} damaged at byte {byte}: {damage}")]
     Corrupt {
         /// The segment's base offset.
@@ -746,7 +749,7 @@ impl PartitionLog {
         );
         let file_len = bytes.len() as u64;
         let mut skipped = Vec::new();
-        while let (Some((byte, damage)), true) = (result.damage.clone(), is_last) {
+        while let (Some((byte, damage)), true) = (result.damage, is_last) {
             // A tail is a tear unless verified frames of two commit times lie behind it; then the
             // rotten bytes are skipped and the acknowledged frames behind them kept (see
             // `acknowledged_frame_behind`).
@@ -755,15 +758,15 @@ impl PartitionLog {
             else {
                 break;
             };
+            let Ok(resume_usize) = usize::try_from(resume) else {
+                break;
+            };
             skipped.push(SkippedDamage {
                 segment: base,
                 byte,
                 damage,
                 offsets: (result.end_offset, resume_offset),
             });
-            let Ok(resume_usize) = usize::try_from(resume) else {
-                break;
-            };
             let rest = scan_segment_checked(
                 resume_offset,
                 &bytes[resume_usize..],
@@ -777,7 +780,7 @@ impl PartitionLog {
             result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
             result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
         }
-        if let (Some((byte, damage)), false) = (result.damage.clone(), is_last) {
+        if let (Some((byte, damage)), false) = (result.damage, is_last) {
             return self.fail_open(RecoveryError::Corrupt {
                 segment: base,
                 byte,
