@@ -18,9 +18,10 @@ pub const COMMIT_DELAY_US_MAX_DEFAULT: u64 = 1_000;
 /// Default of [`WalConfig::commit_siblings_min`].
 pub const COMMIT_SIBLINGS_MIN_DEFAULT: usize = 4;
 
-/// A cohort wait lasts at most the last flush's duration divided by this: waiting costs the records
-/// already staged that long, so it must stay well under the fsync that starting at once would add.
-pub const COMMIT_DELAY_FLUSH_DIVISOR: u64 = 2;
+/// Default of [`WalConfig::commit_delay_flush_percent`].
+/// One flush: waiting longer for the cohort than a flush takes costs the records already staged more
+/// than flushing them at once would cost the cohort (it would wait at most one more flush).
+pub const COMMIT_DELAY_FLUSH_PERCENT_DEFAULT: u32 = 100;
 
 /// Name of the spare segment prepared off the append path (`storage.ingress_wal_prealloc`).
 pub const PREP_FILE_NAME: &str = "next-segment.prep";
@@ -91,9 +92,11 @@ pub struct WalConfig {
     pub sync_interval_ms: u64,
     /// Longest a flush waits for its cohort (`storage.ingress_wal_commit_delay_us`, µs; 0 = off, the
     /// spec's wake per append). After a flush that answered `K >= commit_siblings_min` appends, the next
-    /// one waits until `K` appends have arrived or `min(this, last flush duration / 2)` has passed;
-    /// see the module documentation. Must stay below the backstop.
+    /// one waits until `K` appends have arrived or `min(this, commit_delay_flush_percent of the last
+    /// flush's duration)` has passed; see the module documentation. Must stay below the backstop.
     pub commit_delay_us_max: u64,
+    /// A cohort wait also lasts at most this percentage of the duration of the flush that set it.
+    pub commit_delay_flush_percent: u32,
     /// The fewest appends a flush must have answered for the next one to wait for their return
     /// (PostgreSQL's `commit_siblings`): below it the load is too light for waiting to pay.
     pub commit_siblings_min: usize,
@@ -127,6 +130,7 @@ impl Default for WalConfig {
             sync_interval_ms: 10,
             commit_delay_us_max: COMMIT_DELAY_US_MAX_DEFAULT,
             commit_siblings_min: COMMIT_SIBLINGS_MIN_DEFAULT,
+            commit_delay_flush_percent: COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,
             prealloc: false,
             prepared_write_run_bytes_max: 16 * MIB,
             rotate_dispatched_active_after_bytes: MIB,
@@ -278,6 +282,7 @@ mod tests {
         assert_eq!(config.sync_interval_ms, 10);
         assert_eq!(config.commit_delay_us_max, 1_000);
         assert_eq!(config.commit_siblings_min, 4);
+        assert_eq!(config.commit_delay_flush_percent, 100);
         assert!(!config.prealloc);
         assert_eq!(config.prepared_write_run_bytes_max, 16 * MIB);
         assert_eq!(config.rotate_dispatched_active_after_bytes, MIB);

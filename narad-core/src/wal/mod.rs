@@ -15,7 +15,7 @@
 //!   `commit_siblings`, made adaptive). When a flush completes having answered `K` appends (a batch is
 //!   one append: one caller) and `K >= commit_siblings_min`, the next flush of the open batch waits
 //!   until `K` appends have been staged since that completion (the cohort came back) or until
-//!   `min(commit_delay_us_max, that flush's duration / COMMIT_DELAY_FLUSH_DIVISOR)` has passed,
+//!   `min(commit_delay_us_max, commit_delay_flush_percent of that flush's duration)` has passed,
 //!   whichever comes first; below the threshold it starts at once as before. Why: with `N` closed-loop
 //!   callers, a flush started the moment the previous one completes carries only those that came back
 //!   meanwhile, so flushes settle near `N/2` records and each caller waits about 1.5 fsyncs; waiting
@@ -91,8 +91,8 @@ pub use api::{
     WalOutput, WalWarning, CHECKPOINT_BELOW_OLDEST_SEGMENT,
 };
 pub use config::{
-    ConfigError, WalConfig, WalLanes, COMMIT_DELAY_FLUSH_DIVISOR, COMMIT_DELAY_US_MAX_DEFAULT,
-    COMMIT_SIBLINGS_MIN_DEFAULT, PREP_FILE_NAME,
+    ConfigError, WalConfig, WalLanes, COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,
+    COMMIT_DELAY_US_MAX_DEFAULT, COMMIT_SIBLINGS_MIN_DEFAULT, PREP_FILE_NAME,
 };
 pub use recovery::{OpenError, Opened, RecoveryReport, TornTail, WalRecovery};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     AppendError, AppendId, Batch, Cohort, FillError, IngressWal, Pending, Prep, Roll, SeqRange,
-    Step, Tail, WalOutput, COMMIT_DELAY_FLUSH_DIVISOR, POOL_BUFFERS_MAX,
+    Step, Tail, WalOutput, POOL_BUFFERS_MAX,
 };
 use crate::codec::wal::{decode_frame_header, encode_frame_header, FRAME_HEADER_BYTES};
 use crate::disk::{IoOp, IoReply, IoRequest};
@@ -85,7 +85,7 @@ impl IngressWal {
         }
         let flush = now.saturating_duration_since(started);
         let delay = Duration::from_micros(self.config.commit_delay_us_max)
-            .min(flush / COMMIT_DELAY_FLUSH_DIVISOR as u32);
+            .min(flush * self.config.commit_delay_flush_percent / 100);
         if delay.is_zero() {
             return;
         }

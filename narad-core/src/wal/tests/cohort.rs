@@ -1,14 +1,15 @@
 //! The cohort wait: after a flush that answered enough appends, the next flush waits (briefly) for them
 //! to come back. Times are in µs; every flush below runs for a chosen duration so the wait's bound
-//! (`min(commit_delay_us_max, flush duration / 2)`) is exact.
+//! (`min(commit_delay_us_max, commit_delay_flush_percent of the flush's duration)`) is exact.
 
 use super::*;
 
-/// Waits at most 2 ms, for cohorts of at least 3 appends.
+/// Waits at most 2 ms and half the last flush, for cohorts of at least 3 appends.
 fn cohort_config() -> WalConfig {
     WalConfig {
         commit_delay_us_max: 2_000,
         commit_siblings_min: 3,
+        commit_delay_flush_percent: 50,
         ..small_config()
     }
 }
@@ -47,7 +48,11 @@ fn after_a_flush_that_answered_the_siblings_threshold_the_next_flush_waits_for_t
         outputs,
         vec![done(2, 1, 2), done(3, 2, 3), done(4, 3, 4), durable(4)]
     );
-    assert_eq!(h.wal.poll_timeout(), None, "nothing staged: nothing to wake");
+    assert_eq!(
+        h.wal.poll_timeout(),
+        None,
+        "nothing staged: nothing to wake"
+    );
     assert_eq!(
         h.at_us(3_100).append(5, b"eeee"),
         vec![],
@@ -173,9 +178,8 @@ fn a_batch_counts_as_one_append_of_the_cohort() {
         ]))]
     );
     assert_eq!(
-        h.at_us(4_000).complete(&flush3(&[
-            b"e1e1", b"e2e2", b"e3e3", b"ffff", b"gggg"
-        ])),
+        h.at_us(4_000)
+            .complete(&flush3(&[b"e1e1", b"e2e2", b"e3e3", b"ffff", b"gggg"])),
         vec![done(5, 4, 7), done(6, 7, 8), done(7, 8, 9), durable(9)]
     );
 }
@@ -207,7 +211,12 @@ fn a_roll_is_not_held_back_by_the_cohort_but_the_flush_after_it_is() {
         ..cohort_config()
     };
     let mut h = Harness::ready(config);
-    let (a, b, c, d) = (payload(1, 50), payload(2, 50), payload(3, 50), payload(4, 50));
+    let (a, b, c, d) = (
+        payload(1, 50),
+        payload(2, 50),
+        payload(3, 50),
+        payload(4, 50),
+    );
     let first = one_io(h.at_us(0).append(1, &a));
     h.append(2, &b);
     h.append(3, &c);
@@ -225,7 +234,10 @@ fn a_roll_is_not_held_back_by_the_cohort_but_the_flush_after_it_is() {
             IoOp::SyncDir { dir: "wal".into() },
         ],
     );
-    assert_eq!(h.at_us(3_100).append(4, &d), vec![WalOutput::Io(roll.clone())]);
+    assert_eq!(
+        h.at_us(3_100).append(4, &d),
+        vec![WalOutput::Io(roll.clone())]
+    );
     assert_eq!(
         h.at_us(3_200).complete(&roll),
         vec![],

@@ -177,6 +177,7 @@ impl Scenario {
             // Half the seeds wait for the cohort (time moves in whole ms here, so a wait is 1..=3 ms).
             commit_delay_us_max: [0, 3_000][rng.random_range(0..2)],
             commit_siblings_min: 2,
+            commit_delay_flush_percent: 50,
             prealloc,
             prepared_write_run_bytes_max: [8 * 1024, 16 * 1024][rng.random_range(0..2)],
             rotate_dispatched_active_after_bytes: 8 * 1024,
