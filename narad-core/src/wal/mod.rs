@@ -16,7 +16,9 @@
 //!   one append: one caller) and `K >= commit_siblings_min`, the next flush of the open batch waits
 //!   until `K` appends have been staged since that completion (the cohort came back) or until
 //!   `min(commit_delay_us_max, commit_delay_flush_percent of that flush's duration)` has passed,
-//!   whichever comes first; below the threshold it starts at once as before. Why: with `N` closed-loop
+//!   whichever comes first; below the threshold, or after a flush of at least
+//!   [`WalConfig::commit_delay_flush_bytes_max`] (bound by bandwidth, not by the fsync), it starts at
+//!   once as before. Why: with `N` closed-loop
 //!   callers, a flush started the moment the previous one completes carries only those that came back
 //!   meanwhile, so flushes settle near `N/2` records and each caller waits about 1.5 fsyncs; waiting
 //!   for the cohort makes one flush carry all `N`, at one fsync of latency each. Appends staged during

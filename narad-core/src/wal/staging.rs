@@ -73,14 +73,17 @@ impl IngressWal {
         }
     }
 
-    /// After a flush that answered `answered` appends and ran from `started` to `now`: wait for them to
-    /// come back before the next flush, if they are enough and the wait would not be zero.
-    fn expect_cohort(&mut self, now: Instant, answered: usize) {
+    /// After a flush that answered `answered` appends, wrote `flushed_bytes` and ran from when it
+    /// started to `now`: wait for them to come back before the next flush, if they are enough, the
+    /// flush was not bound by bandwidth and the wait would not be zero.
+    fn expect_cohort(&mut self, now: Instant, answered: usize, flushed_bytes: usize) {
         self.cohort = None;
         let Some(started) = self.flush_started_at.take() else {
             return;
         };
-        if answered < self.config.commit_siblings_min {
+        if answered < self.config.commit_siblings_min
+            || flushed_bytes >= self.config.commit_delay_flush_bytes_max
+        {
             return;
         }
         let flush = now.saturating_duration_since(started);
@@ -416,7 +419,7 @@ impl IngressWal {
                     });
                 }
                 Step::Flush(batch) => {
-                    self.expect_cohort(now, batch.waiters.len());
+                    self.expect_cohort(now, batch.waiters.len(), batch.len);
                     self.complete_flush(batch, request)
                 }
                 Step::Roll(roll) => self.complete_roll(roll),

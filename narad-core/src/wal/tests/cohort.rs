@@ -285,3 +285,25 @@ fn a_cohort_wait_holds_nothing_back_once_the_deadline_passed_with_nothing_staged
     let outputs = h.at_us(5_100).append(5, b"eeee");
     assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
 }
+
+#[test]
+fn a_flush_of_at_least_commit_delay_flush_bytes_max_sets_no_cohort_wait() {
+    // Flush 2 wrote 3 frames of 24 bytes: 72 bytes.
+    let config = WalConfig {
+        commit_delay_flush_bytes_max: 72,
+        ..cohort_config()
+    };
+    let (mut h, _) = after_a_flush_of_three(config, 3_000);
+    let outputs = h.at_us(3_100).append(5, b"eeee");
+    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    let config = WalConfig {
+        commit_delay_flush_bytes_max: 73,
+        ..cohort_config()
+    };
+    let (mut h, _) = after_a_flush_of_three(config, 3_000);
+    assert_eq!(
+        h.at_us(3_100).append(5, b"eeee"),
+        vec![],
+        "one byte more: it waits"
+    );
+}

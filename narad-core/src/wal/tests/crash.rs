@@ -178,6 +178,7 @@ impl Scenario {
             commit_delay_us_max: [0, 3_000][rng.random_range(0..2)],
             commit_siblings_min: 2,
             commit_delay_flush_percent: 50,
+            commit_delay_flush_bytes_max: 64 * 1024,
             prealloc,
             prepared_write_run_bytes_max: [8 * 1024, 16 * 1024][rng.random_range(0..2)],
             rotate_dispatched_active_after_bytes: 8 * 1024,

@@ -30,6 +30,7 @@ pub(super) fn small_config() -> WalConfig {
         commit_delay_us_max: 0,
         commit_siblings_min: 4,
         commit_delay_flush_percent: 50,
+        commit_delay_flush_bytes_max: 1024,
         prealloc: false,
         prepared_write_run_bytes_max: 128,
         rotate_dispatched_active_after_bytes: 128,
