@@ -174,7 +174,7 @@ impl Scenario {
             staging_bytes_max: 16 * 1024,
             unflushed_bytes_max: 256 * 1024,
             sync_interval_ms: 10,
-            // Half the seeds wait for the cohort (time moves in whole ms here, so a wait is 1..=3 ms).
+            // Half the seeds wait for the cohort (up to 3 ms; time moves in whole ms here).
             commit_delay_us_max: [0, 3_000][rng.random_range(0..2)],
             commit_siblings_min: 2,
             commit_delay_flush_percent: 50,
