@@ -25,6 +25,8 @@ pub const DATA_DIR_DEFAULT: &str = "./narad-data";
 pub const INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT: u64 = 10;
 /// Largest accepted ingress WAL backstop: beyond a second a missed wake-up would stall produces.
 pub const INGRESS_WAL_SYNC_INTERVAL_MS_MAX: u64 = 1_000;
+/// Default longest cohort wait of a group commit, µs (see `narad_core::wal::COMMIT_DELAY_US_MAX_DEFAULT`).
+pub const INGRESS_WAL_COMMIT_DELAY_US_DEFAULT: u64 = narad_core::wal::COMMIT_DELAY_US_MAX_DEFAULT;
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -87,6 +89,11 @@ pub struct StorageConfig {
     pub ingress_wal_prealloc: bool,
     /// Group-commit backstop: bounds a missed wake-up of the WAL sync loop, ms.
     pub ingress_wal_sync_interval_ms: u64,
+    /// Longest a group commit waits for the producers the previous one answered to come back, µs;
+    /// only after a group commit that answered at least 4 appends, and never longer than that
+    /// commit's duration. 0 turns it off: the spec's "group commit fires on every append". Must be
+    /// below the backstop. On by default (a deviation from the spec): see the WAL's module doc.
+    pub ingress_wal_commit_delay_us: u64,
 }
 
 /// `[log]`.
@@ -128,6 +135,7 @@ impl Default for StorageConfig {
             data_dir: PathBuf::from(DATA_DIR_DEFAULT),
             ingress_wal_prealloc: false,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
+            ingress_wal_commit_delay_us: INGRESS_WAL_COMMIT_DELAY_US_DEFAULT,
         }
     }
 }
@@ -229,6 +237,13 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
         "NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS",
         |config, value| {
             config.storage.ingress_wal_sync_interval_ms = parse_number(value)?;
+            Ok(())
+        },
+    ),
+    (
+        "NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US",
+        |config, value| {
+            config.storage.ingress_wal_commit_delay_us = parse_number(value)?;
             Ok(())
         },
     ),
@@ -357,6 +372,14 @@ impl Config {
                 "storage.ingress_wal_sync_interval_ms must be between 1 and {INGRESS_WAL_SYNC_INTERVAL_MS_MAX}, got {interval}"
             )));
         }
+        let delay = self.storage.ingress_wal_commit_delay_us;
+        if delay >= interval * 1_000 {
+            return Err(ConfigError::Invalid(format!(
+                "storage.ingress_wal_commit_delay_us must be below the backstop \
+                 (storage.ingress_wal_sync_interval_ms = {interval}, so at most {}), got {delay}",
+                interval * 1_000 - 1
+            )));
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::Invalid(
                 "storage.data_dir must not be empty".to_string(),
@@ -412,6 +435,7 @@ mod tests {
         assert_eq!(config.storage.data_dir, PathBuf::from("./narad-data"));
         assert!(!config.storage.ingress_wal_prealloc);
         assert_eq!(config.storage.ingress_wal_sync_interval_ms, 10);
+        assert_eq!(config.storage.ingress_wal_commit_delay_us, 1_000);
         assert_eq!(config.cluster.node_id, 1);
         assert_eq!(config.log.format, LogFormat::Json);
         assert!(config.dev);
@@ -422,7 +446,8 @@ mod tests {
     fn file_then_env_then_flags_take_precedence() {
         let (_dir, mut flags) = with_file(
             "[http]\naddr = \"127.0.0.1:1\"\n[storage]\ndata_dir = \"/file\"\n\
-             ingress_wal_sync_interval_ms = 20\ningress_wal_prealloc = true\n[log]\nlevel = \"debug\"\n",
+             ingress_wal_sync_interval_ms = 20\ningress_wal_prealloc = true\n\
+             ingress_wal_commit_delay_us = 300\n[log]\nlevel = \"debug\"\n",
         );
         let env = env_of(&[
             ("NARAD_HTTP_ADDR", "127.0.0.1:2"),
@@ -433,6 +458,7 @@ mod tests {
         assert_eq!(config.http.addr, "127.0.0.1:2");
         assert_eq!(config.storage.data_dir, PathBuf::from("/env"));
         assert_eq!(config.storage.ingress_wal_sync_interval_ms, 20);
+        assert_eq!(config.storage.ingress_wal_commit_delay_us, 300);
         assert!(config.storage.ingress_wal_prealloc);
         assert_eq!(config.log.level, "debug");
         assert_eq!(config.log.format, LogFormat::Text);
@@ -525,6 +551,25 @@ mod tests {
                 Err(ConfigError::Invalid(_))
             ));
         }
+    }
+
+    #[test]
+    fn commit_delay_is_settable_off_and_below_the_backstop() {
+        let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US", "0")]);
+        let config = Config::load(&dev_flags(), &env).unwrap();
+        assert_eq!(config.storage.ingress_wal_commit_delay_us, 0);
+        let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US", "9999")]);
+        let config = Config::load(&dev_flags(), &env).unwrap();
+        assert_eq!(config.storage.ingress_wal_commit_delay_us, 9_999);
+        let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US", "10000")]);
+        assert_eq!(
+            Config::load(&dev_flags(), &env).unwrap_err(),
+            ConfigError::Invalid(
+                "storage.ingress_wal_commit_delay_us must be below the backstop \
+                 (storage.ingress_wal_sync_interval_ms = 10, so at most 9999), got 10000"
+                    .to_string()
+            )
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@
 //!   running (a segment preparation, a compaction) and ends the task.
 //!
 //! Time for the actors comes from the node's [`Clock`] (`tokio::time`, virtual under `--cfg madsim`).
+//! The WAL's `poll_timeout` includes the deadline of its cohort wait (a group commit waiting, at most
+//! `storage.ingress_wal_commit_delay_us`, for the producers the previous one answered). tokio's timer
+//! has millisecond resolution, so a sub-millisecond deadline fires at the runtime's next tick; under
+//! load the wait usually ends sooner, when the cohort is back or an append arrives past the deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;

@@ -1,10 +1,11 @@
 //! Staging, group commit, rolls and the failure latch.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 use super::{
-    AppendError, AppendId, Batch, FillError, IngressWal, Pending, Prep, Roll, SeqRange, Step, Tail,
-    WalOutput, POOL_BUFFERS_MAX,
+    AppendError, AppendId, Batch, Cohort, FillError, IngressWal, Pending, Prep, Roll, SeqRange,
+    Step, Tail, WalOutput, POOL_BUFFERS_MAX,
 };
 use crate::codec::wal::{decode_frame_header, encode_frame_header, FRAME_HEADER_BYTES};
 use crate::disk::{IoOp, IoReply, IoRequest};
@@ -46,9 +47,13 @@ impl IngressWal {
                     .expect("a roll inside a batch queued the records before it")
                     .waiters
                     .push((id, range));
+                self.note_arrival();
             }
             // The batch holding the last record is the open one: its flush answers the caller.
-            Ok(range) => self.open.waiters.push((id, range)),
+            Ok(range) => {
+                self.open.waiters.push((id, range));
+                self.note_arrival();
+            }
             Err(error) => self.outputs.push_back(WalOutput::AppendDone {
                 id,
                 result: Err(error),
@@ -56,6 +61,42 @@ impl IngressWal {
         }
         self.maybe_prepare();
         self.start_next(now);
+    }
+
+    /// Counts a staged append towards the cohort the next flush waits for; once it is back, stop waiting.
+    fn note_arrival(&mut self) {
+        if let Some(cohort) = &mut self.cohort {
+            cohort.appends_arrived += 1;
+            if cohort.appends_arrived >= cohort.appends_wanted {
+                self.cohort = None;
+            }
+        }
+    }
+
+    /// After a flush that answered `answered` appends, wrote `flushed_bytes` and ran from when it
+    /// started to `now`: wait for them to come back before the next flush, if they are enough, the
+    /// flush was not bound by bandwidth and the wait would not be zero.
+    fn expect_cohort(&mut self, now: Instant, answered: usize, flushed_bytes: usize) {
+        self.cohort = None;
+        let Some(started) = self.flush_started_at.take() else {
+            return;
+        };
+        if answered < self.config.commit_siblings_min
+            || flushed_bytes >= self.config.commit_delay_flush_bytes_max
+        {
+            return;
+        }
+        let flush = now.saturating_duration_since(started);
+        let delay = Duration::from_micros(self.config.commit_delay_us_max)
+            .min(flush * self.config.commit_delay_flush_percent / 100);
+        if delay.is_zero() {
+            return;
+        }
+        self.cohort = Some(Cohort {
+            appends_wanted: answered,
+            appends_arrived: 0,
+            deadline: now.saturating_add(delay),
+        });
     }
 
     /// Checks every size, then stages the records in order with consecutive sequence numbers.
@@ -237,13 +278,15 @@ impl IngressWal {
     }
 
     /// Starts the next step on the append lane when it is free: a queued step, else the open batch.
-    pub(super) fn start_next(&mut self, _now: Instant) {
+    /// The open batch waits while a cohort is expected (see the module doc); queued steps never do.
+    pub(super) fn start_next(&mut self, now: Instant) {
         if self.latched.is_some() || self.append_in_flight.is_some() {
             return;
         }
         let mut step = match self.queue.pop_front() {
             Some(step) => step,
             None if self.open.seqs.is_empty() => return,
+            None if self.cohort.is_some_and(|cohort| now < cohort.deadline) => return,
             None => {
                 let fresh = self.fresh_batch();
                 Step::Flush(std::mem::replace(&mut self.open, fresh))
@@ -251,7 +294,11 @@ impl IngressWal {
         };
         let ops = match &mut step {
             Step::Repair => unreachable!("the repair is issued at open"),
-            Step::Flush(batch) => self.flush_ops(batch),
+            Step::Flush(batch) => {
+                self.cohort = None;
+                self.flush_started_at = Some(now);
+                self.flush_ops(batch)
+            }
             Step::Roll(roll) => self.roll_ops(*roll),
         };
         let lane = self.config.lanes.append;
@@ -371,7 +418,10 @@ impl IngressWal {
                         next_seq: self.durable_next,
                     });
                 }
-                Step::Flush(batch) => self.complete_flush(batch, request),
+                Step::Flush(batch) => {
+                    self.expect_cohort(now, batch.waiters.len(), batch.len);
+                    self.complete_flush(batch, request)
+                }
                 Step::Roll(roll) => self.complete_roll(roll),
             },
         }
@@ -477,6 +527,8 @@ impl IngressWal {
     /// A write, fsync, roll or repair failed: fail everything not yet durable and refuse what follows.
     fn latch(&mut self, fault: IoFault, step: Step, request: IoRequest) {
         self.latched = Some(fault.clone());
+        self.cohort = None;
+        self.flush_started_at = None;
         self.outputs.push_back(WalOutput::Latched {
             fault: fault.clone(),
         });

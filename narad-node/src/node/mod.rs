@@ -226,6 +226,7 @@ fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
     let mut wal = WalConfig {
         dir: WAL_DIR.to_string(),
         sync_interval_ms: config.storage.ingress_wal_sync_interval_ms,
+        commit_delay_us_max: config.storage.ingress_wal_commit_delay_us,
         prealloc: config.storage.ingress_wal_prealloc,
         plant: hooks.plant,
         ..WalConfig::default()

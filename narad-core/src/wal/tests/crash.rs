@@ -174,6 +174,11 @@ impl Scenario {
             staging_bytes_max: 16 * 1024,
             unflushed_bytes_max: 256 * 1024,
             sync_interval_ms: 10,
+            // Half the seeds wait for the cohort (up to 3 ms; time moves in whole ms here).
+            commit_delay_us_max: [0, 3_000][rng.random_range(0..2)],
+            commit_siblings_min: 2,
+            commit_delay_flush_percent: 50,
+            commit_delay_flush_bytes_max: 64 * 1024,
             prealloc,
             prepared_write_run_bytes_max: [8 * 1024, 16 * 1024][rng.random_range(0..2)],
             rotate_dispatched_active_after_bytes: 8 * 1024,

@@ -2,6 +2,7 @@
 //! fed random bytes.
 
 mod append;
+mod cohort;
 mod compaction;
 mod crash;
 mod fuzz;
@@ -26,6 +27,10 @@ pub(super) fn small_config() -> WalConfig {
         staging_bytes_max: 1024,
         unflushed_bytes_max: 4096,
         sync_interval_ms: 10,
+        commit_delay_us_max: 0,
+        commit_siblings_min: 4,
+        commit_delay_flush_percent: 50,
+        commit_delay_flush_bytes_max: 1024,
         prealloc: false,
         prepared_write_run_bytes_max: 128,
         rotate_dispatched_active_after_bytes: 128,
@@ -92,6 +97,11 @@ impl Harness {
 
     pub(super) fn at(&mut self, millis: u64) -> &mut Self {
         self.now = Instant::from_millis(millis);
+        self
+    }
+
+    pub(super) fn at_us(&mut self, micros: u64) -> &mut Self {
+        self.now = Instant::from_nanos(micros * 1_000);
         self
     }
 
@@ -202,4 +212,8 @@ pub(super) fn durable(next: u64) -> WalOutput {
 
 pub(super) fn ms(millis: u64) -> Instant {
     Instant::ZERO + Duration::from_millis(millis)
+}
+
+pub(super) fn us(micros: u64) -> Instant {
+    Instant::ZERO + Duration::from_micros(micros)
 }
