@@ -803,6 +803,22 @@ impl Host {
                         truncated_bytes = report.truncated_bytes,
                         "partition log opened"
                     );
+                    // Rot inside acknowledged data: the offsets in it are gone for good (one copy), the
+                    // frames behind it were kept. An operator must hear of it, loudly and countably.
+                    for skipped in &report.skipped {
+                        tracing::error!(
+                            topic = %slot.topic,
+                            partition = %slot.partition,
+                            segment = %skipped.segment,
+                            byte = skipped.byte,
+                            damage = ?skipped.damage,
+                            first_offset = %skipped.offsets.0,
+                            end_offset = %skipped.offsets.1,
+                            "partition log damaged: acknowledged records in these offsets are unreadable; \
+                             the records behind them were kept"
+                        );
+                        self.metrics.error("storage", "partition_damaged").inc();
+                    }
                 }
                 CombinerOutput::LogOpenFailed { topic_id, error } => {
                     log_events = true;

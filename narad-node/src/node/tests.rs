@@ -262,3 +262,61 @@ async fn accept_to_visible_observes_each_record_accepted_here_once_and_no_replay
     assert_eq!(accept_to_visible_count(&node), 0.0);
     stop(node).await;
 }
+
+/// The one partition log file of `t`'s partition 0.
+fn partition_zero_log(disk: &SimDisk) -> String {
+    let mut logs: Vec<String> = disk
+        .paths()
+        .into_iter()
+        .filter(|path| path.starts_with("topics/t/") && path.contains("/p00000/"))
+        .filter(|path| path.ends_with(".log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    logs.remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay_readable() {
+    let disk = SimDisk::new(7);
+    let node = started(&disk, 7).await;
+    create_topic(&node, "t", 3).await;
+    let mut first_frame_end = 0;
+    for index in 0..4u64 {
+        produce_to(&node, "t", 0, &format!("m{index}")).await;
+        wait_for("the commit", || node.status().backlog_records == 0).await;
+        wait_for("the record to be visible", || {
+            disk.durable_image(&partition_zero_log(&disk))
+                .is_some_and(|image| {
+                    image
+                        .windows(2)
+                        .any(|w| w == format!("m{index}").as_bytes())
+                })
+        })
+        .await;
+        if index == 0 {
+            first_frame_end = disk
+                .durable_image(&partition_zero_log(&disk))
+                .unwrap()
+                .len() as u64;
+        }
+        // Each commit gets its own commit time: recovery tells rot from a failed run by them.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    stop(node).await;
+    assert!(disk.rot(&partition_zero_log(&disk), first_frame_end + 30, 3));
+    let node = started(&disk, 8).await;
+    let text = node.metrics().encode();
+    assert!(
+        text.contains("narad_errors_total{component=\"storage\",kind=\"partition_damaged\"} 1\n"),
+        "{text}"
+    );
+    for index in [0u64, 2, 3] {
+        let reply = consume_at(&node, "t", 0, index).await;
+        assert_eq!(reply.status, 200, "offset {index}: {}", reply.text());
+        let message: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(message["payload"], format!("m{index}"));
+    }
+    assert_ne!(consume_at(&node, "t", 0, 1).await.status, 200);
+    assert_eq!(consume_at(&node, "t", 0, 4).await.status, 204);
+    stop(node).await;
+}
