@@ -519,12 +519,9 @@ mod tests {
     }
 
     #[cfg(not(madsim))]
-    impl Disk for ThreadNotingDisk {
-        fn create(&self, path: &str) -> Result<(), IoFault> {
-            self.inner.create(path)
-        }
-        fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
-            self.inner.create_dir_all(dir)
+    impl DiskLayer for ThreadNotingDisk {
+        fn inner(&self) -> &dyn Disk {
+            &self.inner
         }
         fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
             let name = std::thread::current().name().unwrap_or("").to_string();
@@ -536,33 +533,6 @@ mod tests {
             );
             assert_ne!(path, "boom", "a disk bug");
             self.inner.write_at(path, offset, data)
-        }
-        fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
-            self.inner.write_zeros(path, offset, len)
-        }
-        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
-            self.inner.read_at(path, offset, len)
-        }
-        fn len(&self, path: &str) -> Result<u64, IoFault> {
-            self.inner.len(path)
-        }
-        fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
-            self.inner.set_len(path, len)
-        }
-        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
-            self.inner.sync_data(path)
-        }
-        fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
-            self.inner.sync_dir(dir)
-        }
-        fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
-            self.inner.rename(from, to)
-        }
-        fn remove(&self, path: &str) -> Result<(), IoFault> {
-            self.inner.remove(path)
-        }
-        fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
-            self.inner.list(dir)
         }
     }
 

@@ -1033,27 +1033,9 @@ mod tests {
         synced_at: std::sync::Mutex<Vec<Instant>>,
     }
 
-    impl Disk for SyncTimesDisk {
-        fn create(&self, path: &str) -> Result<(), IoFault> {
-            self.inner.create(path)
-        }
-        fn create_dir_all(&self, dir: &str) -> Result<(), IoFault> {
-            self.inner.create_dir_all(dir)
-        }
-        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
-            self.inner.write_at(path, offset, data)
-        }
-        fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
-            self.inner.write_zeros(path, offset, len)
-        }
-        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
-            self.inner.read_at(path, offset, len)
-        }
-        fn len(&self, path: &str) -> Result<u64, IoFault> {
-            self.inner.len(path)
-        }
-        fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
-            self.inner.set_len(path, len)
+    impl DiskLayer for SyncTimesDisk {
+        fn inner(&self) -> &dyn Disk {
+            &self.inner
         }
         fn sync_data(&self, path: &str) -> Result<(), IoFault> {
             let result = self.inner.sync_data(path);
@@ -1061,18 +1043,6 @@ mod tests {
                 self.synced_at.lock().unwrap().push(self.clock.now());
             }
             result
-        }
-        fn sync_dir(&self, dir: &str) -> Result<(), IoFault> {
-            self.inner.sync_dir(dir)
-        }
-        fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
-            self.inner.rename(from, to)
-        }
-        fn remove(&self, path: &str) -> Result<(), IoFault> {
-            self.inner.remove(path)
-        }
-        fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
-            self.inner.list(dir)
         }
     }
 
