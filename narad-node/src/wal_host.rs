@@ -948,6 +948,23 @@ mod tests {
         }
     }
 
+    /// An FsDisk in `dir` whose files under `DIR/<prefix>` fail with `fault` after `after` of `counter`.
+    fn failing_disk(
+        dir: &tempfile::TempDir,
+        prefix: &str,
+        fault: FaultKind,
+        counter: Counter,
+        after: u64,
+    ) -> Arc<dyn Disk> {
+        let failpoints = Failpoints::new(vec![Rule {
+            path_prefix: format!("{DIR}/{prefix}"),
+            fault,
+            counter,
+            after,
+        }]);
+        Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap())
+    }
+
     fn config() -> WalHostConfig {
         WalHostConfig::new(WalConfig {
             dir: DIR.to_string(),
@@ -1203,14 +1220,7 @@ mod tests {
     async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         // Segment names start with a digit: the checkpoint file is spared.
-        let failpoints = Failpoints::new(vec![Rule {
-            path_prefix: format!("{DIR}/0"),
-            fault: FaultKind::Eio,
-            counter: Counter::Syncs,
-            after: 3,
-        }]);
-        let disk: Arc<dyn Disk> =
-            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let disk = failing_disk(&dir, "0", FaultKind::Eio, Counter::Syncs, 3);
         let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
         let mut acked = 0u64;
         let mut failure = None;
@@ -1238,14 +1248,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_checkpoint_that_cannot_be_created_fails_the_open() {
         let dir = tempfile::tempdir().unwrap();
-        let failpoints = Failpoints::new(vec![Rule {
-            path_prefix: format!("{DIR}/checkpoint"),
-            fault: FaultKind::NoSpace,
-            counter: Counter::Bytes,
-            after: 0,
-        }]);
-        let disk: Arc<dyn Disk> =
-            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let disk = failing_disk(&dir, "checkpoint", FaultKind::NoSpace, Counter::Bytes, 0);
         let error = WalHost::open(disk, config(), Clock::start())
             .await
             .expect_err("no space");
@@ -1281,14 +1284,7 @@ mod tests {
     async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
         let dir = tempfile::tempdir().unwrap();
         // The creation at open writes 8 bytes; the first store's in-place write is the next.
-        let failpoints = Failpoints::new(vec![Rule {
-            path_prefix: format!("{DIR}/checkpoint"),
-            fault: FaultKind::Eio,
-            counter: Counter::Bytes,
-            after: 8,
-        }]);
-        let disk: Arc<dyn Disk> =
-            Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap());
+        let disk = failing_disk(&dir, "checkpoint", FaultKind::Eio, Counter::Bytes, 8);
         let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
         host.append(record(0)).await.unwrap();
         let failure = CheckpointFailure {

@@ -16,12 +16,6 @@ fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_narad"))
 }
 
-fn create_topic(node: &Node, name: &str, partitions: u32) {
-    let body = format!(r#"{{"name":"{name}","partitions":{partitions}}}"#);
-    let created = node.post("/v1/topics", body.as_bytes());
-    assert_eq!(created.status, 201, "{}", created.text());
-}
-
 /// `POST /produce` with an optional raw query; asserts the 202 and its durability header.
 fn produce(node: &Node, topic: &str, query: &str, payload: &[u8]) {
     let path = format!("/v1/topics/{topic}/produce{query}");
@@ -85,7 +79,7 @@ fn zstd(bytes: &[u8]) -> Vec<u8> {
 #[test]
 fn produce_then_replay_consume() {
     let node = Node::start(binary());
-    create_topic(&node, "orders", 3);
+    node.create_topic("orders", 3);
     for index in 0..5 {
         produce(
             &node,
@@ -117,8 +111,8 @@ fn produce_then_replay_consume() {
 #[test]
 fn keys_pin_to_their_fnv_partitions_and_partition_pins() {
     let node = Node::start(binary());
-    create_topic(&node, "three", 3);
-    create_topic(&node, "eight", 8);
+    node.create_topic("three", 3);
+    node.create_topic("eight", 8);
     // FNV-1a("customer-42") = 0xfe68adbe: partition 1 of 3, 6 of 8.
     for _ in 0..3 {
         produce(&node, "three", "?key=customer-42", b"a");
@@ -136,7 +130,7 @@ fn keys_pin_to_their_fnv_partitions_and_partition_pins() {
 #[test]
 fn keyless_produces_spread_exactly_evenly() {
     let node = Node::start(binary());
-    create_topic(&node, "spread", 4);
+    node.create_topic("spread", 4);
     for index in 0..40 {
         produce(&node, "spread", "", format!("m{index}").as_bytes());
     }
@@ -156,7 +150,7 @@ fn keyless_produces_spread_exactly_evenly() {
 #[test]
 fn a_batch_is_refused_whole_when_one_message_is_bad() {
     let node = Node::start(binary());
-    create_topic(&node, "strict", 3);
+    node.create_topic("strict", 3);
     let body = br#"{"messages":[{"payload":"ok"},{"payload":{"a":1}},{"payload":"x","partition":3},{"payload":"late"}]}"#;
     let refused = node.post("/v1/topics/strict/produce/batch", body);
     assert_eq!(refused.status, 400);
@@ -181,7 +175,7 @@ fn a_batch_is_refused_whole_when_one_message_is_bad() {
 #[test]
 fn gzip_and_zstd_batches_are_accepted_and_a_bomb_is_413() {
     let node = Node::start(binary());
-    create_topic(&node, "packed", 3);
+    node.create_topic("packed", 3);
     let body = br#"{"messages":[{"payload":"one","partition":0},{"payload":{"two":2},"partition":0},{"payload":"AP8=","payload_encoding":"base64","partition":0}]}"#;
     for (encoding, packed) in [("gzip", gzip(body)), ("zstd", zstd(body))] {
         let answer = node.request(
@@ -224,7 +218,7 @@ fn gzip_and_zstd_batches_are_accepted_and_a_bomb_is_413() {
 #[test]
 fn replay_encodes_json_verbatim_text_as_a_string_and_bytes_as_base64() {
     let node = Node::start(binary());
-    create_topic(&node, "kinds", 3);
+    node.create_topic("kinds", 3);
     produce(&node, "kinds", "?partition=2", br#"{"b": [1, 2]}"#);
     produce(&node, "kinds", "?partition=2", b"<hello & bye>");
     produce(&node, "kinds", "?partition=2", &[0xff, 0x00, 0xfe]);
@@ -257,13 +251,13 @@ fn replay_encodes_json_verbatim_text_as_a_string_and_bytes_as_base64() {
 #[test]
 fn a_deleted_and_recreated_topic_starts_empty() {
     let node = Node::start(binary());
-    create_topic(&node, "again", 3);
+    node.create_topic("again", 3);
     for _ in 0..4 {
         produce(&node, "again", "?partition=1", b"old");
     }
     assert_eq!(wait_visible(&node, "again", 4), [0, 4, 0]);
     assert_eq!(node.delete("/v1/topics/again").status, 204);
-    create_topic(&node, "again", 3);
+    node.create_topic("again", 3);
     assert_eq!(high_watermarks(&node, "again"), [0, 0, 0]);
     assert_eq!(replay(&node, "again", 1, 0), None);
     produce(&node, "again", "?partition=1", b"new");
@@ -275,7 +269,7 @@ fn a_deleted_and_recreated_topic_starts_empty() {
 #[test]
 fn a_restart_replays_undispatched_records_and_keeps_committed_ones() {
     let mut node = Node::start(binary());
-    create_topic(&node, "durable", 4);
+    node.create_topic("durable", 4);
     // Committed before the crash.
     for index in 0..20 {
         produce(&node, "durable", "", format!("c{index}").as_bytes());
@@ -328,7 +322,7 @@ fn a_restart_replays_undispatched_records_and_keeps_committed_ones() {
 #[test]
 fn sigterm_flushes_the_checkpoint_and_exits_zero() {
     let mut node = Node::start(binary());
-    create_topic(&node, "calm", 3);
+    node.create_topic("calm", 3);
     for index in 0..10 {
         produce(&node, "calm", "", format!("m{index}").as_bytes());
     }
@@ -350,7 +344,7 @@ fn sigterm_flushes_the_checkpoint_and_exits_zero() {
 #[test]
 fn metrics_carry_real_values_after_produces() {
     let node = Node::start(binary());
-    create_topic(&node, "counted", 3);
+    node.create_topic("counted", 3);
     for index in 0..6 {
         produce(
             &node,

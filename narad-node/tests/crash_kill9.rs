@@ -71,11 +71,7 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
 
     let mut node = Node::start(binary());
-    let created = node.post(
-        "/v1/topics",
-        format!("{{\"name\":\"{TOPIC}\",\"partitions\":{PARTITIONS}}}").as_bytes(),
-    );
-    assert_eq!(created.status, 201, "{}", created.text());
+    node.create_topic(TOPIC, PARTITIONS);
     let target = Target::new(node.addr());
     let mut specs = ProducerSpec::all_kinds("a", BATCH_MAX);
     specs.extend(ProducerSpec::all_kinds("b", BATCH_MAX));
@@ -144,11 +140,7 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
 #[test]
 fn the_ledger_check_reports_records_a_wiped_partition_log_lost() {
     let mut node = Node::start(binary());
-    let created = node.post(
-        "/v1/topics",
-        format!("{{\"name\":\"{TOPIC}\",\"partitions\":{PARTITIONS}}}").as_bytes(),
-    );
-    assert_eq!(created.status, 201, "{}", created.text());
+    node.create_topic(TOPIC, PARTITIONS);
     let target = Target::new(node.addr());
     let producers = Producers::start(TOPIC, &target, ProducerSpec::all_kinds("", BATCH_MAX));
     producers

@@ -77,11 +77,7 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
     let cleared = cleared_dir.path().join("disk-freed");
     let failpoints = format!("{WAL_SEGMENTS}:{rule};clear-file={}", cleared.display());
     let mut node = Node::start_with_env(binary(), &[("NARAD_FAILPOINTS", &failpoints)]);
-    let created = node.post(
-        "/v1/topics",
-        format!("{{\"name\":\"{TOPIC}\",\"partitions\":{PARTITIONS}}}").as_bytes(),
-    );
-    assert_eq!(created.status, 201, "{}", created.text());
+    node.create_topic(TOPIC, PARTITIONS);
     let target = Target::new(node.addr());
     let producers = Producers::start(TOPIC, &target, ProducerSpec::all_kinds("", BATCH_MAX));
 

@@ -281,6 +281,13 @@ impl Node {
     pub fn delete(&self, path: &str) -> Response {
         self.request("DELETE", path, &[], b"")
     }
+
+    /// Creates topic `name` with `partitions` partitions; anything but a 201 fails the test.
+    pub fn create_topic(&self, name: &str, partitions: u32) {
+        let body = format!(r#"{{"name":"{name}","partitions":{partitions}}}"#);
+        let created = self.post("/v1/topics", body.as_bytes());
+        assert_eq!(created.status, 201, "{}", created.text());
+    }
 }
 
 impl Drop for Node {
