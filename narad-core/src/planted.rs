@@ -2,7 +2,7 @@
 //!
 //! A bug is planted through an actor's configuration ([`Plant`] fields of `WalConfig`,
 //! `PartitionLogConfig`, `DispatcherConfig`, `CombinerConfig`), never through a global. Only a build
-//! with `--cfg madsim` (the simulator) can plant one: [`Plant::new`] exists only there, and outside it
+//! with `--cfg madsim` (the simulator) can plant one: `Plant::new` exists only there, and outside it
 //! [`Plant::is`] is the constant `false`, so every defect's branch is dead code the compiler removes.
 //! This crate does not depend on madsim; it only reads the cfg flag.
 
