@@ -40,10 +40,20 @@ pub struct SparseIndex {
 impl SparseIndex {
     /// Notes a frame starting at `position` whose first record is `first`; indexes it when it is the
     /// first frame or at least `interval_bytes` past the last indexed frame.
+    ///
+    /// Panics when the frame is not past the last indexed one (offset and position): callers note
+    /// frames in log order, so the index stays sorted by construction (checked here, once per entry,
+    /// rather than by a walk of the whole index after every event).
     pub fn note_frame(&mut self, first: Offset, position: u64, interval_bytes: u64) {
         let due = match self.entries.last() {
             None => true,
-            Some(&(_, last_position)) => position >= last_position + interval_bytes,
+            Some(&(last_first, last_position)) => {
+                assert!(
+                    first > last_first && position > last_position,
+                    "frames noted in log order"
+                );
+                position >= last_position + interval_bytes
+            }
         };
         if due {
             self.entries.push((first, position));
@@ -52,7 +62,18 @@ impl SparseIndex {
 
     /// Appends the entries of `later`, the index of frames that start `shift` bytes further in the
     /// same segment (recovery resuming behind a rotten frame), all of them past this index's.
+    ///
+    /// Panics when `later` does not start past this index's last entry (see [`Self::note_frame`]).
     pub fn extend_shifted(&mut self, later: SparseIndex, shift: u64) {
+        assert!(later.is_sorted(), "a scan's index is sorted");
+        if let (Some(&(last_first, last_position)), Some(&(first, position))) =
+            (self.entries.last(), later.entries.first())
+        {
+            assert!(
+                first > last_first && position + shift > last_position,
+                "later frames lie behind this index's"
+            );
+        }
         self.entries.extend(
             later
                 .entries

@@ -66,7 +66,7 @@ impl PartitionLog {
 
     fn issue_read_len(&mut self, read: &mut PendingRead, len: u64) {
         read.attempts += 1;
-        let path = self.path(read.segment);
+        let path = self.segment_path(read.segment);
         let io = self.request(
             self.config.read_lane,
             vec![IoOp::ReadAt {
