@@ -216,6 +216,28 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
 /// `skip-readback-crc` bug passes `false`; everything else must verify).
 pub fn decode_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<Frame<'_>, DecodeError> {
     let header = decode_header(bytes)?;
+    let mut records = Vec::with_capacity(header.count as usize);
+    walk_frame(bytes, header, verify_crc, |record| records.push(record))?;
+    Ok(Frame { header, records })
+}
+
+/// Checks the frame at the start of `bytes` exactly as [`decode_frame_checked`] does (header,
+/// checksum when `verify_crc`, exactly `count` well-formed records) without collecting its records:
+/// for a verifier that needs only the verdict and the header.
+pub fn verify_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<FrameHeader, DecodeError> {
+    let header = decode_header(bytes)?;
+    walk_frame(bytes, header, verify_crc, |_| {})?;
+    Ok(header)
+}
+
+/// Validates the rest of the frame whose `header` starts `bytes`, handing each record to `visit` as
+/// it is decoded (a caller keeps them only once the whole frame validated).
+fn walk_frame<'a>(
+    bytes: &'a [u8],
+    header: FrameHeader,
+    verify_crc: bool,
+    mut visit: impl FnMut(RecordView<'a>),
+) -> Result<(), DecodeError> {
     let frame = bytes
         .get(..header.frame_len())
         .ok_or(DecodeError::Truncated)?;
@@ -224,12 +246,10 @@ pub fn decode_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<Frame<'_>,
         return Err(DecodeError::BadChecksum);
     }
     let mut reader = Reader::new(records_bytes);
-    let mut records = Vec::with_capacity(header.count as usize);
     for _ in 0..header.count {
-        records.push(decode_record(reader.u32_prefixed()?)?);
+        visit(decode_record(reader.u32_prefixed()?)?);
     }
-    reader.finish()?;
-    Ok(Frame { header, records })
+    reader.finish()
 }
 
 /// Decodes one record envelope from all of `bytes`.

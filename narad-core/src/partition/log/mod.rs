@@ -63,7 +63,7 @@ use super::segment::{
 };
 use crate::actor::Actor;
 use crate::codec::partition::{
-    decode_frame_checked, encode_frame, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
+    encode_frame, verify_frame_checked, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
     FRAME_RECORDS_BYTES_MAX,
 };
 use crate::codec::DecodeError;
@@ -1265,12 +1265,12 @@ fn verify_run(pending: &PendingCommit, bytes: &[u8], verify_crc: bool) -> bool {
         let Some(at) = bytes.get(meta.position as usize..) else {
             return false;
         };
-        match decode_frame_checked(at, verify_crc) {
-            Ok(frame) => {
-                frame.header.base_offset == meta.base
-                    && frame.header.count == meta.count
-                    && frame.header.records_bytes == meta.records_bytes
-                    && frame.header.crc == meta.crc
+        match verify_frame_checked(at, verify_crc) {
+            Ok(header) => {
+                header.base_offset == meta.base
+                    && header.count == meta.count
+                    && header.records_bytes == meta.records_bytes
+                    && header.crc == meta.crc
             }
             Err(_) => false,
         }
