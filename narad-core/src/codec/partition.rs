@@ -492,8 +492,9 @@ mod tests {
             .unwrap_or(300)
     }
 
-    /// Random bytes and mutated frames never panic the decoder, and a mutated frame never decodes to
-    /// records other than the ones encoded (a mutation is caught, or it changed nothing).
+    /// Random bytes and mutated frames never panic the decoder, a mutated frame never decodes to
+    /// records other than the ones encoded (a mutation is caught, or it changed nothing), and
+    /// verifying a frame without its records gives decoding's verdict and header.
     #[test]
     fn decoder_is_total_over_random_and_mutated_input() {
         for seed in 0..seeds() {
@@ -501,7 +502,10 @@ mod tests {
             let random: Vec<u8> = (0..rng.random_range(0..200))
                 .map(|_| rng.random())
                 .collect();
-            let _ = decode_frame(&random);
+            assert_eq!(
+                verify_frame_checked(&random, true),
+                decode_frame(&random).map(|frame| frame.header)
+            );
             let _ = decode_header(&random);
             let _ = decode_record(&random);
 
@@ -547,6 +551,13 @@ mod tests {
                         mutated[at] = rng.random();
                     }
                 }
+                assert_eq!(
+                    verify_frame_checked(&mutated, true),
+                    decode_frame(&mutated).map(|frame| frame.header),
+                    "seed {seed}: verifying and decoding disagree; rerun with \
+                     NARAD_CODEC_SEEDS={} cargo test -p narad-core decoder_is_total",
+                    seed + 1
+                );
                 if let Ok(frame) = decode_frame(&mutated) {
                     assert_eq!(
                         (frame.header.base_offset, frame.records),

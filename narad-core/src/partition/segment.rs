@@ -374,6 +374,24 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "frames noted in log order")]
+    fn sparse_index_refuses_a_frame_at_or_before_the_last_indexed_offset() {
+        let mut index = SparseIndex::default();
+        index.note_frame(Offset(5), 0, 100);
+        index.note_frame(Offset(5), 200, 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "later frames lie behind this index's")]
+    fn sparse_index_refuses_to_extend_with_frames_before_its_own() {
+        let mut index = SparseIndex::default();
+        index.note_frame(Offset(10), 0, 100);
+        let mut earlier = SparseIndex::default();
+        earlier.note_frame(Offset(3), 0, 100);
+        index.extend_shifted(earlier, 50);
+    }
+
+    #[test]
     fn sparse_index_keeps_one_entry_per_interval() {
         let mut index = SparseIndex::default();
         index.note_frame(Offset(0), 0, 100);

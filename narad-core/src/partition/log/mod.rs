@@ -50,6 +50,8 @@
 //! # Invariants (checked after every `handle` in debug builds)
 //! `oldest ≤ high watermark ≤ next offset`; segments are contiguous and the last ends at the high
 //! watermark; at most one commit or repair in flight; reads in flight ≤ `reads_in_flight_max`.
+//! Contiguity and the sparse indexes' order are asserted where a segment or an index entry is added
+//! (only the last segment changes afterwards), so the check after each event costs O(log segments).
 
 use std::collections::{BTreeMap, VecDeque};
 
