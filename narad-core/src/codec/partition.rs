@@ -230,6 +230,19 @@ pub fn verify_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<FrameHeade
     Ok(header)
 }
 
+/// Checks the frame at the start of `bytes` exactly as [`decode_frame_checked`] does, handing each
+/// record to `visit` in order as it is decoded instead of collecting them. A frame that fails may
+/// have handed some records on first: a caller keeps what it was handed only on `Ok`.
+pub fn visit_frame_checked<'a>(
+    bytes: &'a [u8],
+    verify_crc: bool,
+    visit: impl FnMut(RecordView<'a>),
+) -> Result<FrameHeader, DecodeError> {
+    let header = decode_header(bytes)?;
+    walk_frame(bytes, header, verify_crc, visit)?;
+    Ok(header)
+}
+
 /// Validates the rest of the frame whose `header` starts `bytes`, handing each record to `visit` as
 /// it is decoded (a caller keeps them only once the whole frame validated).
 fn walk_frame<'a>(
@@ -494,7 +507,8 @@ mod tests {
 
     /// Random bytes and mutated frames never panic the decoder, a mutated frame never decodes to
     /// records other than the ones encoded (a mutation is caught, or it changed nothing), and
-    /// verifying a frame without its records gives decoding's verdict and header.
+    /// verifying or visiting a frame without collecting its records gives decoding's verdict, header
+    /// and records.
     #[test]
     fn decoder_is_total_over_random_and_mutated_input() {
         for seed in 0..seeds() {
@@ -558,6 +572,18 @@ mod tests {
                      NARAD_CODEC_SEEDS={} cargo test -p narad-core decoder_is_total",
                     seed + 1
                 );
+                let mut visited = Vec::new();
+                let verdict = visit_frame_checked(&mutated, true, |record| visited.push(record));
+                match decode_frame(&mutated) {
+                    Ok(frame) => assert_eq!(
+                        (verdict, visited),
+                        (Ok(frame.header), frame.records),
+                        "seed {seed}: visiting and decoding disagree; rerun with \
+                         NARAD_CODEC_SEEDS={} cargo test -p narad-core decoder_is_total",
+                        seed + 1
+                    ),
+                    Err(error) => assert_eq!(verdict, Err(error), "seed {seed}"),
+                }
                 if let Ok(frame) = decode_frame(&mutated) {
                     assert_eq!(
                         (frame.header.base_offset, frame.records),

@@ -5,7 +5,7 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_frame_checked, Frame};
+use crate::codec::partition::{decode_frame_checked, visit_frame_checked};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -168,31 +168,38 @@ pub fn scan_segment_checked(
     let mut last_run_at_ms: Option<u64> = None;
     let mut position = 0usize;
     while position < bytes.len() {
-        let frame = match decode_frame_checked(&bytes[position..], verify_crc) {
-            Ok(frame) => frame,
+        // The first and largest commit time of the frame's records, taken as they are decoded (no
+        // record list per frame); used only once the frame verified.
+        let mut frame_at_ms: Option<u64> = None;
+        let mut frame_max_ms: Option<u64> = None;
+        let visited = visit_frame_checked(&bytes[position..], verify_crc, |record| {
+            frame_at_ms.get_or_insert(record.committed_at_ms);
+            frame_max_ms = frame_max_ms.max(Some(record.committed_at_ms));
+        });
+        let header = match visited {
+            Ok(header) => header,
             Err(error) => {
                 scan.damage = Some((position as u64, FrameDamage::Decode(error)));
                 break;
             }
         };
-        if frame.header.base_offset != scan.end_offset {
+        if header.base_offset != scan.end_offset {
             let damage = FrameDamage::OffsetGap {
                 expected: scan.end_offset,
-                found: frame.header.base_offset,
+                found: header.base_offset,
             };
             scan.damage = Some((position as u64, damage));
             break;
         }
         scan.index
-            .note_frame(frame.header.base_offset, position as u64, interval_bytes);
-        scan.committed_at_ms_max = max_committed_at(scan.committed_at_ms_max, &frame);
-        let frame_at_ms = frame.records.first().map(|record| record.committed_at_ms);
+            .note_frame(header.base_offset, position as u64, interval_bytes);
+        scan.committed_at_ms_max = scan.committed_at_ms_max.max(frame_max_ms);
         if frame_at_ms != last_run_at_ms {
             last_run_at_ms = frame_at_ms;
             scan.last_run_start = position as u64;
         }
-        scan.end_offset = frame.header.end_offset();
-        position += frame.header.frame_len();
+        scan.end_offset = header.end_offset();
+        position += header.frame_len();
         scan.verified_bytes = position as u64;
     }
     scan
@@ -238,15 +245,6 @@ pub fn acknowledged_frame_behind(
         position += frame.header.frame_len();
     }
     None
-}
-
-fn max_committed_at(current: Option<u64>, frame: &Frame<'_>) -> Option<u64> {
-    frame
-        .records
-        .iter()
-        .map(|record| record.committed_at_ms)
-        .chain(current)
-        .max()
 }
 
 #[cfg(test)]
