@@ -216,6 +216,41 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, DecodeError> {
 /// `skip-readback-crc` bug passes `false`; everything else must verify).
 pub fn decode_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<Frame<'_>, DecodeError> {
     let header = decode_header(bytes)?;
+    let mut records = Vec::with_capacity(header.count as usize);
+    walk_frame(bytes, header, verify_crc, |record| records.push(record))?;
+    Ok(Frame { header, records })
+}
+
+/// Checks the frame at the start of `bytes` exactly as [`decode_frame_checked`] does (header,
+/// checksum when `verify_crc`, exactly `count` well-formed records) without collecting its records:
+/// for a verifier that needs only the verdict and the header.
+pub fn verify_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<FrameHeader, DecodeError> {
+    let header = decode_header(bytes)?;
+    walk_frame(bytes, header, verify_crc, |_| {})?;
+    Ok(header)
+}
+
+/// Checks the frame at the start of `bytes` exactly as [`decode_frame_checked`] does, handing each
+/// record to `visit` in order as it is decoded instead of collecting them. A frame that fails may
+/// have handed some records on first: a caller keeps what it was handed only on `Ok`.
+pub fn visit_frame_checked<'a>(
+    bytes: &'a [u8],
+    verify_crc: bool,
+    visit: impl FnMut(RecordView<'a>),
+) -> Result<FrameHeader, DecodeError> {
+    let header = decode_header(bytes)?;
+    walk_frame(bytes, header, verify_crc, visit)?;
+    Ok(header)
+}
+
+/// Validates the rest of the frame whose `header` starts `bytes`, handing each record to `visit` as
+/// it is decoded (a caller keeps them only once the whole frame validated).
+fn walk_frame<'a>(
+    bytes: &'a [u8],
+    header: FrameHeader,
+    verify_crc: bool,
+    mut visit: impl FnMut(RecordView<'a>),
+) -> Result<(), DecodeError> {
     let frame = bytes
         .get(..header.frame_len())
         .ok_or(DecodeError::Truncated)?;
@@ -224,12 +259,10 @@ pub fn decode_frame_checked(bytes: &[u8], verify_crc: bool) -> Result<Frame<'_>,
         return Err(DecodeError::BadChecksum);
     }
     let mut reader = Reader::new(records_bytes);
-    let mut records = Vec::with_capacity(header.count as usize);
     for _ in 0..header.count {
-        records.push(decode_record(reader.u32_prefixed()?)?);
+        visit(decode_record(reader.u32_prefixed()?)?);
     }
-    reader.finish()?;
-    Ok(Frame { header, records })
+    reader.finish()
 }
 
 /// Decodes one record envelope from all of `bytes`.
@@ -472,8 +505,10 @@ mod tests {
             .unwrap_or(300)
     }
 
-    /// Random bytes and mutated frames never panic the decoder, and a mutated frame never decodes to
-    /// records other than the ones encoded (a mutation is caught, or it changed nothing).
+    /// Random bytes and mutated frames never panic the decoder, a mutated frame never decodes to
+    /// records other than the ones encoded (a mutation is caught, or it changed nothing), and
+    /// verifying or visiting a frame without collecting its records gives decoding's verdict, header
+    /// and records.
     #[test]
     fn decoder_is_total_over_random_and_mutated_input() {
         for seed in 0..seeds() {
@@ -481,7 +516,10 @@ mod tests {
             let random: Vec<u8> = (0..rng.random_range(0..200))
                 .map(|_| rng.random())
                 .collect();
-            let _ = decode_frame(&random);
+            assert_eq!(
+                verify_frame_checked(&random, true),
+                decode_frame(&random).map(|frame| frame.header)
+            );
             let _ = decode_header(&random);
             let _ = decode_record(&random);
 
@@ -526,6 +564,25 @@ mod tests {
                         let at = rng.random_range(0..mutated.len());
                         mutated[at] = rng.random();
                     }
+                }
+                assert_eq!(
+                    verify_frame_checked(&mutated, true),
+                    decode_frame(&mutated).map(|frame| frame.header),
+                    "seed {seed}: verifying and decoding disagree; rerun with \
+                     NARAD_CODEC_SEEDS={} cargo test -p narad-core decoder_is_total",
+                    seed + 1
+                );
+                let mut visited = Vec::new();
+                let verdict = visit_frame_checked(&mutated, true, |record| visited.push(record));
+                match decode_frame(&mutated) {
+                    Ok(frame) => assert_eq!(
+                        (verdict, visited),
+                        (Ok(frame.header), frame.records),
+                        "seed {seed}: visiting and decoding disagree; rerun with \
+                         NARAD_CODEC_SEEDS={} cargo test -p narad-core decoder_is_total",
+                        seed + 1
+                    ),
+                    Err(error) => assert_eq!(verdict, Err(error), "seed {seed}"),
                 }
                 if let Ok(frame) = decode_frame(&mutated) {
                     assert_eq!(

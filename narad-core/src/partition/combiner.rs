@@ -343,6 +343,8 @@ pub struct Combiner {
     queued_records: usize,
     queued_bytes: usize,
     cycle: Option<Cycle>,
+    /// The last cycle's (emptied) batch list, reused by the next cycle.
+    spare_batches: Vec<Queued>,
     next_commit: u64,
     hwm_queries: Vec<QueryId>,
     outputs: VecDeque<CombinerOutput>,
@@ -361,6 +363,7 @@ impl Combiner {
             queued_records: 0,
             queued_bytes: 0,
             cycle: None,
+            spare_batches: Vec::new(),
             next_commit: 0,
             hwm_queries: Vec::new(),
             outputs: VecDeque::new(),
@@ -579,7 +582,8 @@ impl Combiner {
                 if self.queue.is_empty() {
                     return self.resolve_idle(now);
                 }
-                let batches: Vec<Queued> = self.queue.drain(..).collect();
+                let mut batches = std::mem::take(&mut self.spare_batches);
+                batches.extend(self.queue.drain(..));
                 self.queued_records = 0;
                 self.queued_bytes = 0;
                 self.cycle = Some(Cycle {
@@ -595,7 +599,7 @@ impl Combiner {
                 Step::Wait => return,
                 Step::Commit => return self.start_commit(now),
                 Step::Done => {
-                    self.cycle = None;
+                    self.end_cycle();
                     self.answer_queries();
                 }
             }
@@ -608,7 +612,7 @@ impl Combiner {
             self.fail_cycle(|_| CommitError::NotOwner);
             return Step::Done;
         }
-        let Some(live) = self.view.live.clone() else {
+        let Some(live_topic_id) = self.view.live.as_ref().map(|live| live.topic_id) else {
             self.fail_cycle(|batch| match first_topic_id(batch) {
                 Some(record_topic_id) => CommitError::TopicIncarnationMismatch {
                     record_topic_id,
@@ -625,6 +629,7 @@ impl Combiner {
                 self.fail_cycle(|_| CommitError::NotOwner);
                 return Step::Done;
             }
+            let live = self.view.live.clone().expect("checked above");
             self.retire_log();
             self.open_log(&live, now);
             return Step::Wait;
@@ -633,7 +638,7 @@ impl Combiner {
             return step;
         }
         self.drop_gone_callers(now);
-        self.refuse_other_incarnations(live.topic_id);
+        self.refuse_other_incarnations(live_topic_id);
         if self.cycle.as_ref().is_some_and(|c| c.batches.is_empty()) {
             return Step::Done;
         }
@@ -677,10 +682,13 @@ impl Combiner {
 
     fn drop_gone_callers(&mut self, now: Instant) {
         let cycle = self.cycle.as_mut().expect("checking a cycle");
+        let is_gone =
+            |queued: &Queued| queued.abandoned || queued.batch.deadline.is_some_and(|at| now >= at);
+        if !cycle.batches.iter().any(is_gone) {
+            return; // The usual case: every caller still waits, and nothing is moved.
+        }
         let (gone, waiting): (Vec<Queued>, Vec<Queued>) =
-            cycle.batches.drain(..).partition(|queued| {
-                queued.abandoned || queued.batch.deadline.is_some_and(|at| now >= at)
-            });
+            cycle.batches.drain(..).partition(is_gone);
         cycle.batches = waiting;
         for queued in gone {
             self.answer(queued.batch.id, Err(CommitError::CallerGone));
@@ -748,13 +756,13 @@ impl Combiner {
         id: CommitId,
         result: Result<super::log::CommittedRun, CommitFault>,
     ) {
-        let Some(cycle) = self.cycle.take() else {
+        let Some(cycle) = self.cycle.as_mut() else {
             return;
         };
-        let Some((committing, counts)) = cycle.committing else {
-            self.cycle = Some(cycle);
+        let Some((committing, counts)) = cycle.committing.take() else {
             return;
         };
+        self.end_cycle();
         assert_eq!(committing, id, "one commit in flight");
         match result {
             Ok(run) => {
@@ -776,6 +784,15 @@ impl Combiner {
             }
         }
         self.answer_queries();
+    }
+
+    /// Ends the running cycle, keeping its batch list for the next one.
+    fn end_cycle(&mut self) {
+        if let Some(cycle) = self.cycle.take() {
+            let mut batches = cycle.batches;
+            batches.clear();
+            self.spare_batches = batches;
+        }
     }
 
     fn fail_cycle(&mut self, error: impl Fn(&CommitBatch) -> CommitError) {

@@ -5,7 +5,7 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_frame_checked, Frame};
+use crate::codec::partition::{decode_frame_checked, visit_frame_checked};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -40,10 +40,20 @@ pub struct SparseIndex {
 impl SparseIndex {
     /// Notes a frame starting at `position` whose first record is `first`; indexes it when it is the
     /// first frame or at least `interval_bytes` past the last indexed frame.
+    ///
+    /// Panics when the frame is not past the last indexed one (offset and position): callers note
+    /// frames in log order, so the index stays sorted by construction (checked here, once per entry,
+    /// rather than by a walk of the whole index after every event).
     pub fn note_frame(&mut self, first: Offset, position: u64, interval_bytes: u64) {
         let due = match self.entries.last() {
             None => true,
-            Some(&(_, last_position)) => position >= last_position + interval_bytes,
+            Some(&(last_first, last_position)) => {
+                assert!(
+                    first > last_first && position > last_position,
+                    "frames noted in log order"
+                );
+                position >= last_position + interval_bytes
+            }
         };
         if due {
             self.entries.push((first, position));
@@ -52,7 +62,18 @@ impl SparseIndex {
 
     /// Appends the entries of `later`, the index of frames that start `shift` bytes further in the
     /// same segment (recovery resuming behind a rotten frame), all of them past this index's.
+    ///
+    /// Panics when `later` does not start past this index's last entry (see [`Self::note_frame`]).
     pub fn extend_shifted(&mut self, later: SparseIndex, shift: u64) {
+        assert!(later.is_sorted(), "a scan's index is sorted");
+        if let (Some(&(last_first, last_position)), Some(&(first, position))) =
+            (self.entries.last(), later.entries.first())
+        {
+            assert!(
+                first > last_first && position + shift > last_position,
+                "later frames lie behind this index's"
+            );
+        }
         self.entries.extend(
             later
                 .entries
@@ -147,31 +168,38 @@ pub fn scan_segment_checked(
     let mut last_run_at_ms: Option<u64> = None;
     let mut position = 0usize;
     while position < bytes.len() {
-        let frame = match decode_frame_checked(&bytes[position..], verify_crc) {
-            Ok(frame) => frame,
+        // The first and largest commit time of the frame's records, taken as they are decoded (no
+        // record list per frame); used only once the frame verified.
+        let mut frame_at_ms: Option<u64> = None;
+        let mut frame_max_ms: Option<u64> = None;
+        let visited = visit_frame_checked(&bytes[position..], verify_crc, |record| {
+            frame_at_ms.get_or_insert(record.committed_at_ms);
+            frame_max_ms = frame_max_ms.max(Some(record.committed_at_ms));
+        });
+        let header = match visited {
+            Ok(header) => header,
             Err(error) => {
                 scan.damage = Some((position as u64, FrameDamage::Decode(error)));
                 break;
             }
         };
-        if frame.header.base_offset != scan.end_offset {
+        if header.base_offset != scan.end_offset {
             let damage = FrameDamage::OffsetGap {
                 expected: scan.end_offset,
-                found: frame.header.base_offset,
+                found: header.base_offset,
             };
             scan.damage = Some((position as u64, damage));
             break;
         }
         scan.index
-            .note_frame(frame.header.base_offset, position as u64, interval_bytes);
-        scan.committed_at_ms_max = max_committed_at(scan.committed_at_ms_max, &frame);
-        let frame_at_ms = frame.records.first().map(|record| record.committed_at_ms);
+            .note_frame(header.base_offset, position as u64, interval_bytes);
+        scan.committed_at_ms_max = scan.committed_at_ms_max.max(frame_max_ms);
         if frame_at_ms != last_run_at_ms {
             last_run_at_ms = frame_at_ms;
             scan.last_run_start = position as u64;
         }
-        scan.end_offset = frame.header.end_offset();
-        position += frame.header.frame_len();
+        scan.end_offset = header.end_offset();
+        position += header.frame_len();
         scan.verified_bytes = position as u64;
     }
     scan
@@ -217,15 +245,6 @@ pub fn acknowledged_frame_behind(
         position += frame.header.frame_len();
     }
     None
-}
-
-fn max_committed_at(current: Option<u64>, frame: &Frame<'_>) -> Option<u64> {
-    frame
-        .records
-        .iter()
-        .map(|record| record.committed_at_ms)
-        .chain(current)
-        .max()
 }
 
 #[cfg(test)]
@@ -350,6 +369,24 @@ mod tests {
             scan.damage,
             Some((0, FrameDamage::Decode(DecodeError::BadChecksum)))
         );
+    }
+
+    #[test]
+    #[should_panic(expected = "frames noted in log order")]
+    fn sparse_index_refuses_a_frame_at_or_before_the_last_indexed_offset() {
+        let mut index = SparseIndex::default();
+        index.note_frame(Offset(5), 0, 100);
+        index.note_frame(Offset(5), 200, 100);
+    }
+
+    #[test]
+    #[should_panic(expected = "later frames lie behind this index's")]
+    fn sparse_index_refuses_to_extend_with_frames_before_its_own() {
+        let mut index = SparseIndex::default();
+        index.note_frame(Offset(10), 0, 100);
+        let mut earlier = SparseIndex::default();
+        earlier.note_frame(Offset(3), 0, 100);
+        index.extend_shifted(earlier, 50);
     }
 
     #[test]

@@ -45,7 +45,7 @@ use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
 use crate::probe::{Invariant, Probe};
-use narad_core::codec::partition::decode_frame;
+use narad_core::codec::partition::verify_frame_checked;
 
 /// Commands the host's mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -74,8 +74,8 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
             let mut position = 0;
             let mut ok = true;
             while position < bytes.len() {
-                match decode_frame(&bytes[position..]) {
-                    Ok(frame) => position += frame.header.frame_len(),
+                match verify_frame_checked(&bytes[position..], true) {
+                    Ok(header) => position += header.frame_len(),
                     Err(_) => {
                         ok = false;
                         break;
@@ -770,11 +770,10 @@ impl Host {
     fn drain(&mut self, actor: ActorKey) {
         let mut retired = Vec::new();
         let mut log_events = false;
-        while let Some(output) = self
-            .slots
-            .get_mut(&actor)
-            .and_then(|slot| slot.combiner.poll_output())
-        {
+        // One lookup for the whole drain (outputs touch other fields only).
+        let mut slot = self.slots.get_mut(&actor);
+        while let Some(output) = slot.as_mut().and_then(|slot| slot.combiner.poll_output()) {
+            let slot = slot.as_deref().expect("polled above");
             match output {
                 CombinerOutput::Io(request) => self.executor.submit_for(actor, request),
                 CombinerOutput::Committed { id, result } => {
@@ -793,7 +792,6 @@ impl Host {
                 }
                 CombinerOutput::LogOpened { topic_id, report } => {
                     log_events = true;
-                    let slot = &self.slots[&actor];
                     tracing::info!(
                         topic = %slot.topic,
                         partition = %slot.partition,
@@ -822,7 +820,6 @@ impl Host {
                 }
                 CombinerOutput::LogOpenFailed { topic_id, error } => {
                     log_events = true;
-                    let slot = &self.slots[&actor];
                     tracing::error!(
                         topic = %slot.topic,
                         partition = %slot.partition,
@@ -833,7 +830,6 @@ impl Host {
                     self.metrics.error("storage", "partition_open").inc();
                 }
                 CombinerOutput::LogLatched { topic_id, fault } => {
-                    let slot = &self.slots[&actor];
                     tracing::error!(
                         topic = %slot.topic,
                         partition = %slot.partition,
@@ -845,7 +841,6 @@ impl Host {
                 }
                 CombinerOutput::LogRetired { topic_id, dir } => {
                     log_events = true;
-                    let slot = &self.slots[&actor];
                     tracing::info!(
                         topic = %slot.topic,
                         partition = %slot.partition,

@@ -50,6 +50,8 @@
 //! # Invariants (checked after every `handle` in debug builds)
 //! `oldest ≤ high watermark ≤ next offset`; segments are contiguous and the last ends at the high
 //! watermark; at most one commit or repair in flight; reads in flight ≤ `reads_in_flight_max`.
+//! Contiguity and the sparse indexes' order are asserted where a segment or an index entry is added
+//! (only the last segment changes afterwards), so the check after each event costs O(log segments).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -63,7 +65,7 @@ use super::segment::{
 };
 use crate::actor::Actor;
 use crate::codec::partition::{
-    decode_frame_checked, encode_frame, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
+    encode_frame, verify_frame_checked, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
     FRAME_RECORDS_BYTES_MAX,
 };
 use crate::codec::DecodeError;
@@ -426,6 +428,8 @@ pub struct PartitionStats {
 
 #[derive(Clone, Debug)]
 struct Segment {
+    /// The file's path, formatted once (every commit and read names it).
+    path: String,
     end_offset: Offset,
     bytes: u64,
     index: SparseIndex,
@@ -463,7 +467,26 @@ struct PendingCommit {
     frames: Vec<FrameMeta>,
     end_offset: Offset,
     committed_at_ms: u64,
-    stages: Vec<Stage>,
+    stages: Stages,
+}
+
+/// The stage of each op of a commit request, in op order (at most five ops: no allocation per commit).
+#[derive(Clone, Copy, Debug, Default)]
+struct Stages {
+    stages: [Option<Stage>; 5],
+    len: usize,
+}
+
+impl Stages {
+    fn push(&mut self, stage: Stage) {
+        self.stages[self.len] = Some(stage);
+        self.len += 1;
+    }
+
+    /// The stage of the op at `index`, if there is such an op.
+    fn get(&self, index: usize) -> Option<Stage> {
+        self.stages.get(index).copied().flatten()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -636,6 +659,28 @@ impl PartitionLog {
         join(&self.config.dir, &segment_name(base))
     }
 
+    /// Adds segment `base` as the new last one. Panics unless it continues the log (programmer error:
+    /// recovery refuses a discontiguous segment before adding it, and a roll starts at the high
+    /// watermark, where the last segment ends).
+    fn insert_segment(&mut self, base: Offset, segment: Segment) {
+        if let Some((&last_base, last)) = self.segments.iter().next_back() {
+            assert!(
+                last_base < base && last.end_offset == base,
+                "segments contiguous"
+            );
+        }
+        assert!(segment.end_offset >= base);
+        self.segments.insert(base, segment);
+    }
+
+    /// The path of segment `base`: the one kept with it when it is held, else formatted.
+    fn segment_path(&self, base: Offset) -> String {
+        match self.segments.get(&base) {
+            Some(segment) => segment.path.clone(),
+            None => self.path(base),
+        }
+    }
+
     fn request(&mut self, lane: IoLane, ops: Vec<IoOp>) -> IoId {
         let id = IoId(self.next_io);
         self.next_io += 1;
@@ -792,9 +837,11 @@ impl PartitionLog {
         }
         self.high_watermark = result.end_offset;
         self.next_offset = result.end_offset;
-        self.segments.insert(
+        let path = self.path(base);
+        self.insert_segment(
             base,
             Segment {
+                path,
                 end_offset: result.end_offset,
                 bytes: result.verified_bytes,
                 index: result.index,
@@ -836,8 +883,8 @@ impl PartitionLog {
             skipped,
         };
         let mut ops = Vec::new();
-        if let Some((&base, last)) = self.segments.iter().next_back() {
-            let path = self.path(base);
+        if let Some(last) = self.segments.values().next_back() {
+            let path = last.path.clone();
             if truncated_bytes > 0 {
                 ops.push(IoOp::SetLen {
                     path: path.clone(),
@@ -918,9 +965,9 @@ impl PartitionLog {
             self.segments[&segment].bytes
         };
         let name_durable = !created && self.segments[&segment].name_durable;
-        let path = self.path(segment);
+        let path = self.segment_path(segment);
         let mut ops = Vec::with_capacity(5);
-        let mut stages = Vec::with_capacity(5);
+        let mut stages = Stages::default();
         if created {
             ops.push(IoOp::Create { path: path.clone() });
             stages.push(Stage::Create);
@@ -1008,7 +1055,7 @@ impl PartitionLog {
                 }
                 _ => Err(CommitFault::ReadBackMismatch),
             },
-            Err((index, fault)) => Err(match pending.stages.get(index) {
+            Err((index, fault)) => Err(match pending.stages.get(index).as_ref() {
                 Some(Stage::Create) => CommitFault::Create(fault),
                 Some(Stage::Write) => CommitFault::Write(fault),
                 Some(Stage::Sync) | Some(Stage::SyncDir) => CommitFault::Sync(fault),
@@ -1023,15 +1070,23 @@ impl PartitionLog {
 
     fn apply_commit(&mut self, pending: PendingCommit) {
         let interval = self.config.index_interval_bytes;
+        if !self.segments.contains_key(&pending.segment) {
+            let path = self.path(pending.segment);
+            self.insert_segment(
+                pending.segment,
+                Segment {
+                    path,
+                    end_offset: pending.segment,
+                    bytes: 0,
+                    index: SparseIndex::default(),
+                    name_durable: false,
+                },
+            );
+        }
         let segment = self
             .segments
-            .entry(pending.segment)
-            .or_insert_with(|| Segment {
-                end_offset: pending.segment,
-                bytes: 0,
-                index: SparseIndex::default(),
-                name_durable: false,
-            });
+            .get_mut(&pending.segment)
+            .expect("inserted above");
         for frame in &pending.frames {
             segment
                 .index
@@ -1068,9 +1123,11 @@ impl PartitionLog {
         }
         if pending.created {
             // The file exists (at least in the page cache); keep it as the empty active segment.
-            self.segments.insert(
+            let path = self.path(pending.segment);
+            self.insert_segment(
                 pending.segment,
                 Segment {
+                    path,
                     end_offset: pending.segment,
                     bytes: 0,
                     index: SparseIndex::default(),
@@ -1085,7 +1142,7 @@ impl PartitionLog {
     }
 
     fn repair(&mut self, target: RepairTarget) {
-        let path = self.path(target.segment);
+        let path = self.segment_path(target.segment);
         let io = self.request(
             self.config.commit_lane,
             vec![
@@ -1158,18 +1215,13 @@ impl PartitionLog {
         assert!(self.high_watermark <= self.next_offset);
         let committing = matches!(self.phase, Phase::Committing(..));
         assert!(committing || self.next_offset == self.high_watermark);
-        let mut expected: Option<Offset> = None;
-        for (&base, segment) in &self.segments {
-            if let Some(expected) = expected {
-                assert_eq!(base, expected, "segments contiguous");
-            }
-            assert!(segment.end_offset >= base);
-            assert!(segment.index.is_sorted());
-            expected = Some(segment.end_offset);
-        }
-        if let Some(end) = expected {
+        // Contiguity and sorted indexes are asserted where segments and index entries are added
+        // (`insert_segment`, `SparseIndex::note_frame`), and only the last segment ever changes
+        // afterwards, so checking it here keeps the whole chain checked at O(log n) per event.
+        if let Some((&base, last)) = self.segments.iter().next_back() {
+            assert!(last.end_offset >= base);
             assert_eq!(
-                end, self.high_watermark,
+                last.end_offset, self.high_watermark,
                 "last segment ends at the high watermark"
             );
         }
@@ -1215,12 +1267,12 @@ fn verify_run(pending: &PendingCommit, bytes: &[u8], verify_crc: bool) -> bool {
         let Some(at) = bytes.get(meta.position as usize..) else {
             return false;
         };
-        match decode_frame_checked(at, verify_crc) {
-            Ok(frame) => {
-                frame.header.base_offset == meta.base
-                    && frame.header.count == meta.count
-                    && frame.header.records_bytes == meta.records_bytes
-                    && frame.header.crc == meta.crc
+        match verify_frame_checked(at, verify_crc) {
+            Ok(header) => {
+                header.base_offset == meta.base
+                    && header.count == meta.count
+                    && header.records_bytes == meta.records_bytes
+                    && header.crc == meta.crc
             }
             Err(_) => false,
         }

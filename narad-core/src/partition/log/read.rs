@@ -5,7 +5,7 @@ use super::{
     ReadRequest, READ_ATTEMPTS_MAX,
 };
 use crate::codec::partition::{
-    decode_frame_checked, decode_header, PartitionRecord, FRAME_HEADER_BYTES,
+    decode_header, visit_frame_checked, PartitionRecord, FRAME_HEADER_BYTES,
 };
 use crate::codec::DecodeError;
 use crate::disk::{IoCompletion, IoOp, IoReply};
@@ -66,7 +66,7 @@ impl PartitionLog {
 
     fn issue_read_len(&mut self, read: &mut PendingRead, len: u64) {
         read.attempts += 1;
-        let path = self.path(read.segment);
+        let path = self.segment_path(read.segment);
         let io = self.request(
             self.config.read_lane,
             vec![IoOp::ReadAt {
@@ -187,22 +187,34 @@ fn collect_records(
             }
             break;
         }
-        let frame = match decode_frame_checked(rest, verify_crc) {
-            Ok(frame) => frame,
-            // Serve what verified; the next read reports the damage.
-            Err(_) if !records.is_empty() => break,
-            Err(error) => return Collected::Damaged(error),
-        };
-        for (index, record) in frame.records.iter().enumerate() {
-            let offset = frame.header.base_offset.0 + index as u64;
-            if offset < request.offset.0 {
-                continue;
+        // The frame's records are taken as they are decoded (no record list per frame) and given
+        // back if the frame then fails its checks.
+        let kept = records.len();
+        let mut offset = header.base_offset.0;
+        let mut full = false;
+        let visited = visit_frame_checked(rest, verify_crc, |record| {
+            let at = offset;
+            offset += 1;
+            if full || at < request.offset.0 {
+                return;
             }
             if records.len() >= records_max || (!records.is_empty() && taken_bytes >= bytes_max) {
-                return Collected::Records(records);
+                full = true;
+                return;
             }
             taken_bytes += record.framed_len();
             records.push(record.to_owned_record());
+        });
+        if let Err(error) = visited {
+            records.truncate(kept);
+            if records.is_empty() {
+                return Collected::Damaged(error);
+            }
+            // Serve what verified; the next read reports the damage.
+            break;
+        }
+        if full {
+            return Collected::Records(records);
         }
         position += frame_len;
     }
