@@ -789,7 +789,8 @@ impl Runner {
             // Everything below a written checkpoint is visible: its accept instants are not needed.
             self.accept_times.forget_below(written);
         }
-        if !self.stores.is_empty() {
+        // Most drains answer no store (one waits for the write in flight): look before rebuilding.
+        if self.stores.iter().any(|(seq, _)| *seq <= written) {
             let (done, waiting) = std::mem::take(&mut self.stores)
                 .into_iter()
                 .partition(|(seq, _)| *seq <= written);
