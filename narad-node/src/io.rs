@@ -28,7 +28,7 @@
 //!   accept→visible p99 on a busy machine.)
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
-//! simulated task, after each op's simulated latency (see [`run_request`]).
+//! simulated task, taking the ops' simulated latencies with one wait per sync (see [`run_request`]).
 
 use std::collections::BTreeMap;
 #[cfg(not(madsim))]
@@ -355,8 +355,9 @@ async fn run_lane<M: Send + 'static>(
 }
 
 /// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
-/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
-/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+/// node; under `--cfg madsim` op by op in the simulated task, taking the ops' simulated
+/// [`Disk::latency`] (see the madsim variant), so a crash can fall inside a request and slow disks slow
+/// the node.
 #[cfg(not(madsim))]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
     let id = request.id;
@@ -384,38 +385,91 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
 }
 
 /// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
-/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
-/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+/// node; under `--cfg madsim` op by op in the simulated task, taking each op's simulated
+/// [`Disk::latency`] in simulated time (see below), so a crash can fall inside a request and slow
+/// disks slow the node.
+///
+/// Under madsim a request waits once per sync op instead of once per op (every wait is a madsim
+/// timer, a wake-up and a task poll: the simulator's largest per-op cost). The ops before a sync
+/// (`sync_data`, `sync_dir`) run at once, then the request waits their latencies and the sync's
+/// together, then the sync runs: a crash during that wait finds the writes issued and not yet durable,
+/// which a power loss tears exactly as it would have between two per-op waits (the state "none of
+/// them issued yet" is the state before the request). Ops after the last sync wait their latencies
+/// first and then run, as before. A failing op ends the request after the latencies drawn so far.
 #[cfg(madsim)]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
-    let mut replies = Vec::with_capacity(request.ops.len());
-    for (index, op) in request.ops.iter().enumerate() {
-        let latency = disk.latency(op);
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+    let ops = &request.ops;
+    let mut replies = Vec::with_capacity(ops.len());
+    let mut failure = None;
+    let mut index = 0;
+    while index < ops.len() {
+        // The group: the ops up to and including the next sync, or the rest when no sync follows.
+        let sync_at = ops[index..].iter().position(is_sync).map(|at| index + at);
+        let group_end = sync_at.map_or(ops.len(), |at| at + 1);
+        let mut wait = std::time::Duration::ZERO;
+        if sync_at.is_none() {
+            for op in &ops[index..group_end] {
+                wait += disk.latency(op);
+            }
+            sleep_simulated(wait).await;
+            wait = std::time::Duration::ZERO;
         }
-        match narad_core::disk::execute_op(&*disk, op) {
-            Ok(reply) => replies.push(reply),
-            Err(fault) => {
-                let id = request.id;
-                return (
-                    request,
-                    IoCompletion {
-                        id,
-                        result: Err((index, fault)),
-                    },
-                );
+        for (at, op) in ops.iter().enumerate().take(group_end).skip(index) {
+            if sync_at == Some(at) {
+                wait += disk.latency(op);
+                sleep_simulated(wait).await;
+                wait = std::time::Duration::ZERO;
+            } else if sync_at.is_some() {
+                wait += disk.latency(op);
+            }
+            match narad_core::disk::execute_op(&*disk, op) {
+                Ok(reply) => replies.push(reply),
+                Err(fault) => {
+                    failure = Some((at, fault));
+                    break;
+                }
             }
         }
+        if failure.is_some() {
+            // The failed op and those before it took their time.
+            sleep_simulated(wait).await;
+            break;
+        }
+        index = group_end;
     }
     let id = request.id;
-    (
-        request,
-        IoCompletion {
-            id,
-            result: Ok(replies),
-        },
-    )
+    let result = match failure {
+        Some(failed) => Err(failed),
+        None => Ok(replies),
+    };
+    (request, IoCompletion { id, result })
+}
+
+/// Whether `op` makes earlier ops durable (a sync the request waits for before it runs).
+#[cfg(madsim)]
+fn is_sync(op: &narad_core::disk::IoOp) -> bool {
+    use narad_core::disk::IoOp;
+    match op {
+        IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
+        IoOp::Create { .. }
+        | IoOp::CreateDirAll { .. }
+        | IoOp::WriteAt { .. }
+        | IoOp::WriteZeros { .. }
+        | IoOp::ReadAt { .. }
+        | IoOp::Len { .. }
+        | IoOp::SetLen { .. }
+        | IoOp::Rename { .. }
+        | IoOp::Remove { .. }
+        | IoOp::List { .. } => false,
+    }
+}
+
+/// Sleeps `wait` in simulated time (no timer for a zero wait).
+#[cfg(madsim)]
+async fn sleep_simulated(wait: std::time::Duration) {
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
 }
 
 #[cfg(test)]
