@@ -50,7 +50,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
 use crate::io::IoExecutor;
-use crate::probe::{Invariant, Probe};
+use crate::probe::{Invariant, Probe, TraceField};
 
 /// Commands the mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -843,9 +843,15 @@ impl Runner {
                     (status.repaired, status.durable_next_seq)
                 };
                 if repaired && next_seq > before {
-                    self.audit
-                        .probe
-                        .event("wal", format_args!("group commit {before}..{next_seq}"));
+                    self.audit.probe.event_fields(
+                        "wal",
+                        &[
+                            TraceField::Str("group commit"),
+                            TraceField::U64(before.0),
+                            TraceField::U64(next_seq.0),
+                        ],
+                        format_args!("group commit {before}..{next_seq}"),
+                    );
                     // The flush's callers are answered at the end of this drain: their 202 instant.
                     self.accept_times.committed(next_seq, self.clock.now());
                 }

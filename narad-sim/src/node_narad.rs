@@ -70,6 +70,15 @@ impl NodeProbe for ProbeBridge {
         self.0.event(source, args);
     }
 
+    fn event_fields(
+        &self,
+        source: &str,
+        fields: &[narad_node::probe::TraceField<'_>],
+        text: std::fmt::Arguments<'_>,
+    ) {
+        self.0.event_fields(source, fields, text);
+    }
+
     fn violation(&self, invariant: Invariant, args: std::fmt::Arguments<'_>) {
         self.0.violation(invariant.name(), args);
     }
