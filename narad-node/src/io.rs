@@ -28,7 +28,8 @@
 //!   accept→visible p99 on a busy machine.)
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
-//! simulated task, taking the ops' simulated latencies with one wait per sync (see [`run_request`]).
+//! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it, one per
+//! op after the last sync (see [`run_request`]).
 
 use std::collections::BTreeMap;
 #[cfg(not(madsim))]
@@ -389,54 +390,37 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
 /// [`Disk::latency`] in simulated time (see below), so a crash can fall inside a request and slow
 /// disks slow the node.
 ///
-/// Under madsim a request waits once per sync op instead of once per op (every wait is a madsim
-/// timer, a wake-up and a task poll: the simulator's largest per-op cost). The ops before a sync
-/// (`sync_data`, `sync_dir`) run at once, then the request waits their latencies and the sync's
-/// together, then the sync runs: a crash during that wait finds the writes issued and not yet durable,
-/// which a power loss tears exactly as it would have between two per-op waits (the state "none of
-/// them issued yet" is the state before the request). Ops after the last sync wait their latencies
-/// first and then run, as before. A failing op ends the request after the latencies drawn so far.
+/// Under madsim a request waits once per sync op instead of once per op before it (every wait is a
+/// madsim timer, a wake-up and a task poll: the simulator's largest per-op cost). The ops before a sync
+/// (`sync_data`, `sync_dir`) run at once, each drawing its latency as it runs; the sync then waits
+/// those latencies and its own together, and runs: a crash during that wait finds the writes issued
+/// and not yet durable, which a power loss tears exactly as it would have between two per-op waits
+/// (the state "none of them issued yet" is the state before the request). Ops after the last sync
+/// (reads, lone writes: most requests without a sync) wait their own latency and then run, one by
+/// one, as before, so a slow-disk episode that ends meanwhile stops slowing them. A failing op ends
+/// the request after the latencies drawn so far.
 #[cfg(madsim)]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
     let ops = &request.ops;
+    let last_sync = ops.iter().rposition(is_sync);
     let mut replies = Vec::with_capacity(ops.len());
+    let mut wait = std::time::Duration::ZERO;
     let mut failure = None;
-    let mut index = 0;
-    while index < ops.len() {
-        // The group: the ops up to and including the next sync, or the rest when no sync follows.
-        let sync_at = ops[index..].iter().position(is_sync).map(|at| index + at);
-        let group_end = sync_at.map_or(ops.len(), |at| at + 1);
-        let mut wait = std::time::Duration::ZERO;
-        if sync_at.is_none() {
-            for op in &ops[index..group_end] {
-                wait += disk.latency(op);
-            }
-            sleep_simulated(wait).await;
-            wait = std::time::Duration::ZERO;
+    for (index, op) in ops.iter().enumerate() {
+        wait += disk.latency(op);
+        if is_sync(op) || last_sync.is_none_or(|last| index > last) {
+            sleep_simulated(std::mem::take(&mut wait)).await;
         }
-        for (at, op) in ops.iter().enumerate().take(group_end).skip(index) {
-            if sync_at == Some(at) {
-                wait += disk.latency(op);
-                sleep_simulated(wait).await;
-                wait = std::time::Duration::ZERO;
-            } else if sync_at.is_some() {
-                wait += disk.latency(op);
-            }
-            match narad_core::disk::execute_op(&*disk, op) {
-                Ok(reply) => replies.push(reply),
-                Err(fault) => {
-                    failure = Some((at, fault));
-                    break;
-                }
+        match narad_core::disk::execute_op(&*disk, op) {
+            Ok(reply) => replies.push(reply),
+            Err(fault) => {
+                failure = Some((index, fault));
+                break;
             }
         }
-        if failure.is_some() {
-            // The failed op and those before it took their time.
-            sleep_simulated(wait).await;
-            break;
-        }
-        index = group_end;
     }
+    // A failed op ran before the sync it preceded: it and the ops before it took their time.
+    sleep_simulated(wait).await;
     let id = request.id;
     let result = match failure {
         Some(failed) => Err(failed),
