@@ -400,7 +400,9 @@ impl WalHost {
         self.status.borrow().clone()
     }
 
-    /// A receiver that wakes on every status change (durable frontier, latch, checkpoint).
+    /// A receiver that wakes when the repair finishes, the durable frontier moves, the WAL latches, or
+    /// the synced checkpoint or its failure changes. The stored and written checkpoint values change
+    /// with every dispatched batch and wake nobody: read them with `borrow` (or [`WalHost::status`]).
     pub fn subscribe(&self) -> watch::Receiver<WalStatus> {
         self.status.clone()
     }
@@ -722,8 +724,13 @@ impl Runner {
             }
             Command::StoreCheckpoint { seq, reply } => {
                 self.checkpointer.handle(now, CheckpointInput::Store(seq));
-                self.status
-                    .send_modify(|status| status.checkpoint_stored = self.checkpointer.stored());
+                let stored = self.checkpointer.stored();
+                // Silent (see `WalHost::subscribe`): one store per dispatched batch would wake the
+                // dispatcher, the only one waiting, for a value it does not read.
+                self.status.send_if_modified(|status| {
+                    status.checkpoint_stored = stored;
+                    false
+                });
                 if let Some(reply) = reply {
                     self.stores.push((seq, reply));
                 }
@@ -784,8 +791,11 @@ impl Runner {
         }
         let written = self.checkpointer.written();
         if self.status.borrow().checkpoint_written != written {
-            self.status
-                .send_modify(|status| status.checkpoint_written = written);
+            // Silent, like the stored value (see `WalHost::subscribe`).
+            self.status.send_if_modified(|status| {
+                status.checkpoint_written = written;
+                false
+            });
             // Everything below a written checkpoint is visible: its accept instants are not needed.
             self.accept_times.forget_below(written);
         }
