@@ -89,11 +89,11 @@ impl Trace {
         for field in fields {
             match field {
                 TraceField::U64(value) => {
-                    self.hash.write_bytes(&[b'u']);
+                    self.hash.write_bytes(b"u");
                     self.hash.write_bytes(&value.to_le_bytes());
                 }
                 TraceField::Str(text) => {
-                    self.hash.write_bytes(&[b's']);
+                    self.hash.write_bytes(b"s");
                     self.hash.write_bytes(&(text.len() as u64).to_le_bytes());
                     self.hash.write_bytes(text.as_bytes());
                 }
