@@ -28,7 +28,8 @@
 //!   accept→visible p99 on a busy machine.)
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
-//! simulated task, after each op's simulated latency (see [`run_request`]).
+//! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it, one per
+//! op after the last sync (see [`run_request`]).
 
 use std::collections::BTreeMap;
 #[cfg(not(madsim))]
@@ -355,8 +356,9 @@ async fn run_lane<M: Send + 'static>(
 }
 
 /// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
-/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
-/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+/// node; under `--cfg madsim` op by op in the simulated task, taking the ops' simulated
+/// [`Disk::latency`] (see the madsim variant), so a crash can fall inside a request and slow disks slow
+/// the node.
 #[cfg(not(madsim))]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
     let id = request.id;
@@ -384,38 +386,74 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
 }
 
 /// Runs one request on `disk` and hands it back with its completion: on the blocking pool in a real
-/// node; under `--cfg madsim` op by op in the simulated task, each after sleeping its simulated
-/// [`Disk::latency`], so a crash can fall between two ops of one request and slow disks slow the node.
+/// node; under `--cfg madsim` op by op in the simulated task, taking each op's simulated
+/// [`Disk::latency`] in simulated time (see below), so a crash can fall inside a request and slow
+/// disks slow the node.
+///
+/// Under madsim a request waits once per sync op instead of once per op before it (every wait is a
+/// madsim timer, a wake-up and a task poll: the simulator's largest per-op cost). The ops before a sync
+/// (`sync_data`, `sync_dir`) run at once, each drawing its latency as it runs; the sync then waits
+/// those latencies and its own together, and runs: a crash during that wait finds the writes issued
+/// and not yet durable, which a power loss tears exactly as it would have between two per-op waits
+/// (the state "none of them issued yet" is the state before the request). Ops after the last sync
+/// (reads, lone writes: most requests without a sync) wait their own latency and then run, one by
+/// one, as before, so a slow-disk episode that ends meanwhile stops slowing them. A failing op ends
+/// the request after the latencies drawn so far.
 #[cfg(madsim)]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
-    let mut replies = Vec::with_capacity(request.ops.len());
-    for (index, op) in request.ops.iter().enumerate() {
-        let latency = disk.latency(op);
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
+    let ops = &request.ops;
+    let last_sync = ops.iter().rposition(is_sync);
+    let mut replies = Vec::with_capacity(ops.len());
+    let mut wait = std::time::Duration::ZERO;
+    let mut failure = None;
+    for (index, op) in ops.iter().enumerate() {
+        wait += disk.latency(op);
+        if is_sync(op) || last_sync.is_none_or(|last| index > last) {
+            sleep_simulated(std::mem::take(&mut wait)).await;
         }
         match narad_core::disk::execute_op(&*disk, op) {
             Ok(reply) => replies.push(reply),
             Err(fault) => {
-                let id = request.id;
-                return (
-                    request,
-                    IoCompletion {
-                        id,
-                        result: Err((index, fault)),
-                    },
-                );
+                failure = Some((index, fault));
+                break;
             }
         }
     }
+    // A failed op ran before the sync it preceded: it and the ops before it took their time.
+    sleep_simulated(wait).await;
     let id = request.id;
-    (
-        request,
-        IoCompletion {
-            id,
-            result: Ok(replies),
-        },
-    )
+    let result = match failure {
+        Some(failed) => Err(failed),
+        None => Ok(replies),
+    };
+    (request, IoCompletion { id, result })
+}
+
+/// Whether `op` makes earlier ops durable (a sync the request waits for before it runs).
+#[cfg(madsim)]
+fn is_sync(op: &narad_core::disk::IoOp) -> bool {
+    use narad_core::disk::IoOp;
+    match op {
+        IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
+        IoOp::Create { .. }
+        | IoOp::CreateDirAll { .. }
+        | IoOp::WriteAt { .. }
+        | IoOp::WriteZeros { .. }
+        | IoOp::ReadAt { .. }
+        | IoOp::Len { .. }
+        | IoOp::SetLen { .. }
+        | IoOp::Rename { .. }
+        | IoOp::Remove { .. }
+        | IoOp::List { .. } => false,
+    }
+}
+
+/// Sleeps `wait` in simulated time (no timer for a zero wait).
+#[cfg(madsim)]
+async fn sleep_simulated(wait: std::time::Duration) {
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
 use crate::io::IoExecutor;
-use crate::probe::{Invariant, Probe};
+use crate::probe::{Invariant, Probe, TraceField};
 
 /// Commands the mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
@@ -400,7 +400,9 @@ impl WalHost {
         self.status.borrow().clone()
     }
 
-    /// A receiver that wakes on every status change (durable frontier, latch, checkpoint).
+    /// A receiver that wakes when the repair finishes, the durable frontier moves, the WAL latches, or
+    /// the synced checkpoint or its failure changes. The stored and written checkpoint values change
+    /// with every dispatched batch and wake nobody: read them with `borrow` (or [`WalHost::status`]).
     pub fn subscribe(&self) -> watch::Receiver<WalStatus> {
         self.status.clone()
     }
@@ -722,8 +724,13 @@ impl Runner {
             }
             Command::StoreCheckpoint { seq, reply } => {
                 self.checkpointer.handle(now, CheckpointInput::Store(seq));
-                self.status
-                    .send_modify(|status| status.checkpoint_stored = self.checkpointer.stored());
+                let stored = self.checkpointer.stored();
+                // Silent (see `WalHost::subscribe`): one store per dispatched batch would wake the
+                // dispatcher, the only one waiting, for a value it does not read.
+                self.status.send_if_modified(|status| {
+                    status.checkpoint_stored = stored;
+                    false
+                });
                 if let Some(reply) = reply {
                     self.stores.push((seq, reply));
                 }
@@ -784,12 +791,16 @@ impl Runner {
         }
         let written = self.checkpointer.written();
         if self.status.borrow().checkpoint_written != written {
-            self.status
-                .send_modify(|status| status.checkpoint_written = written);
+            // Silent, like the stored value (see `WalHost::subscribe`).
+            self.status.send_if_modified(|status| {
+                status.checkpoint_written = written;
+                false
+            });
             // Everything below a written checkpoint is visible: its accept instants are not needed.
             self.accept_times.forget_below(written);
         }
-        if !self.stores.is_empty() {
+        // Most drains answer no store (one waits for the write in flight): look before rebuilding.
+        if self.stores.iter().any(|(seq, _)| *seq <= written) {
             let (done, waiting) = std::mem::take(&mut self.stores)
                 .into_iter()
                 .partition(|(seq, _)| *seq <= written);
@@ -842,9 +853,15 @@ impl Runner {
                     (status.repaired, status.durable_next_seq)
                 };
                 if repaired && next_seq > before {
-                    self.audit
-                        .probe
-                        .event("wal", format_args!("group commit {before}..{next_seq}"));
+                    self.audit.probe.event_fields(
+                        "wal",
+                        &[
+                            TraceField::Str("group commit"),
+                            TraceField::U64(before.0),
+                            TraceField::U64(next_seq.0),
+                        ],
+                        format_args!("group commit {before}..{next_seq}"),
+                    );
                     // The flush's callers are answered at the end of this drain: their 202 instant.
                     self.accept_times.committed(next_seq, self.clock.now());
                 }

@@ -2,7 +2,8 @@
 //!
 //! Each boot calls [`narad_node::node::start`] inside the node's madsim node with
 //! - the run's [`SimDisk`] wrapped in [`LatencyDisk`], whose [`Disk::latency`] is the harness's
-//!   [`SimIo`] model, so the node's I/O executors sleep each op's simulated latency before running it;
+//!   [`SimIo`] model, so the node's I/O executors take each op's simulated latency in simulated time
+//!   (one wait per sync: see `narad_node::io::run_request`);
 //! - a [`Clock`] started at boot (madsim's virtual `Instant`), and a seed derived from the run's seed and
 //!   the boot number (the keyless rotations' starts; raft's election jitter is irrelevant: a single
 //!   voter campaigns at once);
@@ -67,6 +68,15 @@ struct ProbeBridge(Probe);
 impl NodeProbe for ProbeBridge {
     fn event(&self, source: &str, args: std::fmt::Arguments<'_>) {
         self.0.event(source, args);
+    }
+
+    fn event_fields(
+        &self,
+        source: &str,
+        fields: &[narad_node::probe::TraceField<'_>],
+        text: std::fmt::Arguments<'_>,
+    ) {
+        self.0.event_fields(source, fields, text);
     }
 
     fn violation(&self, invariant: Invariant, args: std::fmt::Arguments<'_>) {

@@ -49,7 +49,7 @@ use narad_core::{NodeId, Offset, PartitionId, TopicId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::trace::Trace;
+use crate::trace::{Trace, TraceField};
 
 pub use narad_core::planted::PlantedBug;
 
@@ -291,6 +291,13 @@ impl Probe {
         let mut state = self.lock();
         let now = (state.clock)();
         state.trace.record(now, source, args);
+    }
+
+    /// Records a frequent event by its fields (see [`Trace::record_fields`]).
+    pub fn event_fields(&self, source: &str, fields: &[TraceField<'_>], text: fmt::Arguments<'_>) {
+        let mut state = self.lock();
+        let now = (state.clock)();
+        state.trace.record_fields(now, source, fields, text);
     }
 
     /// Reports a broken invariant: the run fails. Also traced.

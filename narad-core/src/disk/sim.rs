@@ -358,6 +358,14 @@ fn tear_write(
     }
 }
 
+fn zero_live(image: &mut Vec<u8>, offset: u64, len: u64) {
+    let end = (offset + len) as usize;
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[offset as usize..end].fill(0);
+}
+
 fn write_live(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let end = offset as usize + data.len();
     if image.len() < end {
@@ -412,11 +420,7 @@ impl Disk for SimDisk {
         inner.write_fault(path)?;
         inner.stats.writes += 1;
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        let end = (offset + len) as usize;
-        if inode.live.len() < end {
-            inode.live.resize(end, 0);
-        }
-        inode.live[offset as usize..end].fill(0);
+        zero_live(&mut inode.live, offset, len);
         inode.pending.push(Pending::Zeros { offset, len });
         Ok(())
     }
@@ -465,14 +469,16 @@ impl Disk for SimDisk {
         inner.stats.syncs += 1;
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
         // Replay only what is pending, not the live image: pages dropped by an earlier failed sync
-        // were marked clean and never reach the disk.
-        for pending in std::mem::take(&mut inode.pending) {
-            match pending {
-                Pending::SetLen(len) => inode.durable.resize(len as usize, 0),
-                Pending::Write { offset, data } => write_live(&mut inode.durable, offset, &data),
-                Pending::Zeros { offset, len } => {
-                    write_live(&mut inode.durable, offset, &vec![0u8; len as usize])
-                }
+        // were marked clean and never reach the disk. Draining keeps the list's allocation for the
+        // next writes (a file is written and synced over and over).
+        let Inode {
+            durable, pending, ..
+        } = inode;
+        for write in pending.drain(..) {
+            match write {
+                Pending::SetLen(len) => durable.resize(len as usize, 0),
+                Pending::Write { offset, data } => write_live(durable, offset, &data),
+                Pending::Zeros { offset, len } => zero_live(durable, offset, len),
             }
         }
         Ok(())

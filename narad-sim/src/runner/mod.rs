@@ -36,6 +36,7 @@ use crate::seam::{
     derive_seed, DiskLayout, NodeContext, NodeError, NodeSizes, PlantedBug, Probe, ProduceRecord,
     SimIo, SimNode, TopicInfo,
 };
+use crate::trace::TraceField;
 
 /// Extra simulated time beyond the scenario's phases before madsim's time limit stops a run.
 const TIME_LIMIT_MARGIN: Duration = Duration::from_secs(120);
@@ -480,8 +481,19 @@ impl<N: SimNode> World<N> {
             Call::TimedOut => Outcome::TimedOut,
         };
         lock(&self.ledger).complete(attempt, outcome);
-        self.probe.event(
+        // One event per produce call: hashed by its fields, formatted only for `--trace`.
+        self.probe.event_fields(
             "client",
+            &[
+                TraceField::Str("produce"),
+                TraceField::U64(u64::from(attempt.0)),
+                TraceField::Str(&topic.spec.name),
+                TraceField::U64(topic_id.0),
+                TraceField::U64(count),
+                // 0 = no explicit partition, else its number + 1.
+                TraceField::U64(explicit.map_or(0, |p| u64::from(p.0) + 1)),
+                TraceField::Str(outcome.name()),
+            ],
             format_args!(
                 "produce #{} {}#{topic_id} records={count} partition={:?} -> {}",
                 attempt.0,
