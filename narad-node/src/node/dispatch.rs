@@ -108,6 +108,7 @@ impl DispatchHost {
             answers: FuturesUnordered::new(),
             deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
+            wal_latched: status.latched.is_some(),
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
             reroutes_published: 0,
@@ -153,10 +154,31 @@ enum Signal {
 }
 
 impl Signal {
-    fn wal_status(mut receiver: watch::Receiver<WalStatus>) -> Waiting {
+    /// Fires once the WAL's durable frontier passes `durable_fed` or its latch changes from `latched`
+    /// (the only fields the host follows), or the WAL host stopped. The checkpoint's own changes (stored,
+    /// written, synced: two or three per record) are passed over here, without a turn of the host.
+    fn wal_status(
+        mut receiver: watch::Receiver<WalStatus>,
+        durable_fed: Seq,
+        latched: bool,
+    ) -> Waiting {
         Box::pin(async move {
-            let open = receiver.changed().await.is_ok();
-            Signal::WalStatus { receiver, open }
+            loop {
+                if receiver.changed().await.is_err() {
+                    return Signal::WalStatus {
+                        receiver,
+                        open: false,
+                    };
+                }
+                let status = receiver.borrow();
+                if status.durable_next_seq > durable_fed || status.latched.is_some() != latched {
+                    drop(status);
+                    return Signal::WalStatus {
+                        receiver,
+                        open: true,
+                    };
+                }
+            }
         })
     }
 
@@ -182,6 +204,8 @@ struct Host {
     deadlines: Deadlines,
     /// The durable frontier last fed.
     durable_fed: Seq,
+    /// Whether the WAL was latched at the status last followed.
+    wal_latched: bool,
     /// The topic views last fed, by name.
     topics: BTreeMap<String, TopicView>,
     /// Members last fed alive.
@@ -213,7 +237,7 @@ impl Host {
             let _ = stop.changed().await;
             Signal::Stop
         }));
-        signals.push(Signal::wal_status(wal_status));
+        signals.push(self.wait_wal_status(wal_status));
         signals.push(Signal::meta(meta));
         let mut timer = clock::WakeTimer::at(self.clock.to_tokio(self.clock.now()));
         // Moved only when the wake-up changes, not re-registered every turn.
@@ -264,7 +288,7 @@ impl Host {
             } => {
                 let status = receiver.borrow_and_update().clone();
                 self.on_wal_status(status);
-                signals.push(Signal::wal_status(receiver));
+                signals.push(self.wait_wal_status(receiver));
                 true
             }
             // The metastore stopped: the last view stays.
@@ -279,6 +303,11 @@ impl Host {
                 true
             }
         }
+    }
+
+    /// Waits for the next change of the WAL's status the host follows.
+    fn wait_wal_status(&self, receiver: watch::Receiver<WalStatus>) -> Waiting {
+        Signal::wal_status(receiver, self.durable_fed, self.wal_latched)
     }
 
     /// When the loop must wake: the dispatcher's timeout or a commit's deadline, whichever is first.
@@ -364,9 +393,10 @@ impl Host {
     }
 
     fn on_wal_status(&mut self, status: WalStatus) {
+        self.wal_latched = status.latched.is_some();
         self.metrics
             .ingress_wal_failed
-            .set(i64::from(status.latched.is_some()));
+            .set(i64::from(self.wal_latched));
         if status.durable_next_seq > self.durable_fed {
             self.durable_fed = status.durable_next_seq;
             self.feed(DispatcherInput::Durable {
