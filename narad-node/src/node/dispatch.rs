@@ -35,10 +35,10 @@
 //! makes it visible, on the node's clock. Records with no 202 instant (recovered at start-up) are not
 //! observed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -49,10 +49,12 @@ use narad_core::dispatcher::{
     DispatcherConfig, DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit,
     TopicView,
 };
-use narad_core::ids::NodeId;
+use narad_core::ids::{NodeId, PartitionId};
 use narad_core::partition::{self, BatchRecord, CommitFault};
+use narad_core::routing::FnvBuildHasher;
 use narad_core::wal::ReadError as WalReadFailure;
 use narad_core::{Actor, Instant, IoFault, Seq};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use super::partitions::{PartitionCommitError, PartitionHost};
@@ -112,6 +114,7 @@ impl DispatchHost {
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
             reroutes_published: 0,
+            produced: Arc::default(),
             probe: hooks.probe.clone(),
         };
         tokio::spawn(async move {
@@ -211,6 +214,8 @@ struct Host {
     /// Members last fed alive.
     members: BTreeSet<NodeId>,
     reroutes_published: u64,
+    /// The produced-records series, by partition.
+    produced: Arc<ProducedCounters>,
     /// Events and broken invariants go here (see [`crate::probe`]).
     probe: Probe,
 }
@@ -590,6 +595,7 @@ impl Host {
         let clock = self.clock;
         let metrics = self.metrics.clone();
         let accept_times = Arc::clone(self.wal.accept_times());
+        let produced = Arc::clone(&self.produced);
         let give_up = self.deadlines.start(commit_id, deadline);
         self.answer_later(async move {
             let started = clock.now();
@@ -619,15 +625,7 @@ impl Host {
                 .observe(elapsed.as_secs_f64());
             let failure = match outcome {
                 Ok(Ok(_range)) => {
-                    let labels = PartitionLabels {
-                        topic: topic.to_string(),
-                        partition: partition.to_string(),
-                    };
-                    metrics
-                        .messages_produced
-                        .get_or_create(&labels)
-                        .inc_by(count);
-                    metrics.bytes_produced.get_or_create(&labels).inc_by(bytes);
+                    produced.add(&metrics, &topic, partition, count, bytes);
                     accept_times.observe_visible(seqs, clock.now(), |latency| {
                         metrics
                             .accept_to_visible_seconds
@@ -643,6 +641,46 @@ impl Host {
             }
             DispatcherInput::CommitFailed { commit_id, failure }
         });
+    }
+}
+
+/// The `messages_produced_total` / `bytes_produced_total` series of each partition committed to, found
+/// once: a family lookup formats the labels and hashes them, once per commit otherwise. Shared with the
+/// commits in flight (which count their records as they land, even after the host stopped).
+#[derive(Debug, Default)]
+struct ProducedCounters {
+    series: Mutex<HashMap<(Arc<str>, PartitionId), (Counter, Counter), FnvBuildHasher>>,
+}
+
+impl ProducedCounters {
+    /// Counts a landed commit of `records` records and `bytes` payload bytes.
+    fn add(
+        &self,
+        metrics: &Metrics,
+        topic: &Arc<str>,
+        partition: PartitionId,
+        records: u64,
+        bytes: u64,
+    ) {
+        let mut series = self
+            .series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (messages, payload) =
+            series
+                .entry((Arc::clone(topic), partition))
+                .or_insert_with(|| {
+                    let labels = PartitionLabels {
+                        topic: topic.to_string(),
+                        partition: partition.to_string(),
+                    };
+                    (
+                        metrics.messages_produced.get_or_create(&labels).clone(),
+                        metrics.bytes_produced.get_or_create(&labels).clone(),
+                    )
+                });
+        messages.inc_by(records);
+        payload.inc_by(bytes);
     }
 }
 
