@@ -20,7 +20,11 @@ impl Dispatcher {
     /// Sends what may leave now: due probes first, then queues, oldest queued record first, while
     /// fewer than 16 commits count as in flight.
     pub(super) fn pump(&mut self, now: Instant) {
-        let failing: Vec<DestIdx> = self.failing_dests.iter().copied().collect();
+        let failing: Vec<DestIdx> = if self.failing_dests.is_empty() {
+            Vec::new()
+        } else {
+            self.failing_dests.iter().copied().collect()
+        };
         for idx in failing {
             if self.counted_in_flight >= COMMITS_IN_FLIGHT_MAX {
                 return;

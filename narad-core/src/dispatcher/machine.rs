@@ -375,7 +375,12 @@ impl Dispatcher {
 
     fn run_timers(&mut self, now: Instant) {
         self.expire_hung(now);
-        let failing: Vec<DestIdx> = self.failing_dests.iter().copied().collect();
+        // The sets are empty on a healthy node: nothing to copy then.
+        let failing: Vec<DestIdx> = if self.failing_dests.is_empty() {
+            Vec::new()
+        } else {
+            self.failing_dests.iter().copied().collect()
+        };
         for idx in failing {
             let grace_over = self.dest(idx).failing.as_ref().is_some_and(|failing| {
                 !failing.grace_passed && failing.since + REROUTE_GRACE <= now
@@ -387,7 +392,11 @@ impl Dispatcher {
                 self.want_rescan();
             }
         }
-        let remembering: Vec<TopicIdx> = self.memory_topics.iter().copied().collect();
+        let remembering: Vec<TopicIdx> = if self.memory_topics.is_empty() {
+            Vec::new()
+        } else {
+            self.memory_topics.iter().copied().collect()
+        };
         for idx in remembering {
             if self
                 .topic(idx)
@@ -402,7 +411,9 @@ impl Dispatcher {
         if self.backoff_until.is_some_and(|until| until <= now) {
             self.backoff_until = None;
         }
-        self.legacy_until.retain(|_, until| *until > now);
+        if !self.legacy_until.is_empty() {
+            self.legacy_until.retain(|_, until| *until > now);
+        }
         if now >= self.next_periodic_rescan {
             self.next_periodic_rescan = now + RESCAN_INTERVAL;
             self.periodic();
