@@ -1,7 +1,9 @@
 //! The dispatcher host: runs the [`Dispatcher`] in one task and carries out its outputs (see the driver
 //! protocol in `narad_core::dispatcher`). It decides nothing.
 //!
-//! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`.
+//! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`; a read from the WAL's
+//!   published durable frontier on (the idle backstop's, mostly) is answered an empty `WalFrames` at
+//!   once, without asking the WAL host (unless the WAL latched).
 //! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's
 //!   deadline (`Timeout`; the combiner is told the caller left). The host's own wake-up timer keeps
 //!   the deadlines of the commits in flight (no timer per commit) and aborts a commit once its
@@ -108,6 +110,7 @@ impl DispatchHost {
             clock,
             metrics,
             answers: FuturesUnordered::new(),
+            answered: None,
             deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
             wal_latched: status.latched.is_some(),
@@ -203,6 +206,9 @@ struct Host {
     metrics: Arc<Metrics>,
     /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
     answers: FuturesUnordered<Answer>,
+    /// The answer of an output carried out at once (a read that finds nothing durable), fed as soon
+    /// as the outputs before it are carried out.
+    answered: Option<DispatcherInput>,
     /// The deadlines of the local commits in flight.
     deadlines: Deadlines,
     /// The durable frontier last fed.
@@ -450,18 +456,26 @@ impl Host {
         }
     }
 
+    /// Carries out every output, feeding the answers known at once (an empty read) as they come.
     fn drain(&mut self) {
-        while let Some(output) = self.dispatcher.poll_output() {
-            match output {
-                DispatcherOutput::ReadWal(read) => self.read_wal(read),
-                DispatcherOutput::SendCommit(commit) => self.send_commit(commit),
-                DispatcherOutput::StoreCheckpoint { seq } => {
-                    self.audit_checkpoint(seq);
-                    self.store_checkpoint(seq)
+        loop {
+            while let Some(output) = self.dispatcher.poll_output() {
+                match output {
+                    DispatcherOutput::ReadWal(read) => self.read_wal(read),
+                    DispatcherOutput::SendCommit(commit) => self.send_commit(commit),
+                    DispatcherOutput::StoreCheckpoint { seq } => {
+                        self.audit_checkpoint(seq);
+                        self.store_checkpoint(seq)
+                    }
+                    DispatcherOutput::ConfirmTopicGone { topic } => self.confirm_topic_gone(topic),
+                    DispatcherOutput::Warn(warning) => log_warning(&warning),
                 }
-                DispatcherOutput::ConfirmTopicGone { topic } => self.confirm_topic_gone(topic),
-                DispatcherOutput::Warn(warning) => log_warning(&warning),
             }
+            let Some(answer) = self.answered.take() else {
+                return;
+            };
+            let now = self.clock.now();
+            self.dispatcher.handle(now, answer);
         }
     }
 
@@ -494,6 +508,19 @@ impl Host {
     }
 
     fn read_wal(&mut self, read: ReadWal) {
+        // Nothing from `read.from` on is durable (the WAL host publishes its durable frontier before it
+        // answers anyone, and the frontier only grows): the answer is an empty read, known without a
+        // trip to the WAL host. This is what the idle backstop's reads mostly are. A latched WAL is
+        // asked (its read reports the failure), and so is a WAL the dispatcher believes further along
+        // (never: its frontier comes from the same status; asking cannot loop).
+        if !self.wal_latched
+            && read.from >= self.dispatcher.durable_next()
+            && read.from >= self.wal.durable_next_seq()
+        {
+            assert!(self.answered.is_none(), "at most one read is outstanding");
+            self.answered = Some(DispatcherInput::WalFrames { frames: Vec::new() });
+            return;
+        }
         let wal = self.wal.clone();
         self.answer_later(async move {
             match wal.read(read.from, read.max_records, read.max_bytes).await {
