@@ -646,14 +646,15 @@ impl Host {
             // Aborted by the host at the deadline (`Deadlines::expire`); dropping `committing` tells the
             // combiner the caller left.
             let outcome = Abortable::new(committing, give_up).await;
-            let elapsed = clock.now().saturating_duration_since(started);
+            let answered = clock.now();
+            let elapsed = answered.saturating_duration_since(started);
             metrics
                 .ingress_dispatch_commit_duration_seconds
                 .observe(elapsed.as_secs_f64());
             let failure = match outcome {
                 Ok(Ok(_range)) => {
                     produced.add(&metrics, &topic, partition, count, bytes);
-                    accept_times.observe_visible(seqs, clock.now(), |latency| {
+                    accept_times.observe_visible(seqs, answered, |latency| {
                         metrics
                             .accept_to_visible_seconds
                             .observe(latency.as_secs_f64());
@@ -871,6 +872,67 @@ mod tests {
         assert_eq!(deadlines.expire(at(40)), vec![CommitId(1)]);
         assert!(late.is_aborted());
         assert_eq!(deadlines.first(), None);
+    }
+
+    #[test]
+    fn the_wal_status_wakes_the_host_only_for_the_durable_frontier_or_the_latch() {
+        let status = WalStatus {
+            repaired: true,
+            durable_next_seq: Seq(5),
+            latched: None,
+            dispatch_start: Seq(0),
+            checkpoint_stored: Seq(0),
+            checkpoint_written: Seq(0),
+            checkpoint_synced: Seq(0),
+            checkpoint_failure: None,
+        };
+        let (sender, receiver) = watch::channel(status);
+        let mut waiting = Signal::wal_status(receiver, Seq(5), false);
+        assert!((&mut waiting).now_or_never().is_none());
+        // The checkpoint moving (stored, written, synced) is not followed.
+        sender.send_modify(|status| status.checkpoint_stored = Seq(3));
+        sender.send_modify(|status| status.checkpoint_written = Seq(3));
+        sender.send_modify(|status| status.checkpoint_synced = Seq(3));
+        assert!((&mut waiting).now_or_never().is_none());
+        sender.send_modify(|status| status.durable_next_seq = Seq(6));
+        let Some(Signal::WalStatus { receiver, open }) = (&mut waiting).now_or_never() else {
+            panic!("the durable frontier moved");
+        };
+        assert!(open);
+        let mut latch = Signal::wal_status(receiver, Seq(6), false);
+        sender.send_modify(|status| status.latched = Some(IoFault::Eio));
+        assert!(matches!(
+            (&mut latch).now_or_never(),
+            Some(Signal::WalStatus { open: true, .. })
+        ));
+        let (sender, receiver) = watch::channel(sender.borrow().clone());
+        let mut gone = Signal::wal_status(receiver, Seq(6), true);
+        drop(sender);
+        assert!(matches!(
+            gone.as_mut().now_or_never(),
+            Some(Signal::WalStatus { open: false, .. })
+        ));
+    }
+
+    #[test]
+    fn produced_records_are_counted_per_partition_series() {
+        let metrics = Metrics::new();
+        let produced = ProducedCounters::default();
+        let topic: Arc<str> = Arc::from("orders");
+        produced.add(&metrics, &topic, PartitionId(1), 2, 10);
+        produced.add(&metrics, &Arc::from("orders"), PartitionId(1), 3, 5);
+        produced.add(&metrics, &topic, PartitionId(2), 1, 7);
+        let labels = |partition: &str| PartitionLabels {
+            topic: "orders".to_string(),
+            partition: partition.to_string(),
+        };
+        let count =
+            |family: &prometheus_client::metrics::family::Family<PartitionLabels, Counter>,
+             partition: &str| family.get_or_create(&labels(partition)).get();
+        assert_eq!(count(&metrics.messages_produced, "1"), 5);
+        assert_eq!(count(&metrics.bytes_produced, "1"), 15);
+        assert_eq!(count(&metrics.messages_produced, "2"), 1);
+        assert_eq!(count(&metrics.bytes_produced, "2"), 7);
     }
 
     fn mapped(error: Combiner) -> CommitFailure {
