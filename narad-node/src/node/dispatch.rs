@@ -677,8 +677,11 @@ impl Host {
 /// commits in flight (which count their records as they land, even after the host stopped).
 #[derive(Debug, Default)]
 struct ProducedCounters {
-    series: Mutex<HashMap<(Arc<str>, PartitionId), (Counter, Counter), FnvBuildHasher>>,
+    series: Mutex<ProducedSeries>,
 }
+
+/// `(messages, bytes)` counters by `(topic, partition)`.
+type ProducedSeries = HashMap<(Arc<str>, PartitionId), (Counter, Counter), FnvBuildHasher>;
 
 impl ProducedCounters {
     /// Counts a landed commit of `records` records and `bytes` payload bytes.
