@@ -20,19 +20,8 @@ impl Dispatcher {
     /// Sends what may leave now: due probes first, then queues, oldest queued record first, while
     /// fewer than 16 commits count as in flight.
     pub(super) fn pump(&mut self, now: Instant) {
-        let failing: Vec<DestIdx> = self.failing_dests.iter().copied().collect();
-        for idx in failing {
-            if self.counted_in_flight >= COMMITS_IN_FLIGHT_MAX {
-                return;
-            }
-            let due =
-                self.dest(idx).in_flight.is_none()
-                    && self.dest(idx).failing.as_ref().is_some_and(|failing| {
-                        failing.probe.is_some() && failing.next_probe_at <= now
-                    });
-            if due {
-                self.send_probe(now, idx);
-            }
+        if !self.failing_dests.is_empty() && !self.send_due_probes(now) {
+            return;
         }
         // Every candidate left after the scan waits (linger, owner lookup); the earliest of their
         // wake-ups is remembered for `poll_timeout`. With every slot taken none is needed: a slot
@@ -61,6 +50,25 @@ impl Dispatcher {
         } else {
             None
         };
+    }
+
+    /// Sends the probes that are due, failing destinations in order; `false` once every slot is taken.
+    fn send_due_probes(&mut self, now: Instant) -> bool {
+        let failing: Vec<DestIdx> = self.failing_dests.iter().copied().collect();
+        for idx in failing {
+            if self.counted_in_flight >= COMMITS_IN_FLIGHT_MAX {
+                return false;
+            }
+            let due =
+                self.dest(idx).in_flight.is_none()
+                    && self.dest(idx).failing.as_ref().is_some_and(|failing| {
+                        failing.probe.is_some() && failing.next_probe_at <= now
+                    });
+            if due {
+                self.send_probe(now, idx);
+            }
+        }
+        true
     }
 
     /// When a candidate that could not leave wants to be looked at again.

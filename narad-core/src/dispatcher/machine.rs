@@ -375,6 +375,27 @@ impl Dispatcher {
 
     fn run_timers(&mut self, now: Instant) {
         self.expire_hung(now);
+        // The sets are empty on a healthy node: nothing to walk then.
+        if !self.failing_dests.is_empty() {
+            self.pass_reroute_graces(now);
+        }
+        if !self.memory_topics.is_empty() {
+            self.forget_unconfirmed_answers(now);
+        }
+        if self.backoff_until.is_some_and(|until| until <= now) {
+            self.backoff_until = None;
+        }
+        if !self.legacy_until.is_empty() {
+            self.legacy_until.retain(|_, until| *until > now);
+        }
+        if now >= self.next_periodic_rescan {
+            self.next_periodic_rescan = now + RESCAN_INTERVAL;
+            self.periodic();
+        }
+    }
+
+    /// Failing destinations whose reroute grace passed: their skipped records may go to a sibling now.
+    fn pass_reroute_graces(&mut self, now: Instant) {
         let failing: Vec<DestIdx> = self.failing_dests.iter().copied().collect();
         for idx in failing {
             let grace_over = self.dest(idx).failing.as_ref().is_some_and(|failing| {
@@ -387,6 +408,10 @@ impl Dispatcher {
                 self.want_rescan();
             }
         }
+    }
+
+    /// Unconfirmed answers remembered long enough are forgotten: their topics may be asked again.
+    fn forget_unconfirmed_answers(&mut self, now: Instant) {
         let remembering: Vec<TopicIdx> = self.memory_topics.iter().copied().collect();
         for idx in remembering {
             if self
@@ -398,14 +423,6 @@ impl Dispatcher {
                 self.memory_topics.remove(&idx);
                 self.want_rescan();
             }
-        }
-        if self.backoff_until.is_some_and(|until| until <= now) {
-            self.backoff_until = None;
-        }
-        self.legacy_until.retain(|_, until| *until > now);
-        if now >= self.next_periodic_rescan {
-            self.next_periodic_rescan = now + RESCAN_INTERVAL;
-            self.periodic();
         }
     }
 

@@ -1,7 +1,9 @@
 //! The dispatcher host: runs the [`Dispatcher`] in one task and carries out its outputs (see the driver
 //! protocol in `narad_core::dispatcher`). It decides nothing.
 //!
-//! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`.
+//! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`; a read from the WAL's
+//!   published durable frontier on (the idle backstop's, mostly) is answered an empty `WalFrames` at
+//!   once, without asking the WAL host (unless the WAL latched).
 //! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's
 //!   deadline (`Timeout`; the combiner is told the caller left). The host's own wake-up timer keeps
 //!   the deadlines of the commits in flight (no timer per commit) and aborts a commit once its
@@ -35,10 +37,10 @@
 //! makes it visible, on the node's clock. Records with no 202 instant (recovered at start-up) are not
 //! observed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -49,10 +51,12 @@ use narad_core::dispatcher::{
     DispatcherConfig, DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit,
     TopicView,
 };
-use narad_core::ids::NodeId;
+use narad_core::ids::{NodeId, PartitionId};
 use narad_core::partition::{self, BatchRecord, CommitFault};
+use narad_core::routing::FnvBuildHasher;
 use narad_core::wal::ReadError as WalReadFailure;
 use narad_core::{Actor, Instant, IoFault, Seq};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use super::partitions::{PartitionCommitError, PartitionHost};
@@ -106,11 +110,14 @@ impl DispatchHost {
             clock,
             metrics,
             answers: FuturesUnordered::new(),
+            answered: None,
             deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
+            wal_latched: status.latched.is_some(),
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
             reroutes_published: 0,
+            produced: Arc::default(),
             probe: hooks.probe.clone(),
         };
         tokio::spawn(async move {
@@ -153,10 +160,31 @@ enum Signal {
 }
 
 impl Signal {
-    fn wal_status(mut receiver: watch::Receiver<WalStatus>) -> Waiting {
+    /// Fires once the WAL's durable frontier passes `durable_fed` or its latch changes from `latched`
+    /// (the only fields the host follows), or the WAL host stopped. The checkpoint's own changes (stored,
+    /// written, synced: two or three per record) are passed over here, without a turn of the host.
+    fn wal_status(
+        mut receiver: watch::Receiver<WalStatus>,
+        durable_fed: Seq,
+        latched: bool,
+    ) -> Waiting {
         Box::pin(async move {
-            let open = receiver.changed().await.is_ok();
-            Signal::WalStatus { receiver, open }
+            loop {
+                if receiver.changed().await.is_err() {
+                    return Signal::WalStatus {
+                        receiver,
+                        open: false,
+                    };
+                }
+                let status = receiver.borrow();
+                if status.durable_next_seq > durable_fed || status.latched.is_some() != latched {
+                    drop(status);
+                    return Signal::WalStatus {
+                        receiver,
+                        open: true,
+                    };
+                }
+            }
         })
     }
 
@@ -178,15 +206,22 @@ struct Host {
     metrics: Arc<Metrics>,
     /// Outputs being carried out, each resolving to its answer (bounded by the driver protocol).
     answers: FuturesUnordered<Answer>,
+    /// The answer of an output carried out at once (a read that finds nothing durable), fed as soon
+    /// as the outputs before it are carried out.
+    answered: Option<DispatcherInput>,
     /// The deadlines of the local commits in flight.
     deadlines: Deadlines,
     /// The durable frontier last fed.
     durable_fed: Seq,
+    /// Whether the WAL was latched at the status last followed.
+    wal_latched: bool,
     /// The topic views last fed, by name.
     topics: BTreeMap<String, TopicView>,
     /// Members last fed alive.
     members: BTreeSet<NodeId>,
     reroutes_published: u64,
+    /// The produced-records series, by partition.
+    produced: Arc<ProducedCounters>,
     /// Events and broken invariants go here (see [`crate::probe`]).
     probe: Probe,
 }
@@ -213,7 +248,7 @@ impl Host {
             let _ = stop.changed().await;
             Signal::Stop
         }));
-        signals.push(Signal::wal_status(wal_status));
+        signals.push(self.wait_wal_status(wal_status));
         signals.push(Signal::meta(meta));
         let mut timer = clock::WakeTimer::at(self.clock.to_tokio(self.clock.now()));
         // Moved only when the wake-up changes, not re-registered every turn.
@@ -264,7 +299,7 @@ impl Host {
             } => {
                 let status = receiver.borrow_and_update().clone();
                 self.on_wal_status(status);
-                signals.push(Signal::wal_status(receiver));
+                signals.push(self.wait_wal_status(receiver));
                 true
             }
             // The metastore stopped: the last view stays.
@@ -279,6 +314,11 @@ impl Host {
                 true
             }
         }
+    }
+
+    /// Waits for the next change of the WAL's status the host follows.
+    fn wait_wal_status(&self, receiver: watch::Receiver<WalStatus>) -> Waiting {
+        Signal::wal_status(receiver, self.durable_fed, self.wal_latched)
     }
 
     /// When the loop must wake: the dispatcher's timeout or a commit's deadline, whichever is first.
@@ -364,9 +404,10 @@ impl Host {
     }
 
     fn on_wal_status(&mut self, status: WalStatus) {
+        self.wal_latched = status.latched.is_some();
         self.metrics
             .ingress_wal_failed
-            .set(i64::from(status.latched.is_some()));
+            .set(i64::from(self.wal_latched));
         if status.durable_next_seq > self.durable_fed {
             self.durable_fed = status.durable_next_seq;
             self.feed(DispatcherInput::Durable {
@@ -415,18 +456,26 @@ impl Host {
         }
     }
 
+    /// Carries out every output, feeding the answers known at once (an empty read) as they come.
     fn drain(&mut self) {
-        while let Some(output) = self.dispatcher.poll_output() {
-            match output {
-                DispatcherOutput::ReadWal(read) => self.read_wal(read),
-                DispatcherOutput::SendCommit(commit) => self.send_commit(commit),
-                DispatcherOutput::StoreCheckpoint { seq } => {
-                    self.audit_checkpoint(seq);
-                    self.store_checkpoint(seq)
+        loop {
+            while let Some(output) = self.dispatcher.poll_output() {
+                match output {
+                    DispatcherOutput::ReadWal(read) => self.read_wal(read),
+                    DispatcherOutput::SendCommit(commit) => self.send_commit(commit),
+                    DispatcherOutput::StoreCheckpoint { seq } => {
+                        self.audit_checkpoint(seq);
+                        self.store_checkpoint(seq)
+                    }
+                    DispatcherOutput::ConfirmTopicGone { topic } => self.confirm_topic_gone(topic),
+                    DispatcherOutput::Warn(warning) => log_warning(&warning),
                 }
-                DispatcherOutput::ConfirmTopicGone { topic } => self.confirm_topic_gone(topic),
-                DispatcherOutput::Warn(warning) => log_warning(&warning),
             }
+            let Some(answer) = self.answered.take() else {
+                return;
+            };
+            let now = self.clock.now();
+            self.dispatcher.handle(now, answer);
         }
     }
 
@@ -459,6 +508,19 @@ impl Host {
     }
 
     fn read_wal(&mut self, read: ReadWal) {
+        // Nothing from `read.from` on is durable (the WAL host publishes its durable frontier before it
+        // answers anyone, and the frontier only grows): the answer is an empty read, known without a
+        // trip to the WAL host. This is what the idle backstop's reads mostly are. A latched WAL is
+        // asked (its read reports the failure), and so is a WAL the dispatcher believes further along
+        // (never: its frontier comes from the same status; asking cannot loop).
+        if !self.wal_latched
+            && read.from >= self.dispatcher.durable_next()
+            && read.from >= self.wal.durable_next_seq()
+        {
+            assert!(self.answered.is_none(), "at most one read is outstanding");
+            self.answered = Some(DispatcherInput::WalFrames { frames: Vec::new() });
+            return;
+        }
         let wal = self.wal.clone();
         self.answer_later(async move {
             match wal.read(read.from, read.max_records, read.max_bytes).await {
@@ -560,6 +622,7 @@ impl Host {
         let clock = self.clock;
         let metrics = self.metrics.clone();
         let accept_times = Arc::clone(self.wal.accept_times());
+        let produced = Arc::clone(&self.produced);
         let give_up = self.deadlines.start(commit_id, deadline);
         self.answer_later(async move {
             let started = clock.now();
@@ -583,22 +646,15 @@ impl Host {
             // Aborted by the host at the deadline (`Deadlines::expire`); dropping `committing` tells the
             // combiner the caller left.
             let outcome = Abortable::new(committing, give_up).await;
-            let elapsed = clock.now().saturating_duration_since(started);
+            let answered = clock.now();
+            let elapsed = answered.saturating_duration_since(started);
             metrics
                 .ingress_dispatch_commit_duration_seconds
                 .observe(elapsed.as_secs_f64());
             let failure = match outcome {
                 Ok(Ok(_range)) => {
-                    let labels = PartitionLabels {
-                        topic: topic.to_string(),
-                        partition: partition.to_string(),
-                    };
-                    metrics
-                        .messages_produced
-                        .get_or_create(&labels)
-                        .inc_by(count);
-                    metrics.bytes_produced.get_or_create(&labels).inc_by(bytes);
-                    accept_times.observe_visible(seqs, clock.now(), |latency| {
+                    produced.add(&metrics, &topic, partition, count, bytes);
+                    accept_times.observe_visible(seqs, answered, |latency| {
                         metrics
                             .accept_to_visible_seconds
                             .observe(latency.as_secs_f64());
@@ -613,6 +669,49 @@ impl Host {
             }
             DispatcherInput::CommitFailed { commit_id, failure }
         });
+    }
+}
+
+/// The `messages_produced_total` / `bytes_produced_total` series of each partition committed to, found
+/// once: a family lookup formats the labels and hashes them, once per commit otherwise. Shared with the
+/// commits in flight (which count their records as they land, even after the host stopped).
+#[derive(Debug, Default)]
+struct ProducedCounters {
+    series: Mutex<ProducedSeries>,
+}
+
+/// `(messages, bytes)` counters by `(topic, partition)`.
+type ProducedSeries = HashMap<(Arc<str>, PartitionId), (Counter, Counter), FnvBuildHasher>;
+
+impl ProducedCounters {
+    /// Counts a landed commit of `records` records and `bytes` payload bytes.
+    fn add(
+        &self,
+        metrics: &Metrics,
+        topic: &Arc<str>,
+        partition: PartitionId,
+        records: u64,
+        bytes: u64,
+    ) {
+        let mut series = self
+            .series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (messages, payload) =
+            series
+                .entry((Arc::clone(topic), partition))
+                .or_insert_with(|| {
+                    let labels = PartitionLabels {
+                        topic: topic.to_string(),
+                        partition: partition.to_string(),
+                    };
+                    (
+                        metrics.messages_produced.get_or_create(&labels).clone(),
+                        metrics.bytes_produced.get_or_create(&labels).clone(),
+                    )
+                });
+        messages.inc_by(records);
+        payload.inc_by(bytes);
     }
 }
 
@@ -776,6 +875,67 @@ mod tests {
         assert_eq!(deadlines.expire(at(40)), vec![CommitId(1)]);
         assert!(late.is_aborted());
         assert_eq!(deadlines.first(), None);
+    }
+
+    #[test]
+    fn the_wal_status_wakes_the_host_only_for_the_durable_frontier_or_the_latch() {
+        let status = WalStatus {
+            repaired: true,
+            durable_next_seq: Seq(5),
+            latched: None,
+            dispatch_start: Seq(0),
+            checkpoint_stored: Seq(0),
+            checkpoint_written: Seq(0),
+            checkpoint_synced: Seq(0),
+            checkpoint_failure: None,
+        };
+        let (sender, receiver) = watch::channel(status);
+        let mut waiting = Signal::wal_status(receiver, Seq(5), false);
+        assert!((&mut waiting).now_or_never().is_none());
+        // The checkpoint moving (stored, written, synced) is not followed.
+        sender.send_modify(|status| status.checkpoint_stored = Seq(3));
+        sender.send_modify(|status| status.checkpoint_written = Seq(3));
+        sender.send_modify(|status| status.checkpoint_synced = Seq(3));
+        assert!((&mut waiting).now_or_never().is_none());
+        sender.send_modify(|status| status.durable_next_seq = Seq(6));
+        let Some(Signal::WalStatus { receiver, open }) = (&mut waiting).now_or_never() else {
+            panic!("the durable frontier moved");
+        };
+        assert!(open);
+        let mut latch = Signal::wal_status(receiver, Seq(6), false);
+        sender.send_modify(|status| status.latched = Some(IoFault::Eio));
+        assert!(matches!(
+            (&mut latch).now_or_never(),
+            Some(Signal::WalStatus { open: true, .. })
+        ));
+        let (sender, receiver) = watch::channel(sender.borrow().clone());
+        let mut gone = Signal::wal_status(receiver, Seq(6), true);
+        drop(sender);
+        assert!(matches!(
+            gone.as_mut().now_or_never(),
+            Some(Signal::WalStatus { open: false, .. })
+        ));
+    }
+
+    #[test]
+    fn produced_records_are_counted_per_partition_series() {
+        let metrics = Metrics::new();
+        let produced = ProducedCounters::default();
+        let topic: Arc<str> = Arc::from("orders");
+        produced.add(&metrics, &topic, PartitionId(1), 2, 10);
+        produced.add(&metrics, &Arc::from("orders"), PartitionId(1), 3, 5);
+        produced.add(&metrics, &topic, PartitionId(2), 1, 7);
+        let labels = |partition: &str| PartitionLabels {
+            topic: "orders".to_string(),
+            partition: partition.to_string(),
+        };
+        let count =
+            |family: &prometheus_client::metrics::family::Family<PartitionLabels, Counter>,
+             partition: &str| family.get_or_create(&labels(partition)).get();
+        assert_eq!(count(&metrics.messages_produced, "1"), 5);
+        assert_eq!(count(&metrics.bytes_produced, "1"), 15);
+        assert_eq!(count(&metrics.messages_produced, "2"), 1);
+        assert_eq!(count(&metrics.bytes_produced, "2"), 7);
     }
 
     fn mapped(error: Combiner) -> CommitFailure {
