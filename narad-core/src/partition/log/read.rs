@@ -5,7 +5,8 @@ use super::{
     ReadRequest, READ_ATTEMPTS_MAX,
 };
 use crate::codec::partition::{
-    decode_header, visit_frame_checked, PartitionRecord, FRAME_HEADER_BYTES,
+    decode_header, verify_frame_checked, visit_frame_checked, FrameHeader, PartitionRecord,
+    FRAME_HEADER_BYTES,
 };
 use crate::codec::DecodeError;
 use crate::disk::{IoCompletion, IoOp, IoReply};
@@ -136,6 +137,18 @@ impl PartitionLog {
     }
 }
 
+/// The first position after `damaged_at` where a whole frame verifies (checksum included), and its
+/// header. A read walks frames from a sparse-index entry to the wanted offset by their headers; when one
+/// of those headers rotted, its length is unknown, so the walk finds the next frame the way recovery
+/// steps over damage.
+fn resync(bytes: &[u8], damaged_at: usize, verify_crc: bool) -> Option<(usize, FrameHeader)> {
+    (damaged_at + 1..bytes.len()).find_map(|position| {
+        verify_frame_checked(&bytes[position..], verify_crc)
+            .ok()
+            .map(|header| (position, header))
+    })
+}
+
 fn unreadable(offset: Offset, reason: ReadFault) -> ReadError {
     ReadError::Unreadable { offset, reason }
 }
@@ -171,7 +184,18 @@ fn collect_records(
         let header = match decode_header(rest) {
             Ok(header) => header,
             Err(DecodeError::Truncated) => break,
-            Err(error) => return Collected::Damaged(error),
+            // Serve what verified; the next read reports the damage.
+            Err(_) if !records.is_empty() => break,
+            Err(error) => match resync(bytes, position, verify_crc) {
+                // Damage ahead of the wanted offset (rot of a header the sparse index walk steps
+                // through): the frames behind it are intact and served, as recovery would keep them.
+                Some((next, header)) if header.base_offset <= request.offset => {
+                    position = next;
+                    header
+                }
+                // The wanted offset lies in the damaged bytes, or nothing verifies behind them here.
+                Some(_) | None => return Collected::Damaged(error),
+            },
         };
         let frame_len = header.frame_len();
         if header.end_offset() <= request.offset {

@@ -674,6 +674,35 @@ fn a_rotten_frame_below_the_high_watermark_is_never_served() {
     );
 }
 
+#[test]
+fn a_rotten_header_between_the_index_entry_and_the_wanted_offset_does_not_hide_the_frames_behind_it(
+) {
+    let disk = SimDisk::new(9);
+    let mut log = opened(&disk);
+    let _ = commit(&mut log, &disk, 1, &["good"], 1);
+    let second_frame_at = log.stats().size_bytes;
+    let _ = commit(&mut log, &disk, 2, &["rots"], 1);
+    let _ = commit(&mut log, &disk, 3, &["after"], 1);
+    // The second frame's magic rots: the walk from the index entry at byte 0 cannot read its length.
+    assert!(disk.rot(&path(0), second_frame_at, 0));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 1, 100).unwrap()),
+        ["after"]
+    );
+    assert_eq!(
+        read(&mut log, &disk, 1, 1, 100),
+        Err(ReadError::Unreadable {
+            offset: Offset(1),
+            reason: ReadFault::Damaged(DecodeError::BadMagic)
+        })
+    );
+    // A read that verified records before the damage serves them instead of failing whole.
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 0, 10, 10_000).unwrap()),
+        ["good"]
+    );
+}
+
 fn frame_bytes(base: u64, payloads: &[&str], at_ms: u64) -> Vec<u8> {
     let views: Vec<RecordView<'_>> = payloads
         .iter()
