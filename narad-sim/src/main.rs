@@ -190,6 +190,14 @@ fn toml_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The nodes' own logs (tracing), for a replay: `NARAD_SIM_LOG=warn ci/sim run ...`. Off by
+    // default: a sweep would print every seed's logs.
+    if let Ok(filter) = std::env::var("NARAD_SIM_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
+    }
     match execute(cli) {
         Ok(code) => code,
         Err(error) => {

@@ -826,6 +826,7 @@ impl<N: SimNode> World<N> {
     ) {
         let mut from = Offset(0);
         let mut failures = 0;
+        let mut last_failure = String::new();
         for _ in 0..READ_CALLS_MAX {
             let read_name = name.to_string();
             let result = self
@@ -837,7 +838,13 @@ impl<N: SimNode> World<N> {
                 .await;
             let batch = match result {
                 Call::Done(Ok(batch)) => batch,
-                Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => {
+                failed @ (Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut) => {
+                    last_failure = match failed {
+                        Call::Done(Err(error)) => format!("{error:?}"),
+                        Call::Refused => "refused".to_string(),
+                        Call::Reset => "reset".to_string(),
+                        _ => "timed out".to_string(),
+                    };
                     failures += 1;
                     if failures > 20 {
                         let struck = topic_id
@@ -858,7 +865,7 @@ impl<N: SimNode> World<N> {
                             lock(&self.ledger).rotted(victims);
                         } else {
                             self.error(format!(
-                                "read {name}/{partition} from {from} keeps failing"
+                                "read {name}/{partition} from {from} keeps failing ({last_failure})"
                             ));
                         }
                         return;

@@ -13,10 +13,11 @@
 //!   stay below the high watermark and read as [`ReadError::Unreadable`]. Damage in an earlier
 //!   segment, or segments whose offsets do not continue each other, fail the open ([`RecoveryError`])
 //!   — those bytes were verified and sealed, so losing them silently is not ours to decide. Recovery
-//!   ends with `[SetLen(verified) if damaged, WriteAt(last run again), SyncData(last), SyncDir]` so
-//!   that bytes a process crash left in the page cache are durable before anything is served from them
-//!   (the rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked
-//!   clean: see `finalize`); only then [`LogOutput::Opened`].
+//!   ends with `[SetLen(verified), WriteAt(last run again), SyncData(last), SyncDir]` so that bytes a
+//!   process crash left in the page cache are durable before anything is served from them (the
+//!   rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked clean:
+//!   see `finalize`), and so that the durable file ends where the verified frames end even when the
+//!   cache shows a truncate an earlier failed sync dropped; only then [`LogOutput::Opened`].
 //! - **CommitDurable.** [`LogInput::Commit`] encodes the run into frames (one frame per about
 //!   `frame_records_bytes_target`), and emits one request: `[Create (on roll)], WriteAt (the whole run,
 //!   one write), SyncData, [SyncDir (while the segment's name is not yet durable)], ReadAt (the run)`.
@@ -885,12 +886,14 @@ impl PartitionLog {
         let mut ops = Vec::new();
         if let Some(last) = self.segments.values().next_back() {
             let path = last.path.clone();
-            if truncated_bytes > 0 {
-                ops.push(IoOp::SetLen {
-                    path: path.clone(),
-                    len: last.bytes,
-                });
-            }
+            // Always, not only after damage: a process restart sees the page cache, and a truncate
+            // whose sync failed before it (fsyncgate drops it, yet the cache shows the short file)
+            // would otherwise leave the old tail on disk, past the frames, in what becomes a sealed
+            // segment at the next roll.
+            ops.push(IoOp::SetLen {
+                path: path.clone(),
+                len: last.bytes,
+            });
             if let Some((offset, data)) = rewrite {
                 ops.push(IoOp::WriteAt {
                     path: path.clone(),

@@ -703,6 +703,37 @@ fn a_rotten_header_between_the_index_entry_and_the_wanted_offset_does_not_hide_t
     );
 }
 
+#[test]
+fn a_reopen_after_a_failed_recovery_sync_truncates_the_durable_tail_the_page_cache_no_longer_shows() {
+    let disk = SimDisk::new(11);
+    let mut log = opened(&disk);
+    let _ = commit(&mut log, &disk, 1, &["kept"], 1);
+    let verified = log.stats().size_bytes;
+    // A crash left a durable tail of garbage behind the verified frames.
+    disk.write_at(&path(0), verified, &[0xAB; 40]).unwrap();
+    disk.sync_data(&path(0)).unwrap();
+    // The first recovery truncates it, but its sync fails: the truncate is dropped (fsyncgate)
+    // while the page cache shows the short file.
+    disk.add_fault(FaultRule {
+        path_prefix: path(0),
+        kind: FaultKind::SyncEio,
+        chance_ppm: 1_000_000,
+        remaining: Some(1),
+    });
+    let (_, outputs) = open(&disk, config());
+    assert!(
+        matches!(outputs.as_slice(), [LogOutput::OpenFailed(RecoveryError::Sync(_))]),
+        "{outputs:?}"
+    );
+    // A process restart (the cache survives) opens cleanly, and must make the disk agree with it.
+    let (_, outputs) = open(&disk, config());
+    assert!(
+        matches!(outputs.as_slice(), [LogOutput::Opened(report)] if report.truncated_bytes == 0),
+        "{outputs:?}"
+    );
+    assert_eq!(disk.durable_image(&path(0)).unwrap().len() as u64, verified);
+}
+
 fn frame_bytes(base: u64, payloads: &[&str], at_ms: u64) -> Vec<u8> {
     let views: Vec<RecordView<'_>> = payloads
         .iter()
