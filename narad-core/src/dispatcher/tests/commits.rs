@@ -275,3 +275,25 @@ fn hung_commit_returns_its_queue_to_the_wal_and_takes_nothing_until_it_lands() {
     );
     assert_eq!(next[0].deadline, at(5000) + COMMIT_BUDGET);
 }
+
+#[test]
+fn a_hung_commit_failing_at_the_held_limit_keeps_its_probe_and_the_reader_waits_for_room() {
+    let mut h = Harness::with_topic(&[0; 5]);
+    h.append_n(0, 1);
+    let hung = h.take_commits().remove(0);
+    h.advance_to(at(1000));
+    assert_eq!(h.d.hung_commits(), 1);
+    // Four other destinations fill the window: the reader stops at the limit, the hung record aside.
+    let limit = h.d.held_limit_records();
+    let records: Vec<_> = (0..limit + 400)
+        .map(|i| rec("t", Some(1), 1 + (i % 4) as u32, None))
+        .collect();
+    h.append(&records);
+    let _ = h.take();
+    assert_eq!(h.d.held_counted_records(), limit);
+    let reads = h.reads.len();
+    // The hung commit fails: its destination keeps its one record as the probe, counted again.
+    h.error(&hung);
+    assert_eq!(h.d.held_counted_records(), limit + 1);
+    assert_eq!(h.reads.len(), reads, "no read while over the limit");
+}

@@ -704,7 +704,8 @@ fn a_rotten_header_between_the_index_entry_and_the_wanted_offset_does_not_hide_t
 }
 
 #[test]
-fn a_reopen_after_a_failed_recovery_sync_truncates_the_durable_tail_the_page_cache_no_longer_shows() {
+fn a_reopen_after_a_failed_recovery_sync_truncates_the_durable_tail_the_page_cache_no_longer_shows()
+{
     let disk = SimDisk::new(11);
     let mut log = opened(&disk);
     let _ = commit(&mut log, &disk, 1, &["kept"], 1);
@@ -722,7 +723,10 @@ fn a_reopen_after_a_failed_recovery_sync_truncates_the_durable_tail_the_page_cac
     });
     let (_, outputs) = open(&disk, config());
     assert!(
-        matches!(outputs.as_slice(), [LogOutput::OpenFailed(RecoveryError::Sync(_))]),
+        matches!(
+            outputs.as_slice(),
+            [LogOutput::OpenFailed(RecoveryError::Sync(_))]
+        ),
         "{outputs:?}"
     );
     // A process restart (the cache survives) opens cleanly, and must make the disk agree with it.
