@@ -40,19 +40,26 @@ impl Clock {
 }
 
 /// A host loop's wake-up timer: a `tokio::time::Sleep` that [`WakeTimer::reset`] moves, polled in the
-/// loop's `select!` on every turn.
+/// loop on every turn.
 ///
 /// Under `--cfg madsim` every poll of a pending `Sleep` files one more timer event (madsim's timer has
 /// no cancellation): a loop that turns per message would file thousands that then fire as spurious
-/// wake-ups, most of a simulated run's cost. So there it asks madsim for the wake-up once per deadline
-/// and answers later polls itself. That relies on being polled by one task, which a host loop is.
-/// Elsewhere it is the plain `Sleep`.
+/// wake-ups, most of a simulated run's cost. So there the `Sleep` is the wake-up filed with madsim, and
+/// the deadline is kept beside it: a poll files a new wake-up only when none is pending at or before
+/// the deadline. A deadline moved later (a commit answered, the next one's deadline further out) keeps
+/// the wake-up already filed, which wakes the loop early once, and only then is the later deadline
+/// filed. That relies on being polled by one task, which a host loop is. Elsewhere it is the plain
+/// `Sleep`.
 #[derive(Debug)]
 pub struct WakeTimer {
+    /// Under madsim: the wake-up last filed (its deadline is when), once `filed`.
     sleep: Pin<Box<tokio::time::Sleep>>,
-    /// The deadline madsim holds a wake-up for.
+    /// When the timer fires.
     #[cfg(madsim)]
-    filed: Option<tokio::time::Instant>,
+    deadline: tokio::time::Instant,
+    /// Whether `sleep` was polled at its deadline (madsim holds, or held, a wake-up for it).
+    #[cfg(madsim)]
+    filed: bool,
 }
 
 impl WakeTimer {
@@ -61,12 +68,19 @@ impl WakeTimer {
         WakeTimer {
             sleep: Box::pin(tokio::time::sleep_until(deadline)),
             #[cfg(madsim)]
-            filed: None,
+            deadline,
+            #[cfg(madsim)]
+            filed: false,
         }
     }
 
     /// Moves the timer to `deadline` (whether or not it fired).
     pub fn reset(&mut self, deadline: tokio::time::Instant) {
+        #[cfg(madsim)]
+        {
+            self.deadline = deadline;
+        }
+        #[cfg(not(madsim))]
         self.sleep.as_mut().reset(deadline);
     }
 }
@@ -77,11 +91,20 @@ impl Future for WakeTimer {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         #[cfg(madsim)]
         {
-            let deadline = self.sleep.deadline();
-            if !self.sleep.is_elapsed() && self.filed == Some(deadline) {
-                return Poll::Pending;
+            let filed_at = self.sleep.deadline();
+            if self.filed && filed_at <= self.deadline {
+                if !self.sleep.is_elapsed() {
+                    // A wake-up still to come, no later than the deadline, wakes this task in time.
+                    return Poll::Pending;
+                }
+                if filed_at == self.deadline {
+                    return Poll::Ready(());
+                }
             }
-            self.filed = Some(deadline);
+            // None filed, or it is late, or it fired early: file the deadline (or fire if it passed).
+            let deadline = self.deadline;
+            self.sleep.as_mut().reset(deadline);
+            self.filed = true;
         }
         self.sleep.as_mut().poll(cx)
     }

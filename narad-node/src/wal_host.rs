@@ -31,8 +31,11 @@
 //! load the wait usually ends sooner, when the cohort is back or an append arrives past the deadline.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use narad_core::checkpoint::{
     read_checkpoint_file, CheckpointFailure, CheckpointInput, CheckpointOpenError,
@@ -619,34 +622,65 @@ impl Runner {
         // One timer, moved only when the earliest wake-up changes (not re-registered per command).
         let mut timer = crate::clock::WakeTimer::at(self.clock.to_tokio(Instant(0)));
         let mut armed: Option<Instant> = None;
+        std::future::poll_fn(|cx| {
+            self.poll_turns(cx, &mut commands, &mut completions, &mut timer, &mut armed)
+        })
+        .await;
+    }
+
+    /// Runs turns until no source is ready; `Ready` once stopped. A turn takes a completion (with the
+    /// commands already waiting staged before it, so the flush it may start carries them instead of
+    /// leaving them for the one after), else the waiting commands, else the timer; then drains.
+    ///
+    /// A source that answered `Pending` holds the task's waker, so it is not polled again in the
+    /// same poll (a completion or command arriving meanwhile wakes the task): one event costs one
+    /// poll of each idle source, not one per turn.
+    fn poll_turns(
+        &mut self,
+        cx: &mut Context<'_>,
+        commands: &mut mpsc::Receiver<Command>,
+        completions: &mut mpsc::Receiver<IoEvent>,
+        timer: &mut crate::clock::WakeTimer,
+        armed: &mut Option<Instant>,
+    ) -> Poll<()> {
+        let mut completions_waiting = false;
+        let mut commands_waiting = false;
         loop {
             let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
-            if wake != armed {
+            if wake != *armed {
                 if let Some(at) = wake {
                     timer.reset(self.clock.to_tokio(at));
                 }
-                armed = wake;
+                *armed = wake;
             }
-            tokio::select! {
-                biased;
-                Some(event) = completions.recv() => {
-                    // Stage the appends already waiting first, so the flush this completion may
-                    // start carries them instead of leaving them for the one after.
-                    self.take_ready_commands(&mut commands);
-                    self.on_io(event);
-                }
-                command = commands.recv(), if !self.stopping => match command {
-                    Some(command) => {
-                        self.on_command(command);
-                        self.drain();
-                        self.take_ready_commands(&mut commands);
+            let mut progressed = false;
+            if !completions_waiting {
+                match completions.poll_recv(cx) {
+                    Poll::Ready(Some(event)) => {
+                        commands_waiting = self.take_ready_commands(cx, commands).waiting;
+                        self.on_io(event);
+                        progressed = true;
                     }
-                    None => self.begin_stop(),
-                },
-                () = &mut timer, if armed.is_some() => {
-                    armed = None;
-                    self.on_tick();
+                    Poll::Ready(None) | Poll::Pending => completions_waiting = true,
                 }
+            }
+            if !progressed && !commands_waiting && !self.stopping {
+                let taken = self.take_ready_commands(cx, commands);
+                commands_waiting = taken.waiting;
+                progressed = taken.handled;
+                if !taken.waiting && !self.stopping {
+                    // Cut off at the bound: the completions get their turn before more commands.
+                    completions_waiting = false;
+                }
+            }
+            if !progressed && armed.is_some() && Future::poll(Pin::new(&mut *timer), cx).is_ready()
+            {
+                *armed = None;
+                self.on_tick();
+                progressed = true;
+            }
+            if !progressed {
+                return Poll::Pending;
             }
             self.drain();
             // Stop only once nothing is outstanding: no caller waits and no request of either actor
@@ -661,26 +695,51 @@ impl Runner {
                         // A caller that gave up waiting does not need the answer.
                         let _ = reply.send(flushed.clone());
                     }
-                    return;
+                    return Poll::Ready(());
                 }
             }
         }
     }
 
-    /// Handles the commands already in the mailbox, at most [`COMMANDS_PER_TURN_MAX`].
-    fn take_ready_commands(&mut self, commands: &mut mpsc::Receiver<Command>) {
+    /// Handles the commands already in the mailbox, at most [`COMMANDS_PER_TURN_MAX`]. Their outputs
+    /// are routed by the turn's one drain after them: routing feeds nothing back that a command
+    /// reads, and nobody runs in between to see an answer sooner. A closed mailbox begins the stop.
+    fn take_ready_commands(
+        &mut self,
+        cx: &mut Context<'_>,
+        commands: &mut mpsc::Receiver<Command>,
+    ) -> Taken {
+        let mut handled = false;
         for _ in 0..COMMANDS_PER_TURN_MAX {
             if self.stopping {
-                return;
+                return Taken {
+                    handled,
+                    waiting: false,
+                };
             }
-            match commands.try_recv() {
-                Ok(command) => {
+            match commands.poll_recv(cx) {
+                Poll::Ready(Some(command)) => {
                     self.on_command(command);
-                    self.drain();
+                    handled = true;
                 }
-                Err(mpsc::error::TryRecvError::Empty) => return,
-                Err(mpsc::error::TryRecvError::Disconnected) => self.begin_stop(),
+                Poll::Ready(None) => {
+                    self.begin_stop();
+                    return Taken {
+                        handled: true,
+                        waiting: false,
+                    };
+                }
+                Poll::Pending => {
+                    return Taken {
+                        handled,
+                        waiting: true,
+                    }
+                }
             }
+        }
+        Taken {
+            handled,
+            waiting: false,
         }
     }
 
@@ -924,6 +983,14 @@ impl Runner {
             }
         }
     }
+}
+
+/// What [`Runner::take_ready_commands`] did.
+struct Taken {
+    /// It handled a command (or began the stop).
+    handled: bool,
+    /// The mailbox answered `Pending`: it holds the task's waker.
+    waiting: bool,
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

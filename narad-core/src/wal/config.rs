@@ -49,10 +49,14 @@ pub fn segment_file_name(first: Seq) -> String {
 fn named_segment(dir: &str, first: Seq) -> String {
     let mut digits = [b'0'; SEGMENT_STEM_DIGITS];
     let mut rest = first.0;
-    // u64::MAX has 20 digits, so the loop writes every digit and the leading ones stay '0'.
+    // u64::MAX has 20 digits, so the loop fits; it stops at the last non-zero digit and the leading
+    // ones stay '0' (a small sequence number costs a few divisions, not twenty).
     for slot in digits.iter_mut().rev() {
         *slot = b'0' + (rest % 10) as u8;
         rest /= 10;
+        if rest == 0 {
+            break;
+        }
     }
     let mut path = Vec::with_capacity(dir.len() + 1 + SEGMENT_STEM_DIGITS + SEGMENT_SUFFIX.len());
     if !dir.is_empty() {

@@ -20,9 +20,10 @@
 //! one read, one checkpoint store, one question per topic and one commit per destination at most.
 //!
 //! Polling order: signals first (stop, the WAL's durable frontier, the metastore replica, in the order
-//! they fired), then answers, then the wake-up timer. After the input that woke it, a turn also feeds
-//! every other signal and answer already ready without waiting, then drains the outputs, then
-//! publishes the gauges and moves the wake-up timer once for the whole turn.
+//! they fired), then answers, then the wake-up timer. A turn feeds every signal and answer ready
+//! (polled with the task's own waker, so a source is not polled again only to register it), and the
+//! timer only when none was; then it drains the outputs, publishes the gauges and moves the wake-up
+//! timer once. Turns repeat until nothing is ready.
 //!
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
 //! `Topic` for every topic whose view changed in the replica, `Member` (this node alive, and every other
@@ -41,10 +42,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use futures_util::FutureExt;
 
 use narad_core::dispatcher::{
     CommitError, CommitFailure, CommitId, CommitOwner, DispatchWarning, Dispatcher,
@@ -253,38 +254,72 @@ impl Host {
         let mut timer = clock::WakeTimer::at(self.clock.to_tokio(self.clock.now()));
         // Moved only when the wake-up changes, not re-registered every turn.
         let mut armed = None;
-        loop {
-            self.drain();
-            self.publish();
-            let wake = self.wake_at();
-            if wake != armed {
-                if let Some(at) = wake {
-                    timer.reset(self.clock.to_tokio(at));
-                }
-                armed = wake;
-            }
-            let go_on = tokio::select! {
-                biased;
-                Some(signal) = signals.next() => self.on_signal(signal, &mut signals),
-                Some(answer) = self.answers.next(), if !self.answers.is_empty() => {
-                    self.feed(answer);
-                    true
-                }
-                () = &mut timer, if armed.is_some() => {
-                    armed = None;
-                    let now = self.clock.now();
-                    self.deadlines.expire(now);
-                    if self.dispatcher.poll_timeout().is_some_and(|at| at <= now) {
-                        self.feed(DispatcherInput::Tick);
-                    }
-                    true
-                }
-            };
-            if !go_on || !self.feed_ready(&mut signals) {
-                break;
-            }
-        }
+        self.settle(&mut timer, &mut armed);
+        std::future::poll_fn(|cx| self.poll_turns(cx, &mut signals, &mut timer, &mut armed)).await;
         self.let_go();
+    }
+
+    /// Runs turns until no input is ready; `Ready` once the host must stop (asked to, or the WAL host
+    /// stopped: nothing more becomes durable). A turn feeds every signal ready (first) and every answer
+    /// ready, and the timer only when neither had any; a turn that fed something ends with
+    /// [`Host::settle`].
+    ///
+    /// Everything is polled with the task's own waker. The signals, once `Pending`, hold it and are
+    /// not polled again in the same poll (only `on_signal` adds to them, and only while they are
+    /// polled); the answers are, since a turn's drain may add some.
+    fn poll_turns(
+        &mut self,
+        cx: &mut Context<'_>,
+        signals: &mut FuturesUnordered<Waiting>,
+        timer: &mut clock::WakeTimer,
+        armed: &mut Option<Instant>,
+    ) -> Poll<()> {
+        let mut signals_waiting = false;
+        loop {
+            let mut progressed = false;
+            while !signals_waiting {
+                match signals.poll_next_unpin(cx) {
+                    Poll::Ready(Some(signal)) => {
+                        if !self.on_signal(signal, signals) {
+                            return Poll::Ready(());
+                        }
+                        progressed = true;
+                    }
+                    Poll::Ready(None) | Poll::Pending => signals_waiting = true,
+                }
+            }
+            while let Poll::Ready(Some(answer)) = self.answers.poll_next_unpin(cx) {
+                self.feed(answer);
+                progressed = true;
+            }
+            if !progressed && armed.is_some() && Pin::new(&mut *timer).poll(cx).is_ready() {
+                *armed = None;
+                let now = self.clock.now();
+                self.deadlines.expire(now);
+                if self.dispatcher.poll_timeout().is_some_and(|at| at <= now) {
+                    self.feed(DispatcherInput::Tick);
+                }
+                progressed = true;
+            }
+            if !progressed {
+                return Poll::Pending;
+            }
+            self.settle(timer, armed);
+        }
+    }
+
+    /// Ends a turn that fed something: drains the outputs, publishes the gauges and moves the wake-up
+    /// timer (only when the wake-up changed, not re-registered every turn).
+    fn settle(&mut self, timer: &mut clock::WakeTimer, armed: &mut Option<Instant>) {
+        self.drain();
+        self.publish();
+        let wake = self.wake_at();
+        if wake != *armed {
+            if let Some(at) = wake {
+                timer.reset(self.clock.to_tokio(at));
+            }
+            *armed = wake;
+        }
     }
 
     /// Acts on a signal that fired and waits for the next one of its kind; `false` once the host
@@ -327,29 +362,6 @@ impl Host {
         match (self.dispatcher.poll_timeout(), deadline) {
             (Some(timeout), Some(deadline)) => Some(timeout.min(deadline)),
             (timeout, deadline) => timeout.or(deadline),
-        }
-    }
-
-    /// Feeds every input that is ready now, without waiting, so that one turn covers them all;
-    /// `false` once the host must stop.
-    fn feed_ready(&mut self, signals: &mut FuturesUnordered<Waiting>) -> bool {
-        // `Some(None)`: the set is empty; `None`: nothing resolved yet (the sets keep their wake-ups,
-        // and the loop's next poll registers the task's waker again).
-        loop {
-            let mut fed = false;
-            while let Some(Some(signal)) = signals.next().now_or_never() {
-                if !self.on_signal(signal, signals) {
-                    return false;
-                }
-                fed = true;
-            }
-            while let Some(Some(answer)) = self.answers.next().now_or_never() {
-                self.feed(answer);
-                fed = true;
-            }
-            if !fed {
-                return true;
-            }
         }
     }
 
@@ -840,6 +852,7 @@ fn log_warning(warning: &DispatchWarning) {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
     use narad_core::ids::TopicId;
     use narad_core::partition::{CommitError as Combiner, LogStatus};
 
