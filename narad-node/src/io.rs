@@ -28,8 +28,8 @@
 //!   accept→visible p99 on a busy machine.)
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
-//! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it, one per
-//! op after the last sync (see [`run_request`]).
+//! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it (and a
+//! read-back right after the last sync), one per op after the last sync (see [`run_request`]).
 
 use std::collections::BTreeMap;
 #[cfg(not(madsim))]
@@ -397,18 +397,33 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
 /// and not yet durable, which a power loss tears exactly as it would have between two per-op waits
 /// (the state "none of them issued yet" is the state before the request). Ops after the last sync
 /// (reads, lone writes: most requests without a sync) wait their own latency and then run, one by
-/// one, as before, so a slow-disk episode that ends meanwhile stops slowing them. A failing op ends
-/// the request after the latencies drawn so far.
+/// one, as before, so a slow-disk episode that ends meanwhile stops slowing them. One exception: a
+/// request that ends with one read right after its last sync (the partition commit's read-back) draws
+/// that read's latency with the sync's and waits both in the sync's wait, then runs the sync and the
+/// read together. A read changes nothing on the disk, so a crash finds the same states (the sync not
+/// run yet, or run); a slow-disk episode outlives itself by at most that one read's latency. A failing
+/// op ends the request after the latencies drawn so far.
 #[cfg(madsim)]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
     let ops = &request.ops;
     let last_sync = ops.iter().rposition(is_sync);
+    let read_back = last_sync
+        .map(|last| last + 1)
+        .filter(|&next| next + 1 == ops.len() && narad_core::disk::driver::is_read(&ops[next]));
     let mut replies = Vec::with_capacity(ops.len());
     let mut wait = std::time::Duration::ZERO;
     let mut failure = None;
     for (index, op) in ops.iter().enumerate() {
-        wait += disk.latency(op);
-        if is_sync(op) || last_sync.is_none_or(|last| index > last) {
+        if Some(index) != read_back {
+            wait += disk.latency(op);
+        }
+        if Some(index) == last_sync {
+            if let Some(read) = read_back {
+                wait += disk.latency(&ops[read]);
+            }
+        }
+        let alone = last_sync.is_none_or(|last| index > last) && Some(index) != read_back;
+        if is_sync(op) || alone {
             sleep_simulated(std::mem::take(&mut wait)).await;
         }
         match narad_core::disk::execute_op(&*disk, op) {

@@ -448,3 +448,123 @@ mod tests {
         assert_eq!(consumed_payload(raw), Ok((3, br#"{"a":1}"#.to_vec())));
     }
 }
+
+/// How the node's I/O executor spends simulated time on the disk (`narad_node::io::run_request` under
+/// madsim): what runs when, for the shapes of request the node issues.
+#[cfg(all(test, madsim))]
+mod io_timing_tests {
+    use std::sync::Mutex;
+
+    use madsim::runtime::Runtime;
+    use madsim::time::Instant;
+    use narad_core::disk::{IoId, IoLane, IoRequest};
+    use narad_core::IoFault;
+
+    use super::*;
+
+    /// Every op takes 1 ms; each op that runs notes its name and the simulated milliseconds since `start`.
+    struct TimedDisk {
+        inner: SimDisk,
+        start: Instant,
+        ran: Mutex<Vec<(&'static str, u128)>>,
+    }
+
+    impl TimedDisk {
+        fn note(&self, op: &'static str) {
+            let at = self.start.elapsed().as_millis();
+            self.ran.lock().unwrap().push((op, at));
+        }
+    }
+
+    impl DiskLayer for TimedDisk {
+        fn inner(&self) -> &dyn Disk {
+            &self.inner
+        }
+        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+            self.note("write");
+            self.inner.write_at(path, offset, data)
+        }
+        fn sync_data(&self, path: &str) -> Result<(), IoFault> {
+            self.note("sync");
+            self.inner.sync_data(path)
+        }
+        fn read_at(&self, path: &str, offset: u64, len: usize) -> Result<Vec<u8>, IoFault> {
+            self.note("read");
+            self.inner.read_at(path, offset, len)
+        }
+        fn latency(&self, _op: &IoOp) -> Duration {
+            Duration::from_millis(1)
+        }
+    }
+
+    /// Runs one request of these ops on a fresh timed disk; returns what ran when and the total time.
+    fn timeline(ops: Vec<IoOp>) -> (Vec<(&'static str, u128)>, u128) {
+        let runtime = Runtime::with_seed_and_config(1, madsim::Config::default());
+        runtime.block_on(async move {
+            let inner = SimDisk::new(1);
+            inner.create("f").unwrap();
+            let disk = Arc::new(TimedDisk {
+                inner,
+                start: Instant::now(),
+                ran: Mutex::new(Vec::new()),
+            });
+            let request = IoRequest {
+                id: IoId(1),
+                lane: IoLane(0),
+                ops,
+            };
+            let (_, completion) = narad_node::io::run_request(disk.clone(), request).await;
+            assert!(completion.result.is_ok(), "{completion:?}");
+            let total = disk.start.elapsed().as_millis();
+            let ran = disk.ran.lock().unwrap().clone();
+            (ran, total)
+        })
+    }
+
+    fn write() -> IoOp {
+        IoOp::WriteAt {
+            path: "f".into(),
+            offset: 0,
+            data: b"abc".to_vec(),
+        }
+    }
+
+    fn sync() -> IoOp {
+        IoOp::SyncData { path: "f".into() }
+    }
+
+    fn read() -> IoOp {
+        IoOp::ReadAt {
+            path: "f".into(),
+            offset: 0,
+            len: 3,
+        }
+    }
+
+    #[test]
+    fn ops_before_a_sync_run_at_once_and_the_sync_waits_for_all_of_them() {
+        let (ran, total) = timeline(vec![write(), write(), sync()]);
+        assert_eq!(ran, [("write", 0), ("write", 0), ("sync", 3)]);
+        assert_eq!(total, 3);
+    }
+
+    #[test]
+    fn a_lone_read_back_after_the_last_sync_waits_with_the_sync() {
+        let (ran, total) = timeline(vec![write(), sync(), read()]);
+        assert_eq!(ran, [("write", 0), ("sync", 3), ("read", 3)]);
+        assert_eq!(total, 3);
+    }
+
+    #[test]
+    fn ops_after_the_last_sync_otherwise_wait_one_by_one() {
+        let (ran, total) = timeline(vec![write(), sync(), read(), read()]);
+        assert_eq!(ran, [("write", 0), ("sync", 2), ("read", 3), ("read", 4)]);
+        assert_eq!(total, 4);
+        let (ran, total) = timeline(vec![read(), read()]);
+        assert_eq!(ran, [("read", 1), ("read", 2)]);
+        assert_eq!(total, 2);
+        let (ran, total) = timeline(vec![write(), sync(), write()]);
+        assert_eq!(ran, [("write", 0), ("sync", 2), ("write", 3)]);
+        assert_eq!(total, 3);
+    }
+}

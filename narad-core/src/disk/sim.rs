@@ -15,6 +15,12 @@
 //!
 //! All randomness comes from a `ChaCha8Rng` seeded by the caller; iteration is over `BTreeMap`s, so a
 //! seed replays exactly.
+//!
+//! Images are kept in fixed pages ([`PAGE_BYTES`]) so a growing file never moves the bytes it holds (a
+//! `Vec` image was reallocated and copied as the file grew); a page never written since it was last all
+//! zeros is not allocated (a prepared segment costs nothing until written). The bytes pending since the
+//! last sync are kept in one buffer per file, reused after each sync. Neither changes what any operation
+//! or a crash does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +33,9 @@ use crate::error::IoFault;
 
 /// The unit a crash tears writes into.
 pub const BLOCK_BYTES: u64 = 4096;
+
+/// The size of one page of a file image (a multiple of [`BLOCK_BYTES`]; only memory layout).
+pub const PAGE_BYTES: usize = 16 * 1024;
 
 /// What an injected fault does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,18 +74,140 @@ pub struct SimDiskStats {
     pub crashes: u64,
 }
 
+/// A change issued since the file's last successful sync.
 #[derive(Clone, Debug)]
 enum Pending {
-    Write { offset: u64, data: Vec<u8> },
-    Zeros { offset: u64, len: u64 },
+    /// The written bytes are `Inode::pending_bytes[start..start + len]`.
+    Write {
+        offset: u64,
+        start: usize,
+        len: usize,
+    },
+    Zeros {
+        offset: u64,
+        len: u64,
+    },
     SetLen(u64),
 }
 
 #[derive(Clone, Debug, Default)]
 struct Inode {
-    live: Vec<u8>,
-    durable: Vec<u8>,
+    live: Image,
+    durable: Image,
     pending: Vec<Pending>,
+    /// The bytes of the pending writes, in issue order; emptied (keeping its allocation) with the list.
+    pending_bytes: Vec<u8>,
+}
+
+impl Inode {
+    /// Forgets the pending changes (synced, or dropped by a failed sync).
+    fn clear_pending(&mut self) {
+        self.pending.clear();
+        self.pending_bytes.clear();
+    }
+}
+
+/// A file's bytes in pages of [`PAGE_BYTES`]: growing never copies what is there. `None` is a page
+/// of zeros. Invariant: `pages.len() == len.div_ceil(PAGE_BYTES)`, and every byte at or past `len` in
+/// an allocated page is zero (truncation clears them), so growing the file reads zeros.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Image {
+    len: usize,
+    pages: Vec<Option<Box<[u8]>>>,
+}
+
+impl Image {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Truncates, or extends with zeros, to `len` bytes.
+    fn set_len(&mut self, len: usize) {
+        if len < self.len {
+            self.pages.truncate(len.div_ceil(PAGE_BYTES));
+            let cut = len % PAGE_BYTES;
+            if cut != 0 {
+                if let Some(Some(page)) = self.pages.last_mut() {
+                    page[cut..].fill(0);
+                }
+            }
+        } else {
+            self.pages.resize_with(len.div_ceil(PAGE_BYTES), || None);
+        }
+        self.len = len;
+    }
+
+    /// Writes `data` at `offset`, extending the image (with zeros up to `offset`) if it ends first.
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let offset = offset as usize;
+        let end = offset + data.len();
+        if end > self.len {
+            self.set_len(end);
+        }
+        let mut at = offset;
+        let mut rest = data;
+        while !rest.is_empty() {
+            let in_page = at % PAGE_BYTES;
+            let take = rest.len().min(PAGE_BYTES - in_page);
+            let page = self.pages[at / PAGE_BYTES]
+                .get_or_insert_with(|| vec![0u8; PAGE_BYTES].into_boxed_slice());
+            page[in_page..in_page + take].copy_from_slice(&rest[..take]);
+            at += take;
+            rest = &rest[take..];
+        }
+    }
+
+    /// Writes `len` zero bytes at `offset`, extending the image if it ends first. Whole pages of zeros
+    /// are let go.
+    fn zero(&mut self, offset: u64, len: u64) {
+        let offset = offset as usize;
+        let end = offset + len as usize;
+        // Bytes past the old end read zero already.
+        let clear_end = end.min(self.len);
+        if end > self.len {
+            self.set_len(end);
+        }
+        let mut at = offset;
+        while at < clear_end {
+            let in_page = at % PAGE_BYTES;
+            let take = (clear_end - at).min(PAGE_BYTES - in_page);
+            let slot = &mut self.pages[at / PAGE_BYTES];
+            if take == PAGE_BYTES {
+                *slot = None;
+            } else if let Some(page) = slot {
+                page[in_page..in_page + take].fill(0);
+            }
+            at += take;
+        }
+    }
+
+    /// The bytes `[start, end)`; `end` must not pass the image's length.
+    fn read(&self, start: usize, end: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(end - start);
+        let mut at = start;
+        while at < end {
+            let in_page = at % PAGE_BYTES;
+            let take = (end - at).min(PAGE_BYTES - in_page);
+            match &self.pages[at / PAGE_BYTES] {
+                Some(page) => out.extend_from_slice(&page[in_page..in_page + take]),
+                None => out.resize(out.len() + take, 0),
+            }
+            at += take;
+        }
+        out
+    }
+
+    /// Every byte.
+    fn to_vec(&self) -> Vec<u8> {
+        self.read(0, self.len)
+    }
+
+    /// Flips the bits of `mask` in the byte at `index` (which must be inside the image).
+    fn flip(&mut self, index: usize, mask: u8) {
+        let page = self.pages[index / PAGE_BYTES]
+            .get_or_insert_with(|| vec![0u8; PAGE_BYTES].into_boxed_slice());
+        page[index % PAGE_BYTES] ^= mask;
+    }
 }
 
 /// One atomic namespace change: names set to an inode, or removed (`None`).
@@ -162,9 +293,9 @@ impl SimDisk {
             return false;
         }
         let mask = 1u8 << (bit % 8);
-        inode.durable[index] ^= mask;
+        inode.durable.flip(index, mask);
         if index < inode.live.len() {
-            inode.live[index] ^= mask;
+            inode.live.flip(index, mask);
         }
         true
     }
@@ -198,7 +329,7 @@ impl SimDisk {
     pub fn durable_image(&self, path: &str) -> Option<Vec<u8>> {
         let inner = self.lock();
         let ino = inner.durable_names.get(path)?;
-        Some(inner.inodes[ino].durable.clone())
+        Some(inner.inodes[ino].durable.to_vec())
     }
 
     /// Counters so far.
@@ -309,11 +440,12 @@ fn tear(rng: &mut ChaCha8Rng, inode: &mut Inode) {
         match pending {
             Pending::SetLen(len) => {
                 if rng.random_bool(0.5) {
-                    image.resize(len as usize, 0);
+                    image.set_len(len as usize);
                 }
             }
-            Pending::Write { offset, data } => {
-                tear_write(rng, &mut image, offset, &data, &mut appends_stopped);
+            Pending::Write { offset, start, len } => {
+                let data = &inode.pending_bytes[start..start + len];
+                tear_write(rng, &mut image, offset, data, &mut appends_stopped);
             }
             Pending::Zeros { offset, len } => {
                 let zeros = vec![0u8; len as usize];
@@ -321,13 +453,14 @@ fn tear(rng: &mut ChaCha8Rng, inode: &mut Inode) {
             }
         }
     }
+    inode.pending_bytes.clear();
     inode.live = image.clone();
     inode.durable = image;
 }
 
 fn tear_write(
     rng: &mut ChaCha8Rng,
-    image: &mut Vec<u8>,
+    image: &mut Image,
     offset: u64,
     data: &[u8],
     appends_stopped: &mut bool,
@@ -349,29 +482,10 @@ fn tear_write(
             keep
         };
         if keep {
-            if image.len() < chunk_end as usize {
-                image.resize(chunk_end as usize, 0);
-            }
-            image[start as usize..chunk_end as usize].copy_from_slice(chunk);
+            image.write(start, chunk);
         }
         start = chunk_end;
     }
-}
-
-fn zero_live(image: &mut Vec<u8>, offset: u64, len: u64) {
-    let end = (offset + len) as usize;
-    if image.len() < end {
-        image.resize(end, 0);
-    }
-    image[offset as usize..end].fill(0);
-}
-
-fn write_live(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
-    let end = offset as usize + data.len();
-    if image.len() < end {
-        image.resize(end, 0);
-    }
-    image[offset as usize..end].copy_from_slice(data);
 }
 
 impl Disk for SimDisk {
@@ -406,10 +520,13 @@ impl Disk for SimDisk {
         inner.write_fault(path)?;
         inner.stats.writes += 1;
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        write_live(&mut inode.live, offset, data);
+        inode.live.write(offset, data);
+        let start = inode.pending_bytes.len();
+        inode.pending_bytes.extend_from_slice(data);
         inode.pending.push(Pending::Write {
             offset,
-            data: data.to_vec(),
+            start,
+            len: data.len(),
         });
         Ok(())
     }
@@ -420,7 +537,7 @@ impl Disk for SimDisk {
         inner.write_fault(path)?;
         inner.stats.writes += 1;
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        zero_live(&mut inode.live, offset, len);
+        inode.live.zero(offset, len);
         inode.pending.push(Pending::Zeros { offset, len });
         Ok(())
     }
@@ -431,7 +548,7 @@ impl Disk for SimDisk {
         let live = &inner.inodes[&ino].live;
         let start = (offset as usize).min(live.len());
         let end = start.saturating_add(len).min(live.len());
-        Ok(live[start..end].to_vec())
+        Ok(live.read(start, end))
     }
 
     fn len(&self, path: &str) -> Result<u64, IoFault> {
@@ -449,7 +566,7 @@ impl Disk for SimDisk {
             }
         }
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        inode.live.resize(len as usize, 0);
+        inode.live.set_len(len as usize);
         inode.pending.push(Pending::SetLen(len));
         Ok(())
     }
@@ -460,7 +577,7 @@ impl Disk for SimDisk {
         if inner.draw_fault(path, &[FaultKind::SyncEio]).is_some() {
             // fsyncgate: the dirty pages are dropped and marked clean; the live view keeps them until
             // a crash, and the next sync has nothing left to write.
-            inner.inodes.get_mut(&ino).expect("inode").pending.clear();
+            inner.inodes.get_mut(&ino).expect("inode").clear_pending();
             return Err(IoFault::Eio);
         }
         if inner.lying_sync {
@@ -469,18 +586,24 @@ impl Disk for SimDisk {
         inner.stats.syncs += 1;
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
         // Replay only what is pending, not the live image: pages dropped by an earlier failed sync
-        // were marked clean and never reach the disk. Draining keeps the list's allocation for the
+        // were marked clean and never reach the disk. Clearing keeps the lists' allocations for the
         // next writes (a file is written and synced over and over).
         let Inode {
-            durable, pending, ..
+            durable,
+            pending,
+            pending_bytes,
+            ..
         } = inode;
-        for write in pending.drain(..) {
-            match write {
-                Pending::SetLen(len) => durable.resize(len as usize, 0),
-                Pending::Write { offset, data } => write_live(durable, offset, &data),
-                Pending::Zeros { offset, len } => zero_live(durable, offset, len),
+        for write in pending.iter() {
+            match *write {
+                Pending::SetLen(len) => durable.set_len(len as usize),
+                Pending::Write { offset, start, len } => {
+                    durable.write(offset, &pending_bytes[start..start + len]);
+                }
+                Pending::Zeros { offset, len } => durable.zero(offset, len),
             }
         }
+        inode.clear_pending();
         Ok(())
     }
 
@@ -696,6 +819,209 @@ mod tests {
         disk.sync_data("d/f").unwrap();
         assert!(disk.rot("d/f", 3, 2));
         assert_eq!(disk.read_at("d/f", 3, 1).unwrap(), [4u8]);
+    }
+
+    /// The paged images against flat `Vec` images driven by the same ops and the same crash draws
+    /// (the model SimDisk had before pages): what reads see, what a sync keeps and what a crash
+    /// leaves must be byte for byte the same.
+    mod flat {
+        use super::*;
+
+        enum Change {
+            Write { offset: u64, data: Vec<u8> },
+            Zeros { offset: u64, len: u64 },
+            SetLen(u64),
+        }
+
+        #[derive(Default)]
+        pub struct FlatFile {
+            pub live: Vec<u8>,
+            durable: Vec<u8>,
+            pending: Vec<Change>,
+        }
+
+        fn put(image: &mut Vec<u8>, offset: u64, data: &[u8]) {
+            let end = offset as usize + data.len();
+            if image.len() < end {
+                image.resize(end, 0);
+            }
+            image[offset as usize..end].copy_from_slice(data);
+        }
+
+        impl FlatFile {
+            pub fn write(&mut self, offset: u64, data: &[u8]) {
+                put(&mut self.live, offset, data);
+                self.pending.push(Change::Write {
+                    offset,
+                    data: data.to_vec(),
+                });
+            }
+            pub fn zeros(&mut self, offset: u64, len: u64) {
+                put(&mut self.live, offset, &vec![0; len as usize]);
+                self.pending.push(Change::Zeros { offset, len });
+            }
+            pub fn set_len(&mut self, len: u64) {
+                self.live.resize(len as usize, 0);
+                self.pending.push(Change::SetLen(len));
+            }
+            pub fn sync(&mut self) {
+                for change in self.pending.drain(..) {
+                    match change {
+                        Change::Write { offset, data } => put(&mut self.durable, offset, &data),
+                        Change::Zeros { offset, len } => {
+                            put(&mut self.durable, offset, &vec![0; len as usize])
+                        }
+                        Change::SetLen(len) => self.durable.resize(len as usize, 0),
+                    }
+                }
+            }
+            pub fn crash(&mut self, rng: &mut ChaCha8Rng) {
+                let mut image = std::mem::take(&mut self.durable);
+                let mut stopped = false;
+                for change in std::mem::take(&mut self.pending) {
+                    let (offset, data) = match change {
+                        Change::SetLen(len) => {
+                            if rng.random_bool(0.5) {
+                                image.resize(len as usize, 0);
+                            }
+                            continue;
+                        }
+                        Change::Write { offset, data } => (offset, data),
+                        Change::Zeros { offset, len } => (offset, vec![0; len as usize]),
+                    };
+                    let end = offset + data.len() as u64;
+                    let mut start = offset;
+                    while start < end {
+                        let chunk_end = ((start / BLOCK_BYTES + 1) * BLOCK_BYTES).min(end);
+                        let overwrite = chunk_end <= image.len() as u64;
+                        let keep = if overwrite {
+                            rng.random_bool(0.5)
+                        } else if stopped || start > image.len() as u64 {
+                            false
+                        } else {
+                            let keep = rng.random_bool(0.75);
+                            stopped |= !keep;
+                            keep
+                        };
+                        if keep {
+                            let chunk =
+                                &data[(start - offset) as usize..(chunk_end - offset) as usize];
+                            put(&mut image, start, chunk);
+                        }
+                        start = chunk_end;
+                    }
+                }
+                self.live = image.clone();
+                self.durable = image;
+            }
+        }
+    }
+
+    fn image_seeds() -> u64 {
+        std::env::var("NARAD_SIMDISK_SEEDS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(60)
+    }
+
+    #[test]
+    fn paged_images_read_sync_and_tear_exactly_like_flat_images() {
+        let page = PAGE_BYTES as u64;
+        for seed in 0..image_seeds() {
+            let disk = disk_with_dir(seed);
+            disk.create("d/f").unwrap();
+            disk.sync_dir("d").unwrap();
+            // The disk draws from its own generator only at the crashes here (no fault rules, no
+            // pending names): the reference tears with a generator seeded the same.
+            let mut crash_rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut ops = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+            let mut flat = flat::FlatFile::default();
+            let rerun = format!(
+                "NARAD_SIMDISK_SEEDS={} cargo test -p narad-core paged_images (seed {seed})",
+                seed + 1
+            );
+            for step in 0..120 {
+                let len = flat.live.len() as u64;
+                let offset = ops.random_range(0..=len + page);
+                match ops.random_range(0..10) {
+                    0..=3 => {
+                        let size = if ops.random_bool(0.2) {
+                            2 * page + 300
+                        } else {
+                            700
+                        };
+                        let data: Vec<u8> = (0..ops.random_range(0..size))
+                            .map(|_| ops.random_range(1..=255))
+                            .collect();
+                        disk.write_at("d/f", offset, &data).unwrap();
+                        flat.write(offset, &data);
+                    }
+                    4 => {
+                        let zeros = ops.random_range(0..3 * page);
+                        disk.write_zeros("d/f", offset, zeros).unwrap();
+                        flat.zeros(offset, zeros);
+                    }
+                    5 => {
+                        let new_len = ops.random_range(0..=len + page);
+                        disk.set_len("d/f", new_len).unwrap();
+                        flat.set_len(new_len);
+                    }
+                    6 | 7 => {
+                        disk.sync_data("d/f").unwrap();
+                        flat.sync();
+                    }
+                    8 => {
+                        disk.crash();
+                        flat.crash(&mut crash_rng);
+                    }
+                    _ => {
+                        let want = ops.random_range(0..2 * page as usize);
+                        let start = (offset as usize).min(flat.live.len());
+                        let end = start.saturating_add(want).min(flat.live.len());
+                        let got = disk.read_at("d/f", offset, want).unwrap();
+                        assert_eq!(got, flat.live[start..end], "read at step {step}: {rerun}");
+                    }
+                }
+                assert_eq!(disk.len("d/f").unwrap(), flat.live.len() as u64, "{rerun}");
+            }
+            disk.crash();
+            flat.crash(&mut crash_rng);
+            let image = disk.read_at("d/f", 0, usize::MAX).unwrap();
+            assert_eq!(image, flat.live, "after the last crash: {rerun}");
+            assert_eq!(disk.durable_image("d/f").unwrap(), flat.live, "{rerun}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_page_reads_zeros_when_the_file_grows_again() {
+        let mut image = Image::default();
+        image.write(0, &[9u8; 100]);
+        image.set_len(10);
+        image.set_len(50);
+        let mut want = vec![9u8; 10];
+        want.resize(50, 0);
+        assert_eq!(image.to_vec(), want);
+        image.write(PAGE_BYTES as u64 + 5, &[1]);
+        assert_eq!(image.len(), PAGE_BYTES + 6);
+        assert_eq!(image.read(40, 60), [0u8; 20]);
+    }
+
+    #[test]
+    fn pages_of_zeros_take_no_memory() {
+        let mut image = Image::default();
+        image.zero(0, 4 * PAGE_BYTES as u64);
+        assert_eq!(image.pages, [None, None, None, None]);
+        image.write(PAGE_BYTES as u64 + 1, &[7]);
+        image.zero(PAGE_BYTES as u64, PAGE_BYTES as u64);
+        assert_eq!(
+            image.pages,
+            [None, None, None, None],
+            "a whole page zeroed is let go"
+        );
+        image.write(3, &[7, 7]);
+        image.zero(4, 1);
+        assert_eq!(image.read(0, 6), [0, 0, 0, 7, 0, 0]);
+        assert!(image.pages[0].is_some());
     }
 
     #[test]
