@@ -1017,9 +1017,10 @@ impl<N: SimNode> World<N> {
                 return;
             };
             from = last.offset.next();
+            let topic: Arc<str> = Arc::from(name);
             for record in batch.records {
                 out.served.push(Served {
-                    topic: name.to_string(),
+                    topic: topic.clone(),
                     topic_id: batch.topic_id,
                     partition,
                     offset: record.offset,
