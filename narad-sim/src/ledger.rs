@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 
 use narad_core::{Offset, PartitionId, TopicId};
 
@@ -75,8 +76,8 @@ impl Outcome {
 pub struct RecordEntry {
     /// The produce call it was part of.
     pub attempt: AttemptId,
-    /// Topic name it was produced to.
-    pub topic: String,
+    /// Topic name it was produced to (shared by every record of the topic).
+    pub topic: Arc<str>,
     /// The incarnation current when it was produced.
     pub topic_id: TopicId,
     /// Where it should land: `Some` for explicit and keyed produces, `None` for keyless.
@@ -86,8 +87,8 @@ pub struct RecordEntry {
 /// One record as a partition read served it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Served {
-    /// Topic name that was read.
-    pub topic: String,
+    /// Topic name that was read (shared by every record of a read).
+    pub topic: Arc<str>,
     /// The incarnation the node served it from.
     pub topic_id: TopicId,
     /// Partition read.
@@ -191,6 +192,8 @@ impl Report {
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
     records: Vec<RecordEntry>,
+    /// Every topic name records were produced to, shared by their entries.
+    names: Vec<Arc<str>>,
     attempts: Vec<Outcome>,
     deleted: BTreeSet<TopicId>,
     rotted: BTreeSet<u64>,
@@ -221,9 +224,17 @@ impl Ledger {
             (attempt.0 as usize) < self.attempts.len(),
             "unknown attempt"
         );
+        let topic = match self.names.iter().find(|name| &***name == topic) {
+            Some(name) => name.clone(),
+            None => {
+                let name: Arc<str> = Arc::from(topic);
+                self.names.push(name.clone());
+                name
+            }
+        };
         self.records.push(RecordEntry {
             attempt,
-            topic: topic.to_string(),
+            topic,
             topic_id,
             aimed_at,
         });
@@ -365,7 +376,7 @@ impl Ledger {
         let mut copies = vec![0u32; self.records.len()];
         for served in &observation.served {
             let anomaly = |reason: String| Anomaly {
-                topic: served.topic.clone(),
+                topic: served.topic.to_string(),
                 topic_id: served.topic_id,
                 partition: served.partition,
                 offset: served.offset,

@@ -70,17 +70,18 @@ fn checksum(id: u64, body: &[u8]) -> u32 {
 pub fn encode(id: u64, total_bytes: usize) -> Vec<u8> {
     let body_len = total_bytes.saturating_sub(HEADER_BYTES);
     let base = filler_base(id);
-    let mut body = Vec::with_capacity(body_len);
-    while body.len() < body_len {
-        let take = (body_len - body.len()).min(FILLER_STEPS.len());
-        body.extend(FILLER_STEPS[..take].iter().map(|&step| step ^ base));
-    }
+    // One buffer: the header with a checksum placeholder, the body, then the checksum in place.
     let mut out = Vec::with_capacity(HEADER_BYTES + body_len);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&id.to_le_bytes());
     out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    out.extend_from_slice(&checksum(id, &body).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&[0; 4]);
+    while out.len() < HEADER_BYTES + body_len {
+        let take = (HEADER_BYTES + body_len - out.len()).min(FILLER_STEPS.len());
+        out.extend(FILLER_STEPS[..take].iter().map(|&step| step ^ base));
+    }
+    let crc = checksum(id, &out[HEADER_BYTES..]);
+    out[16..HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
     out
 }
 

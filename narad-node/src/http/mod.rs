@@ -27,6 +27,7 @@ pub mod topics;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -148,21 +149,18 @@ impl App {
     }
 }
 
-/// A raw query string's parameters, `%` and `+` decoded.
+/// A raw query string's parameters, `%` and `+` decoded (borrowed from the raw string when nothing
+/// needed decoding: a produce parses one per request).
 #[derive(Debug, Default)]
-pub struct Query {
-    pairs: Vec<(String, String)>,
+pub struct Query<'a> {
+    pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
-impl Query {
+impl<'a> Query<'a> {
     /// Parses a raw query string (`None` = no `?`).
-    pub fn parse(raw: Option<&str>) -> Query {
+    pub fn parse(raw: Option<&'a str>) -> Query<'a> {
         let pairs = raw
-            .map(|raw| {
-                form_urlencoded::parse(raw.as_bytes())
-                    .map(|(key, value)| (key.into_owned(), value.into_owned()))
-                    .collect()
-            })
+            .map(|raw| form_urlencoded::parse(raw.as_bytes()).collect())
             .unwrap_or_default();
         Query { pairs }
     }
@@ -170,7 +168,7 @@ impl Query {
     /// The one value of `name`; a repeated parameter is a 400.
     pub fn single(&self, name: &str) -> Result<Option<&str>, Reply> {
         let mut values = self.pairs.iter().filter(|(key, _)| key == name);
-        let first = values.next().map(|(_, value)| value.as_str());
+        let first = values.next().map(|(_, value)| value.as_ref());
         if values.next().is_some() {
             return Err(Reply::error(
                 400,

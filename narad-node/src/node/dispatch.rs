@@ -65,7 +65,7 @@ use super::NodeHooks;
 use crate::clock::{self, Clock};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
-use crate::probe::{Invariant, Probe};
+use crate::probe::{Invariant, Probe, TraceField};
 use crate::wal_host::{StoreError, WalHost, WalReadError, WalStatus};
 
 /// A handle on the running dispatcher host.
@@ -395,9 +395,12 @@ impl Host {
     fn feed(&mut self, input: DispatcherInput) {
         if self.probe.is_watched() {
             match &input {
-                DispatcherInput::CommitDone { commit_id } => self
-                    .probe
-                    .event("dispatch", format_args!("commit #{} done", commit_id.0)),
+                // One per commit: hashed by its fields, formatted only for `--trace`.
+                DispatcherInput::CommitDone { commit_id } => self.probe.event_fields(
+                    "dispatch",
+                    &[TraceField::Str("commit done"), TraceField::U64(commit_id.0)],
+                    format_args!("commit #{} done", commit_id.0),
+                ),
                 DispatcherInput::CommitFailed { commit_id, failure } => self.probe.event(
                     "dispatch",
                     format_args!("commit #{} failed: {failure:?}", commit_id.0),
@@ -612,8 +615,15 @@ impl Host {
             with_ids,
             deadline,
         } = commit;
-        self.probe.event(
+        self.probe.event_fields(
             "dispatch",
+            &[
+                TraceField::Str("commit"),
+                TraceField::U64(commit_id.0),
+                TraceField::Str(&topic),
+                TraceField::U64(u64::from(partition.0)),
+                TraceField::U64(records.len() as u64),
+            ],
             format_args!(
                 "commit #{} {topic}/{partition} records={}",
                 commit_id.0,

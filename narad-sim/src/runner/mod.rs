@@ -15,12 +15,16 @@
 //! 5. a **final crash** and restart, a settle period, and a second read;
 //! 6. the ledger judges both reads; in-node invariant violations and harness errors also fail the run.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use madsim::runtime::{Handle, Runtime};
+use madsim::runtime::{Handle, NodeHandle, Runtime};
 use madsim::task::NodeId as MadsimNodeId;
 use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule, SimDisk};
 use narad_core::{NodeId, Offset, PartitionId, TopicId};
@@ -130,10 +134,14 @@ struct NodeState {
     generation: u64,
 }
 
+/// A booted node and the madsim handle that spawns tasks on its current incarnation (a restart
+/// makes a new one; the slot is emptied before every restart).
+type Booted<N> = (N, NodeHandle);
+
 /// The harness's side of one simulated node.
 struct Server<N: SimNode> {
     madsim_id: MadsimNodeId,
-    slot: Arc<Mutex<Option<N>>>,
+    slot: Arc<Mutex<Option<Booted<N>>>>,
     state: Mutex<NodeState>,
     disk: SimDisk,
     probe: Probe,
@@ -156,6 +164,88 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
+/// One call's deadline, as the [`Watchdog`] holds it.
+#[derive(Default)]
+struct Deadline {
+    /// The deadline passed: the client gives up.
+    fired: AtomicBool,
+    /// The call ended: the watchdog forgets it.
+    ended: AtomicBool,
+    /// The call's task, woken when the deadline fires.
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Deadline {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        if let Some(waker) = lock(&self.waker).take() {
+            waker.wake();
+        }
+    }
+}
+
+/// The client timeout of every produce call, on one timer. A madsim timer costs about a thousand
+/// instructions to add, expire and poll, and a call's timer outlives the call (madsim cannot cancel
+/// one): a timer per call was a timer per record. Produce calls share one timeout, so their deadlines
+/// arrive in order: the watchdog sleeps until the oldest deadline of a call still running, fires the
+/// deadlines that passed and forgets the calls that ended, so in a healthy run it wakes about once per
+/// timeout. A deadline fires at its instant, or up to 1 ms later when it follows the one before it by
+/// less than madsim's shortest sleep.
+#[derive(Default)]
+struct Watchdog {
+    /// (deadline in simulated ns, the call's), in deadline order.
+    queue: Mutex<VecDeque<(u64, Arc<Deadline>)>>,
+    /// A deadline entered at the front of the queue: the watchdog's sleep is too long.
+    earlier: tokio::sync::Notify,
+}
+
+impl Watchdog {
+    /// Watches a call that gives up at `at_ns`.
+    fn watch(&self, at_ns: u64) -> Arc<Deadline> {
+        let deadline = Arc::new(Deadline::default());
+        let mut queue = lock(&self.queue);
+        // Deadlines come in order (one timeout, a clock that never goes back): the back, normally.
+        let position = queue.partition_point(|(queued_ns, _)| *queued_ns <= at_ns);
+        queue.insert(position, (at_ns, deadline.clone()));
+        if position == 0 {
+            self.earlier.notify_one();
+        }
+        deadline
+    }
+
+    /// Fires the deadlines due at `now_ns` and drops the ended calls ahead of the first still running;
+    /// returns that one's deadline.
+    fn expire(&self, now_ns: u64) -> Option<u64> {
+        let mut queue = lock(&self.queue);
+        while let Some((at_ns, deadline)) = queue.front() {
+            if !deadline.ended.load(Ordering::Acquire) {
+                if *at_ns > now_ns {
+                    return Some(*at_ns);
+                }
+                deadline.fire();
+            }
+            queue.pop_front();
+        }
+        None
+    }
+
+    async fn run(self: Arc<Self>) {
+        loop {
+            let now = sim_now_ns();
+            match self.expire(now) {
+                None => self.earlier.notified().await,
+                Some(at_ns) => {
+                    tokio::select! {
+                        biased;
+                        () = self.earlier.notified() => {}
+                        () = tokio::time::sleep(Duration::from_nanos(at_ns - now)) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<N: SimNode> Server<N> {
     fn boot(
         disk: SimDisk,
@@ -165,7 +255,7 @@ impl<N: SimNode> Server<N> {
         plant_bug: Option<PlantedBug>,
         sizes: NodeSizes,
     ) -> Arc<Self> {
-        let slot: Arc<Mutex<Option<N>>> = Arc::new(Mutex::new(None));
+        let slot: Arc<Mutex<Option<Booted<N>>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
         let init_slot = slot.clone();
         let init_probe = probe.clone();
@@ -195,7 +285,12 @@ impl<N: SimNode> Server<N> {
                         Ok(node) => {
                             ctx.probe
                                 .event("harness", format_args!("boot {} ready", ctx.boot));
-                            *lock(&slot) = Some(node);
+                            // Looked up once per boot, not per call.
+                            let handle = own_id
+                                .get()
+                                .and_then(|&id| Handle::current().get_node(id))
+                                .expect("the node exists for the whole run");
+                            *lock(&slot) = Some((node, handle));
                         }
                         Err(error) => {
                             // A process whose start-up failed exits; its supervisor starts it again
@@ -236,20 +331,69 @@ impl<N: SimNode> Server<N> {
         Fut: std::future::Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let node = lock(&self.slot).clone();
-        let Some(node) = node else {
+        let booted = lock(&self.slot).clone();
+        let Some((node, handle)) = booted else {
             tokio::time::sleep(REFUSED_DELAY).await;
             return Call::Refused;
         };
-        let handle = Handle::current()
-            .get_node(self.madsim_id)
-            .expect("the node exists for the whole run");
         let join = handle.spawn(f(node));
         let abort = join.abort_handle();
         match tokio::time::timeout(timeout, join).await {
             Ok(Ok(value)) => Call::Done(value),
             Ok(Err(_cancelled)) => Call::Reset,
             Err(_elapsed) => {
+                // The client hangs up: the handler is dropped, as hyper drops it on disconnect.
+                abort.abort();
+                Call::TimedOut
+            }
+        }
+    }
+
+    /// [`Server::call`] with its timeout kept by `watchdog` (which must be running) instead of a timer
+    /// of its own. The same outcomes at the same instants (see [`Watchdog`] for the exception).
+    async fn call_watched<T, Fut>(
+        &self,
+        watchdog: &Watchdog,
+        timeout: Duration,
+        f: impl FnOnce(N) -> Fut,
+    ) -> Call<T>
+    where
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let booted = lock(&self.slot).clone();
+        let Some((node, handle)) = booted else {
+            tokio::time::sleep(REFUSED_DELAY).await;
+            return Call::Refused;
+        };
+        let mut join = handle.spawn(f(node));
+        let abort = join.abort_handle();
+        // As `tokio::time::timeout` (at least 1 ms), from now.
+        let at_ns = sim_now_ns() + timeout.max(Duration::from_millis(1)).as_nanos() as u64;
+        let deadline = watchdog.watch(at_ns);
+        // The answer first, as `timeout` polls it first: an answer at the deadline counts.
+        let answered = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = Pin::new(&mut join).poll(cx) {
+                return Poll::Ready(Some(result));
+            }
+            if deadline.fired.load(Ordering::Acquire) {
+                return Poll::Ready(None);
+            }
+            let mut waker = lock(&deadline.waker);
+            if !waker
+                .as_ref()
+                .is_some_and(|known| known.will_wake(cx.waker()))
+            {
+                *waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await;
+        deadline.ended.store(true, Ordering::Release);
+        match answered {
+            Some(Ok(value)) => Call::Done(value),
+            Some(Err(_cancelled)) => Call::Reset,
+            None => {
                 // The client hangs up: the handler is dropped, as hyper drops it on disconnect.
                 abort.abort();
                 Call::TimedOut
@@ -331,6 +475,8 @@ struct World<N: SimNode> {
     healed: AtomicBool,
     errors: Mutex<Vec<String>>,
     produce_calls: Mutex<u64>,
+    /// Keeps the produce calls' timeouts.
+    watchdog: Arc<Watchdog>,
     /// Disk fault episodes in force: (episode id, rule).
     disk_rules: Mutex<Vec<(u64, FaultRule)>>,
     /// Chooses where bit rot strikes.
@@ -465,7 +611,7 @@ impl<N: SimNode> World<N> {
         let name = topic.spec.name.clone();
         let result = self
             .server
-            .call(self.timeout(), move |node| async move {
+            .call_watched(&self.watchdog, self.timeout(), move |node| async move {
                 if batch {
                     node.produce_batch(&name, explicit, records).await
                 } else {
@@ -878,9 +1024,10 @@ impl<N: SimNode> World<N> {
                 return;
             };
             from = last.offset.next();
+            let topic: Arc<str> = Arc::from(name);
             for record in batch.records {
                 out.served.push(Served {
-                    topic: name.to_string(),
+                    topic: topic.clone(),
                     topic_id: batch.topic_id,
                     partition,
                     offset: record.offset,
@@ -992,6 +1139,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         healed: AtomicBool::new(false),
         errors: Mutex::new(Vec::new()),
         produce_calls: Mutex::new(0),
+        watchdog: Arc::new(Watchdog::default()),
         disk_rules: Mutex::new(Vec::new()),
         rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
         rot_spots: Mutex::new(Vec::new()),
@@ -1007,6 +1155,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     }
     let injector = tokio::spawn(world.clone().injector(events.clone()));
     let operator = tokio::spawn(world.clone().operator());
+    let watchdog = tokio::spawn(world.watchdog.clone().run());
     let mut tasks = Vec::new();
     for index in 0..knobs.producers {
         tasks.push(tokio::spawn(world.clone().producer(index)));
@@ -1045,6 +1194,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     };
 
     operator.abort();
+    watchdog.abort();
     let report = lock(&world.ledger).check(&at_deadline, &after_final);
     probe.event(
         "harness",
