@@ -406,7 +406,7 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
 #[cfg(madsim)]
 pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest, IoCompletion) {
     let ops = &request.ops;
-    let last_sync = ops.iter().rposition(is_sync);
+    let last_sync = ops.iter().rposition(narad_core::disk::IoOp::is_sync);
     let read_back = last_sync
         .map(|last| last + 1)
         .filter(|&next| next + 1 == ops.len() && narad_core::disk::driver::is_read(&ops[next]));
@@ -423,7 +423,7 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
             }
         }
         let alone = last_sync.is_none_or(|last| index > last) && Some(index) != read_back;
-        if is_sync(op) || alone {
+        if op.is_sync() || alone {
             sleep_simulated(std::mem::take(&mut wait)).await;
         }
         match narad_core::disk::execute_op(&*disk, op) {
@@ -442,25 +442,6 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
         None => Ok(replies),
     };
     (request, IoCompletion { id, result })
-}
-
-/// Whether `op` makes earlier ops durable (a sync the request waits for before it runs).
-#[cfg(madsim)]
-fn is_sync(op: &narad_core::disk::IoOp) -> bool {
-    use narad_core::disk::IoOp;
-    match op {
-        IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
-        IoOp::Create { .. }
-        | IoOp::CreateDirAll { .. }
-        | IoOp::WriteAt { .. }
-        | IoOp::WriteZeros { .. }
-        | IoOp::ReadAt { .. }
-        | IoOp::Len { .. }
-        | IoOp::SetLen { .. }
-        | IoOp::Rename { .. }
-        | IoOp::Remove { .. }
-        | IoOp::List { .. } => false,
-    }
 }
 
 /// Sleeps `wait` in simulated time (no timer for a zero wait).

@@ -375,22 +375,6 @@ fn op_path(op: &IoOp) -> &str {
     }
 }
 
-fn op_is_sync(op: &IoOp) -> bool {
-    match op {
-        IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
-        IoOp::Create { .. }
-        | IoOp::CreateDirAll { .. }
-        | IoOp::WriteAt { .. }
-        | IoOp::WriteZeros { .. }
-        | IoOp::ReadAt { .. }
-        | IoOp::Len { .. }
-        | IoOp::SetLen { .. }
-        | IoOp::Rename { .. }
-        | IoOp::Remove { .. }
-        | IoOp::List { .. } => false,
-    }
-}
-
 impl SimIo {
     /// A latency model with healthy means `op_us` (non-sync operations) and `sync_us` (syncs).
     pub fn new(seed: u64, op_us: u64, sync_us: u64) -> Self {
@@ -432,7 +416,7 @@ impl SimIo {
 
     /// The latency of one [`IoOp`].
     pub fn op_delay(&self, op: &IoOp) -> Duration {
-        self.delay(op_path(op), op_is_sync(op))
+        self.delay(op_path(op), op.is_sync())
     }
 
     /// Sleeps (simulated time) for the latency of an operation on `path`.

@@ -239,6 +239,26 @@ pub enum IoOp {
     },
 }
 
+impl IoOp {
+    /// Whether the op makes earlier writes durable (`SyncData`, `SyncDir`): the ops a simulated disk
+    /// makes a request wait for.
+    pub fn is_sync(&self) -> bool {
+        match self {
+            IoOp::SyncData { .. } | IoOp::SyncDir { .. } => true,
+            IoOp::Create { .. }
+            | IoOp::CreateDirAll { .. }
+            | IoOp::WriteAt { .. }
+            | IoOp::WriteZeros { .. }
+            | IoOp::ReadAt { .. }
+            | IoOp::Len { .. }
+            | IoOp::SetLen { .. }
+            | IoOp::Rename { .. }
+            | IoOp::Remove { .. }
+            | IoOp::List { .. } => false,
+        }
+    }
+}
+
 /// The result of one successful [`IoOp`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IoReply {

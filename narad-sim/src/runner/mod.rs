@@ -325,15 +325,23 @@ impl<N: SimNode> Server<N> {
         })
     }
 
+    /// The running node and its spawn handle; `None` after the delay a refused connection takes
+    /// while it is down.
+    async fn running(&self) -> Option<Booted<N>> {
+        let booted = lock(&self.slot).clone();
+        if booted.is_none() {
+            tokio::time::sleep(REFUSED_DELAY).await;
+        }
+        booted
+    }
+
     /// Runs `f(node)` as a task on the node, as a request handler would run.
     async fn call<T, Fut>(&self, timeout: Duration, f: impl FnOnce(N) -> Fut) -> Call<T>
     where
         Fut: std::future::Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let booted = lock(&self.slot).clone();
-        let Some((node, handle)) = booted else {
-            tokio::time::sleep(REFUSED_DELAY).await;
+        let Some((node, handle)) = self.running().await else {
             return Call::Refused;
         };
         let join = handle.spawn(f(node));
@@ -361,9 +369,7 @@ impl<N: SimNode> Server<N> {
         Fut: std::future::Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        let booted = lock(&self.slot).clone();
-        let Some((node, handle)) = booted else {
-            tokio::time::sleep(REFUSED_DELAY).await;
+        let Some((node, handle)) = self.running().await else {
             return Call::Refused;
         };
         let mut join = handle.spawn(f(node));
@@ -972,7 +978,7 @@ impl<N: SimNode> World<N> {
     ) {
         let mut from = Offset(0);
         let mut failures = 0;
-        let mut last_failure = String::new();
+        let mut last_failure;
         for _ in 0..READ_CALLS_MAX {
             let read_name = name.to_string();
             let result = self

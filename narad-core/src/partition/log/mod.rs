@@ -1071,20 +1071,25 @@ impl PartitionLog {
         }
     }
 
+    /// Keeps a just-created segment file (its name not yet durable) as the empty active segment.
+    fn insert_empty_segment(&mut self, base: Offset) {
+        let path = self.path(base);
+        self.insert_segment(
+            base,
+            Segment {
+                path,
+                end_offset: base,
+                bytes: 0,
+                index: SparseIndex::default(),
+                name_durable: false,
+            },
+        );
+    }
+
     fn apply_commit(&mut self, pending: PendingCommit) {
         let interval = self.config.index_interval_bytes;
         if !self.segments.contains_key(&pending.segment) {
-            let path = self.path(pending.segment);
-            self.insert_segment(
-                pending.segment,
-                Segment {
-                    path,
-                    end_offset: pending.segment,
-                    bytes: 0,
-                    index: SparseIndex::default(),
-                    name_durable: false,
-                },
-            );
+            self.insert_empty_segment(pending.segment);
         }
         let segment = self
             .segments
@@ -1126,17 +1131,7 @@ impl PartitionLog {
         }
         if pending.created {
             // The file exists (at least in the page cache); keep it as the empty active segment.
-            let path = self.path(pending.segment);
-            self.insert_segment(
-                pending.segment,
-                Segment {
-                    path,
-                    end_offset: pending.segment,
-                    bytes: 0,
-                    index: SparseIndex::default(),
-                    name_durable: false,
-                },
-            );
+            self.insert_empty_segment(pending.segment);
         }
         self.repair(RepairTarget {
             segment: pending.segment,
