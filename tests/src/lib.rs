@@ -220,6 +220,17 @@ impl Node {
         let deadline = std::time::Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait().expect("wait for the node") {
+                // The log reader may not have read the last lines yet: wait (bounded) for the end of
+                // the node's stderr, so `log()` holds everything the node wrote.
+                if let Some(lines) = &self.lines {
+                    while let Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) = lines
+                        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                    {
+                        if std::time::Instant::now() > deadline {
+                            break;
+                        }
+                    }
+                }
                 return status;
             }
             if std::time::Instant::now() > deadline {
