@@ -37,6 +37,12 @@ fn after_a_flush_of_three(config: WalConfig, flush2_end_us: u64) -> (Harness, Ve
     (h, outputs)
 }
 
+/// Appends record 5 at `at_us` and asserts it leaves at once as flush 3: no cohort wait holds it.
+fn flushes_at_once(h: &mut Harness, at_us: u64) {
+    let outputs = h.at_us(at_us).append(5, b"eeee");
+    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+}
+
 fn flush3(records: &[&[u8]]) -> IoRequest {
     request(3, 0, flush_ops(SEG0, 96, frames(4, records)))
 }
@@ -97,8 +103,7 @@ fn the_flush_starts_at_the_deadline_when_the_cohort_does_not_come_back() {
 #[test]
 fn an_append_after_the_deadline_flushes_at_once_without_a_tick() {
     let (mut h, _) = after_a_flush_of_three(cohort_config(), 3_000);
-    let outputs = h.at_us(4_000).append(5, b"eeee");
-    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    flushes_at_once(&mut h, 4_000);
 }
 
 #[test]
@@ -120,8 +125,7 @@ fn below_the_siblings_threshold_the_next_flush_starts_at_once() {
         outputs,
         vec![done(2, 1, 2), done(3, 2, 3), done(4, 3, 4), durable(4)]
     );
-    let outputs = h.at_us(3_100).append(5, b"eeee");
-    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    flushes_at_once(&mut h, 3_100);
 }
 
 #[test]
@@ -131,8 +135,7 @@ fn a_zero_commit_delay_is_the_specs_wake_per_append() {
         ..cohort_config()
     };
     let (mut h, _) = after_a_flush_of_three(config, 3_000);
-    let outputs = h.at_us(3_100).append(5, b"eeee");
-    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    flushes_at_once(&mut h, 3_100);
     assert_eq!(h.wal.poll_timeout(), None);
 }
 
@@ -282,8 +285,7 @@ fn a_cohort_wait_holds_nothing_back_once_the_deadline_passed_with_nothing_staged
     let (mut h, _) = after_a_flush_of_three(cohort_config(), 3_000);
     assert_eq!(h.at_us(5_000).input(WalInput::Tick), vec![]);
     assert_eq!(h.wal.poll_timeout(), None);
-    let outputs = h.at_us(5_100).append(5, b"eeee");
-    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    flushes_at_once(&mut h, 5_100);
 }
 
 #[test]
@@ -294,8 +296,7 @@ fn a_flush_of_at_least_commit_delay_flush_bytes_max_sets_no_cohort_wait() {
         ..cohort_config()
     };
     let (mut h, _) = after_a_flush_of_three(config, 3_000);
-    let outputs = h.at_us(3_100).append(5, b"eeee");
-    assert_eq!(outputs, vec![WalOutput::Io(flush3(&[b"eeee"]))]);
+    flushes_at_once(&mut h, 3_100);
     let config = WalConfig {
         commit_delay_flush_bytes_max: 73,
         ..cohort_config()
