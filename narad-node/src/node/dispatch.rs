@@ -375,7 +375,7 @@ impl Host {
         if answers.is_empty() {
             return;
         }
-        let clock = self.clock;
+        let clock = self.clock.clone();
         tokio::spawn(async move {
             loop {
                 let next = deadlines.first();
@@ -641,7 +641,7 @@ impl Host {
             return;
         }
         let partitions = self.partitions.clone();
-        let clock = self.clock;
+        let clock = self.clock.clone();
         let metrics = self.metrics.clone();
         let accept_times = Arc::clone(self.wal.accept_times());
         let produced = Arc::clone(&self.produced);
