@@ -70,6 +70,24 @@ impl Clock {
         Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
     }
 
+    /// Wall-clock time, Unix milliseconds, as [`unix_ms`] reads it. Under `--cfg madsim` it reads the
+    /// runtime's simulated wall clock from the kept handle (what madsim's `clock_gettime` returns for
+    /// `SystemTime::now`), for the reads made per record.
+    pub fn unix_ms(&self) -> u64 {
+        #[cfg(madsim)]
+        {
+            self.time
+                .0
+                .now_time()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| {
+                    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+                })
+        }
+        #[cfg(not(madsim))]
+        unix_ms()
+    }
+
     /// The real (or simulated) instant of an actor's `Instant`, for sleeping until a timeout.
     pub fn to_tokio(&self, instant: Instant) -> tokio::time::Instant {
         self.start + std::time::Duration::from_nanos(instant.as_nanos())

@@ -241,7 +241,8 @@ impl WalHost {
         clock: Clock,
         observer: Option<DurableObserver>,
     ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
-        let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock.clone()).await?;
+        let checkpointer =
+            open_checkpointer(&disk, config.checkpoint.clone(), clock.clone()).await?;
         let recovered = checkpointer.recovered();
         let wal_config = config.wal.clone();
         let recovery_disk = Arc::clone(&disk);
