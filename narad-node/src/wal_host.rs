@@ -1154,7 +1154,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::start();
         {
-            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock)
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock.clone())
                 .await
                 .unwrap();
             host.append(record(0)).await.unwrap();
@@ -1162,10 +1162,12 @@ mod tests {
         }
         let disk = Arc::new(SyncTimesDisk {
             inner: FsDisk::new(dir.path()).unwrap(),
-            clock,
+            clock: clock.clone(),
             synced_at: std::sync::Mutex::new(Vec::new()),
         });
-        let (host, _) = WalHost::open(disk.clone(), config(), clock).await.unwrap();
+        let (host, _) = WalHost::open(disk.clone(), config(), clock.clone())
+            .await
+            .unwrap();
         let times = Arc::clone(host.accept_times());
         assert_eq!(times.accepted_at(Seq(0)), None, "recovered: no 202 here");
         for index in 1..4 {
