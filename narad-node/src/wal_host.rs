@@ -314,7 +314,9 @@ impl WalHost {
 
     async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(command(reply)).await.ok()?;
+        crate::mailbox::send(&self.commands, command(reply))
+            .await
+            .ok()?;
         answer.await.ok()
     }
 

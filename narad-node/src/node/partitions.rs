@@ -314,15 +314,17 @@ impl PartitionHost {
             id,
             armed: false,
         };
-        self.commands
-            .send(Command::Commit {
+        crate::mailbox::send(
+            &self.commands,
+            Command::Commit {
                 topic,
                 partition,
                 batch,
                 reply,
-            })
-            .await
-            .map_err(|_| PartitionCommitError::Stopped)?;
+            },
+        )
+        .await
+        .map_err(|_| PartitionCommitError::Stopped)?;
         guard.armed = true;
         let result = answer.await.map_err(|_| PartitionCommitError::Stopped);
         guard.armed = false;
@@ -338,30 +340,33 @@ impl PartitionHost {
         records_max: u32,
     ) -> Result<ReadBatch, PartitionReadError> {
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Read {
+        crate::mailbox::send(
+            &self.commands,
+            Command::Read {
                 topic: topic.clone(),
                 partition,
                 offset,
                 records_max,
                 reply,
-            })
-            .await
-            .map_err(|_| PartitionReadError::Stopped)?;
+            },
+        )
+        .await
+        .map_err(|_| PartitionReadError::Stopped)?;
         answer.await.map_err(|_| PartitionReadError::Stopped)?
     }
 
     /// The figures of one partition of the incarnation `topic` (zeros when its log is not open).
     pub async fn stat(&self, topic: &TopicKey, partition: PartitionId) -> PartitionStat {
         let (reply, answer) = oneshot::channel();
-        let sent = self
-            .commands
-            .send(Command::Stat {
+        let sent = crate::mailbox::send(
+            &self.commands,
+            Command::Stat {
                 topic: topic.clone(),
                 partition,
                 reply,
-            })
-            .await;
+            },
+        )
+        .await;
         match sent {
             Ok(()) => answer.await.unwrap_or_default(),
             Err(_) => PartitionStat::default(),
