@@ -14,14 +14,48 @@ use std::task::{Context, Poll};
 use narad_core::time::Instant;
 
 /// The node's monotonic clock, anchored when it was made.
-#[derive(Clone, Copy, Debug)]
+///
+/// Under `--cfg madsim` it keeps the runtime's time handle and reads the elapsed virtual time from it:
+/// the same nanoseconds `tokio::time::Instant::now()` gives there (madsim's `clock_gettime` is its
+/// base plus that elapsed time), without finding the runtime and converting through a `timespec` on
+/// every read (the node reads its clock several times per record).
+#[derive(Clone, Debug)]
 pub struct Clock {
     start: tokio::time::Instant,
+    /// The runtime's time source (madsim).
+    #[cfg(madsim)]
+    time: SimTime,
+    /// The runtime's elapsed virtual time when the clock was made (madsim).
+    #[cfg(madsim)]
+    start_elapsed: std::time::Duration,
+}
+
+/// madsim's time handle, with a `Debug` for [`Clock`].
+#[cfg(madsim)]
+#[derive(Clone)]
+struct SimTime(madsim::time::TimeHandle);
+
+#[cfg(madsim)]
+impl std::fmt::Debug for SimTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SimTime")
+    }
 }
 
 impl Clock {
     /// A clock whose zero is now.
     pub fn start() -> Self {
+        #[cfg(madsim)]
+        {
+            let time = madsim::time::TimeHandle::current();
+            let start_elapsed = time.elapsed();
+            Clock {
+                start: tokio::time::Instant::now(),
+                time: SimTime(time),
+                start_elapsed,
+            }
+        }
+        #[cfg(not(madsim))]
         Clock {
             start: tokio::time::Instant::now(),
         }
@@ -29,8 +63,29 @@ impl Clock {
 
     /// Nanoseconds since the clock was made, as the actors' `now`.
     pub fn now(&self) -> Instant {
+        #[cfg(madsim)]
+        let elapsed = self.time.0.elapsed().saturating_sub(self.start_elapsed);
+        #[cfg(not(madsim))]
         let elapsed = tokio::time::Instant::now().saturating_duration_since(self.start);
         Instant::from_nanos(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Wall-clock time, Unix milliseconds, as [`unix_ms`] reads it. Under `--cfg madsim` it reads the
+    /// runtime's simulated wall clock from the kept handle (what madsim's `clock_gettime` returns for
+    /// `SystemTime::now`), for the reads made per record.
+    pub fn unix_ms(&self) -> u64 {
+        #[cfg(madsim)]
+        {
+            self.time
+                .0
+                .now_time()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| {
+                    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+                })
+        }
+        #[cfg(not(madsim))]
+        unix_ms()
     }
 
     /// The real (or simulated) instant of an actor's `Instant`, for sleeping until a timeout.

@@ -349,7 +349,10 @@ async fn run_lane<M: Send + 'static>(
     while let Some(request) = requests.recv().await {
         let (request, completion) = run_request(Arc::clone(&disk), request).await;
         let message = deliver.wrap(actor, request, completion);
-        if deliver.mailbox.send(message).await.is_err() {
+        if crate::mailbox::send(&deliver.mailbox, message)
+            .await
+            .is_err()
+        {
             return;
         }
     }

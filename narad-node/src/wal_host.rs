@@ -241,7 +241,8 @@ impl WalHost {
         clock: Clock,
         observer: Option<DurableObserver>,
     ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
-        let checkpointer = open_checkpointer(&disk, config.checkpoint.clone(), clock).await?;
+        let checkpointer =
+            open_checkpointer(&disk, config.checkpoint.clone(), clock.clone()).await?;
         let recovered = checkpointer.recovered();
         let wal_config = config.wal.clone();
         let recovery_disk = Arc::clone(&disk);
@@ -313,7 +314,9 @@ impl WalHost {
 
     async fn ask<T>(&self, command: impl FnOnce(oneshot::Sender<T>) -> Command) -> Option<T> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(command(reply)).await.ok()?;
+        crate::mailbox::send(&self.commands, command(reply))
+            .await
+            .ok()?;
         answer.await.ok()
     }
 
@@ -1153,7 +1156,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let clock = Clock::start();
         {
-            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock)
+            let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock.clone())
                 .await
                 .unwrap();
             host.append(record(0)).await.unwrap();
@@ -1161,10 +1164,12 @@ mod tests {
         }
         let disk = Arc::new(SyncTimesDisk {
             inner: FsDisk::new(dir.path()).unwrap(),
-            clock,
+            clock: clock.clone(),
             synced_at: std::sync::Mutex::new(Vec::new()),
         });
-        let (host, _) = WalHost::open(disk.clone(), config(), clock).await.unwrap();
+        let (host, _) = WalHost::open(disk.clone(), config(), clock.clone())
+            .await
+            .unwrap();
         let times = Arc::clone(host.accept_times());
         assert_eq!(times.accepted_at(Seq(0)), None, "recovered: no 202 here");
         for index in 1..4 {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use narad_core::{Offset, PartitionId, TopicId};
 
-use crate::payload;
+use crate::payload::{self, PayloadError};
 
 /// Partition of a keyed record, as Narad /v1 routes it: FNV-1a 32-bit of the key, modulo partitions.
 pub fn key_partition(key: &[u8], partitions: u32) -> PartitionId {
@@ -96,7 +96,36 @@ pub struct Served {
     /// Its offset there.
     pub offset: Offset,
     /// Payload bytes.
-    pub payload: Vec<u8>,
+    payload: Vec<u8>,
+    /// The record id the payload carries, or why it carries none: [`payload::decode`] of `payload`,
+    /// done once when read (the checker judges each observation more than once).
+    decoded: Result<u64, PayloadError>,
+}
+
+impl Served {
+    /// A record served at `offset` of `partition` of `topic` (incarnation `topic_id`).
+    pub fn new(
+        topic: Arc<str>,
+        topic_id: TopicId,
+        partition: PartitionId,
+        offset: Offset,
+        payload: Vec<u8>,
+    ) -> Served {
+        let decoded = payload::decode(&payload);
+        Served {
+            topic,
+            topic_id,
+            partition,
+            offset,
+            payload,
+            decoded,
+        }
+    }
+
+    /// Payload bytes.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
 }
 
 /// Everything served by one read of every partition of every topic.
@@ -293,7 +322,7 @@ impl Ledger {
         // Ids are dense from 0: a flag per record instead of a set (this runs once per read).
         let mut served = vec![false; self.records.len()];
         for copy in &observation.served {
-            let Ok(id) = payload::decode(&copy.payload) else {
+            let Ok(id) = copy.decoded else {
                 continue;
             };
             if let Some(entry) = self.record(id) {
@@ -382,7 +411,7 @@ impl Ledger {
                 offset: served.offset,
                 reason,
             };
-            let id = match payload::decode(&served.payload) {
+            let id = match served.decoded {
                 Ok(id) => id,
                 Err(error) => {
                     phantoms.insert(anomaly(format!(
@@ -428,13 +457,13 @@ mod tests {
     const ORDERS: TopicId = TopicId(1);
 
     fn served(topic: &str, topic_id: TopicId, partition: u32, offset: u64, id: u64) -> Served {
-        Served {
-            topic: topic.into(),
+        Served::new(
+            topic.into(),
             topic_id,
-            partition: PartitionId(partition),
-            offset: Offset(offset),
-            payload: payload::encode(id, 32),
-        }
+            PartitionId(partition),
+            Offset(offset),
+            payload::encode(id, 32),
+        )
     }
 
     /// Two accepted records aimed at partition 0 of orders#1, one timed out.
@@ -521,8 +550,9 @@ mod tests {
 
     #[test]
     fn a_damaged_payload_is_a_phantom() {
-        let mut bad = served("orders", ORDERS, 0, 2, 1);
-        bad.payload[25] ^= 4;
+        let mut damaged = payload::encode(1, 32);
+        damaged[25] ^= 4;
+        let bad = Served::new("orders".into(), ORDERS, PartitionId(0), Offset(2), damaged);
         let (deadline, last) = both(vec![
             served("orders", ORDERS, 0, 0, 0),
             served("orders", ORDERS, 0, 1, 1),

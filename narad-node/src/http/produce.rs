@@ -40,7 +40,6 @@ use serde_json::value::RawValue;
 use super::reply::{JsonObject, DURABILITY_HEADER};
 use super::{parse_index, schema, App, Body, Query, Reply, BATCH_BODY_BYTES_MAX};
 use super::{AppendError, BODY_BYTES_MAX};
-use crate::clock;
 use crate::metrics::RejectionLabels;
 
 /// Largest message payload: 1 MiB (the single-produce body limit).
@@ -247,7 +246,7 @@ async fn produce_one(
         pinned,
         payload,
     };
-    let record = record(app, topic, message, clock::unix_ms())?;
+    let record = record(app, topic, message, app.clock.unix_ms())?;
     let outcome = app.sink.append(record).await;
     Ok(append_reply(app, outcome, 1, false))
 }
@@ -461,7 +460,7 @@ async fn produce_many(
         })?;
         checked.push(message);
     }
-    let timestamp_ms = clock::unix_ms();
+    let timestamp_ms = app.clock.unix_ms();
     let records = checked
         .into_iter()
         .map(|message| record(app, topic, message, timestamp_ms))

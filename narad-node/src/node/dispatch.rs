@@ -375,7 +375,7 @@ impl Host {
         if answers.is_empty() {
             return;
         }
-        let clock = self.clock;
+        let clock = self.clock.clone();
         tokio::spawn(async move {
             loop {
                 let next = deadlines.first();
@@ -500,10 +500,11 @@ impl Host {
         metrics
             .ingress_dispatch_backlog_bytes
             .set(i64::try_from(dispatcher.backlog_bytes_read()).unwrap_or(i64::MAX));
+        let clock = &self.clock;
         let age_s = dispatcher
             .oldest_undispatched_accept_ms()
             .map_or(0.0, |accepted| {
-                clock::unix_ms().saturating_sub(accepted) as f64 / 1000.0
+                clock.unix_ms().saturating_sub(accepted) as f64 / 1000.0
             });
         metrics
             .ingress_dispatch_oldest_record_age_seconds
@@ -641,7 +642,7 @@ impl Host {
             return;
         }
         let partitions = self.partitions.clone();
-        let clock = self.clock;
+        let clock = self.clock.clone();
         let metrics = self.metrics.clone();
         let accept_times = Arc::clone(self.wal.accept_times());
         let produced = Arc::clone(&self.produced);

@@ -168,7 +168,12 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     } = options;
     let node_id = NodeId(config.cluster.node_id);
     let metrics = Arc::new(Metrics::new());
-    let disk: Arc<dyn Disk> = Arc::new(MeteredDisk::new(disk, WAL_DIR, clock, metrics.clone()));
+    let disk: Arc<dyn Disk> = Arc::new(MeteredDisk::new(
+        disk,
+        WAL_DIR,
+        clock.clone(),
+        metrics.clone(),
+    ));
     let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
     // One stream per component: the boot nonce from the node's seed, mixed so it is not the seed.
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
@@ -178,7 +183,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,
-        clock,
+        clock.clone(),
         node_id,
         metrics.clone(),
         &hooks,
@@ -265,7 +270,7 @@ async fn recover(
             .ingress_wal_group_commit_records
             .observe(records as f64);
     });
-    let (wal, report) = WalHost::open_observed(disk, wal_config, clock, Some(observer))
+    let (wal, report) = WalHost::open_observed(disk, wal_config, clock.clone(), Some(observer))
         .await
         .map_err(|error| StartError::Wal(error.to_string()))?;
     let status = wal.status();

@@ -21,12 +21,18 @@
 //!   start-up) and go to the combiner once it is open.
 //! - **Idle combiners** of a name the replica no longer holds are dropped once they hold nothing.
 //!
-//! Polling order: after every input to a combiner its outputs are drained at once (I/O to the
-//! executor, outcomes to their callers, log events to the log and the metrics).
+//! Polling order: the host task handles one input per turn, an I/O completion first, else a
+//! metastore change, else a command, and publishes its status after each; it polls its sources
+//! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
+//! After every input to a combiner its outputs are drained at once (I/O to the executor, outcomes to
+//! their callers, log events to the log and the metrics).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use narad_core::disk::{join, Disk, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
@@ -308,15 +314,17 @@ impl PartitionHost {
             id,
             armed: false,
         };
-        self.commands
-            .send(Command::Commit {
+        crate::mailbox::send(
+            &self.commands,
+            Command::Commit {
                 topic,
                 partition,
                 batch,
                 reply,
-            })
-            .await
-            .map_err(|_| PartitionCommitError::Stopped)?;
+            },
+        )
+        .await
+        .map_err(|_| PartitionCommitError::Stopped)?;
         guard.armed = true;
         let result = answer.await.map_err(|_| PartitionCommitError::Stopped);
         guard.armed = false;
@@ -332,30 +340,33 @@ impl PartitionHost {
         records_max: u32,
     ) -> Result<ReadBatch, PartitionReadError> {
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Read {
+        crate::mailbox::send(
+            &self.commands,
+            Command::Read {
                 topic: topic.clone(),
                 partition,
                 offset,
                 records_max,
                 reply,
-            })
-            .await
-            .map_err(|_| PartitionReadError::Stopped)?;
+            },
+        )
+        .await
+        .map_err(|_| PartitionReadError::Stopped)?;
         answer.await.map_err(|_| PartitionReadError::Stopped)?
     }
 
     /// The figures of one partition of the incarnation `topic` (zeros when its log is not open).
     pub async fn stat(&self, topic: &TopicKey, partition: PartitionId) -> PartitionStat {
         let (reply, answer) = oneshot::channel();
-        let sent = self
-            .commands
-            .send(Command::Stat {
+        let sent = crate::mailbox::send(
+            &self.commands,
+            Command::Stat {
                 topic: topic.clone(),
                 partition,
                 reply,
-            })
-            .await;
+            },
+        )
+        .await;
         match sent {
             Ok(()) => answer.await.unwrap_or_default(),
             Err(_) => PartitionStat::default(),
@@ -450,29 +461,71 @@ struct Host {
     probe: Probe,
 }
 
+/// The host's wait for the next metastore change: resolves with its receiver (a clone of the host's,
+/// which tracks what was seen on its own) and whether the metastore is still there.
+type MetaChange = Pin<
+    Box<
+        dyn Future<
+                Output = (
+                    watch::Receiver<Arc<MetaView>>,
+                    Result<(), watch::error::RecvError>,
+                ),
+            > + Send,
+    >,
+>;
+
+/// Waits for the next change `receiver` has not seen.
+fn wait_meta_change(mut receiver: watch::Receiver<Arc<MetaView>>) -> MetaChange {
+    Box::pin(async move {
+        let changed = receiver.changed().await;
+        (receiver, changed)
+    })
+}
+
 impl Host {
     async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut io: mpsc::Receiver<IoEvent>) {
         self.apply_view();
         self.publish();
-        // False once the metastore stopped: the last view stays.
-        let mut following = true;
+        // `None` once the metastore stopped: the last view stays.
+        let mut meta_change = Some(wait_meta_change(self.meta.clone()));
+        std::future::poll_fn(|cx| self.poll_turns(cx, &mut commands, &mut io, &mut meta_change))
+            .await;
+    }
+
+    /// Runs turns until no input is ready; `Ready` once the command mailbox closed. A turn handles one
+    /// input, in this order: an I/O completion, else a metastore change, else a command; then
+    /// publishes the status. The metastore change is one future kept across turns (no waiter
+    /// registered and dropped per turn).
+    fn poll_turns(
+        &mut self,
+        cx: &mut Context<'_>,
+        commands: &mut mpsc::Receiver<Command>,
+        io: &mut mpsc::Receiver<IoEvent>,
+        meta_change: &mut Option<MetaChange>,
+    ) -> Poll<()> {
         loop {
-            tokio::select! {
-                biased;
-                Some(event) = io.recv() => self.on_io(event),
-                changed = self.meta.changed(), if following => match changed {
-                    Ok(()) => self.apply_view(),
-                    Err(_) => following = false,
-                },
-                command = commands.recv() => match command {
-                    Some(command) => {
+            if let Poll::Ready(Some(event)) = io.poll_recv(cx) {
+                self.on_io(event);
+            } else if let Some(Poll::Ready((receiver, changed))) =
+                meta_change.as_mut().map(|change| change.as_mut().poll(cx))
+            {
+                // Applied already if a command came first and took it (`has_changed` below).
+                if self.meta.borrow().has_changed() {
+                    self.apply_view();
+                }
+                // The metastore stopped: the last view stays.
+                *meta_change = changed.is_ok().then(|| wait_meta_change(receiver));
+            } else {
+                match commands.poll_recv(cx) {
+                    Poll::Ready(Some(command)) => {
                         if self.meta.has_changed().unwrap_or(false) {
                             self.apply_view();
                         }
                         self.on_command(command);
                     }
-                    None => return,
-                },
+                    Poll::Ready(None) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
             }
             self.publish();
         }

@@ -1032,13 +1032,13 @@ impl<N: SimNode> World<N> {
             from = last.offset.next();
             let topic: Arc<str> = Arc::from(name);
             for record in batch.records {
-                out.served.push(Served {
-                    topic: topic.clone(),
-                    topic_id: batch.topic_id,
+                out.served.push(Served::new(
+                    topic.clone(),
+                    batch.topic_id,
                     partition,
-                    offset: record.offset,
-                    payload: record.payload,
-                });
+                    record.offset,
+                    record.payload,
+                ));
             }
             if from >= batch.high_watermark {
                 return;
