@@ -21,6 +21,13 @@ pub mod time;
 pub mod wal;
 
 pub use actor::Actor;
+
+/// Whether the actors check their full invariants after every event (segment walks, recounts): in
+/// debug builds and tests, and in the simulator's build (`--cfg narad_invariants`, set by `ci/sim`),
+/// whose profile keeps overflow checks but leaves debug assertions off, so the standard library's
+/// unsafe-precondition checks (which safe code cannot trip) do not slow every simulated event.
+/// A release node skips them.
+pub const DEEP_CHECKS: bool = cfg!(any(debug_assertions, narad_invariants));
 pub use error::IoFault;
 pub use ids::{NodeId, Offset, PartitionId, Seq, TopicId};
 pub use time::Instant;

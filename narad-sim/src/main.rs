@@ -211,7 +211,7 @@ fn main() -> ExitCode {
 fn execute(_cli: Cli) -> Result<ExitCode, String> {
     Err(
         "this binary was built without the simulator: build and run it with `ci/sim ARGS...` \
-         (RUSTFLAGS=\"--cfg madsim\", target dir target/sim, profile sim)"
+         (RUSTFLAGS=\"--cfg madsim --cfg narad_invariants\", target dir target/sim, profile sim)"
             .into(),
     )
 }
@@ -220,6 +220,14 @@ fn execute(_cli: Cli) -> Result<ExitCode, String> {
 fn execute(cli: Cli) -> Result<ExitCode, String> {
     use narad_sim::model_node::ModelNode;
     use narad_sim::node_narad::NaradSimNode;
+    if !narad_core::DEEP_CHECKS {
+        // A sweep without the actors' invariant checks would pass runs that break them.
+        return Err(
+            "this simulator was built without the actors' invariant checks: build it with `ci/sim` \
+             (debug assertions, or RUSTFLAGS with `--cfg narad_invariants`)"
+                .into(),
+        );
+    }
     match cli.command {
         Command::Run(args) => match args.node {
             NodeKind::Narad => sim::run::<NaradSimNode>(args),

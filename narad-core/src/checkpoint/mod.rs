@@ -533,7 +533,7 @@ impl Checkpointer {
     }
 
     fn check_invariants(&self) {
-        if !cfg!(debug_assertions) {
+        if !crate::DEEP_CHECKS {
             return;
         }
         if let Some(synced) = self.synced {

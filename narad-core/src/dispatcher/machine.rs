@@ -445,7 +445,9 @@ impl Dispatcher {
                 .in_flight
                 .as_ref()
                 .expect("commit maps to its destination");
-            debug_assert_eq!(commit.commit_id, commit_id);
+            if crate::DEEP_CHECKS {
+                assert_eq!(commit.commit_id, commit_id);
+            }
             if !commit.hung && commit.started + HUNG_AFTER <= now {
                 newly_hung.push(idx);
             }

@@ -878,7 +878,7 @@ impl Actor for Combiner {
             CombinerInput::QueryHighWatermark(id) => self.on_query(id),
             CombinerInput::Io(completion) => self.on_io(now, completion),
         }
-        if cfg!(debug_assertions) {
+        if crate::DEEP_CHECKS {
             self.check_invariants();
         }
     }

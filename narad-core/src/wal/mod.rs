@@ -545,7 +545,7 @@ impl IngressWal {
         }
         assert!(self.pool.len() <= POOL_BUFFERS_MAX);
         assert!(self.reads_in_flight <= self.config.reads_in_flight_max);
-        if cfg!(debug_assertions) {
+        if crate::DEEP_CHECKS {
             let mut expected: Option<Seq> = None;
             for (first, segment) in &self.segments {
                 assert_eq!(*first, segment.first);

@@ -1237,7 +1237,7 @@ impl Actor for PartitionLog {
             LogInput::Read(request) => self.on_read(request),
             LogInput::Io(completion) => self.on_io(completion),
         }
-        if cfg!(debug_assertions) {
+        if crate::DEEP_CHECKS {
             self.check_invariants();
         }
     }
