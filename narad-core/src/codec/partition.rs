@@ -162,7 +162,9 @@ pub fn encode_frame(out: &mut Vec<u8>, base_offset: Offset, records: &[RecordVie
 }
 
 fn frame_crc(header_part: &[u8], records: &[u8]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
+    // `Hasher::new` looks up the CPU's CRC instructions each time: done once, then cloned per frame.
+    static FRESH: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    let mut hasher = FRESH.get_or_init(crc32fast::Hasher::new).clone();
     hasher.update(header_part);
     hasher.update(records);
     hasher.finalize()
