@@ -269,6 +269,9 @@ pub struct IngressWal {
     /// The cohort the next flush of the open batch waits for.
     cohort: Option<Cohort>,
     pool: Vec<Vec<u8>>,
+    /// The waiter list of the last batch flushed, emptied, for the next batch opened (one list per
+    /// batch otherwise: an allocation per group commit).
+    spare_waiters: Vec<(AppendId, SeqRange)>,
     buffers_created: u64,
     recent: Recent,
     latched: Option<IoFault>,
@@ -328,6 +331,7 @@ impl IngressWal {
             flush_started_at: None,
             cohort: None,
             pool: Vec::new(),
+            spare_waiters: Vec::new(),
             buffers_created: 1,
             recent: Recent {
                 segment: tail.first,

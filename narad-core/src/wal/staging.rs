@@ -216,7 +216,7 @@ impl IngressWal {
                 first: self.next_seq,
                 next: self.next_seq,
             },
-            waiters: Vec::new(),
+            waiters: std::mem::take(&mut self.spare_waiters),
         }
     }
 
@@ -485,6 +485,9 @@ impl IngressWal {
                 id,
                 result: Ok(range),
             });
+        }
+        if self.spare_waiters.capacity() == 0 {
+            self.spare_waiters = std::mem::take(&mut batch.waiters);
         }
         self.outputs.push_back(WalOutput::Durable {
             next_seq: self.durable_next,
