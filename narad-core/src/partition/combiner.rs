@@ -50,9 +50,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::log::{
-    AppendRecord, CommitFault, CommitId, CommitRequest, LogInput, LogOutput, LogStatus,
-    PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId, ReadRequest, RecoveryError,
-    RecoveryReport, IO_IDS_PER_LOG,
+    AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
+    LogStatus, PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId, ReadRequest,
+    RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
 };
 use crate::actor::Actor;
 use crate::codec::partition::FRAME_RECORDS_BYTES_MAX;
@@ -345,6 +345,8 @@ pub struct Combiner {
     cycle: Option<Cycle>,
     /// The last cycle's (emptied) batch list, reused by the next cycle.
     spare_batches: Vec<Queued>,
+    /// The (emptied) list of commit outcomes one drain of the log collects, reused by the next.
+    spare_outcomes: Vec<(CommitId, Result<CommittedRun, CommitFault>)>,
     next_commit: u64,
     hwm_queries: Vec<QueryId>,
     outputs: VecDeque<CombinerOutput>,
@@ -364,6 +366,7 @@ impl Combiner {
             queued_bytes: 0,
             cycle: None,
             spare_batches: Vec::new(),
+            spare_outcomes: Vec::new(),
             next_commit: 0,
             hwm_queries: Vec::new(),
             outputs: VecDeque::new(),
@@ -548,7 +551,7 @@ impl Combiner {
         };
         let topic_id = slot.topic_id;
         let retry_at = now + self.config.log_retry_interval;
-        let mut commit_outcomes = Vec::new();
+        let mut commit_outcomes = std::mem::take(&mut self.spare_outcomes);
         while let Some(output) = slot.log.poll_output() {
             let forwarded = match output {
                 LogOutput::Io(request) => CombinerOutput::Io(request),
@@ -569,9 +572,10 @@ impl Combiner {
             };
             self.outputs.push_back(forwarded);
         }
-        for (id, result) in commit_outcomes {
+        for (id, result) in commit_outcomes.drain(..) {
             self.on_commit_done(id, result);
         }
+        self.spare_outcomes = commit_outcomes;
     }
 
     // ---- cycles ----
