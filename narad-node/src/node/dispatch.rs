@@ -654,7 +654,6 @@ impl Host {
                 .iter()
                 .map(|record| record.payload().len() as u64)
                 .sum();
-            let seqs: Vec<Seq> = records.iter().map(|record| record.seq()).collect();
             let batch: Vec<BatchRecord> = records
                 .iter()
                 .map(|record| BatchRecord {
@@ -663,8 +662,6 @@ impl Host {
                     payload: record.payload().to_vec(),
                 })
                 .collect();
-            // The dispatcher keeps the records for a failed commit; this copy goes before the answer.
-            drop(records);
             let committing = partitions.commit(topic.clone(), partition, batch, Some(deadline));
             // Aborted by the host at the deadline (`Deadlines::expire`); dropping `committing` tells the
             // combiner the caller left.
@@ -677,6 +674,7 @@ impl Host {
             let failure = match outcome {
                 Ok(Ok(_range)) => {
                     produced.add(&metrics, &topic, partition, count, bytes);
+                    let seqs = records.iter().map(|record| record.seq());
                     accept_times.observe_visible(seqs, answered, |latency| {
                         metrics
                             .accept_to_visible_seconds
@@ -687,6 +685,9 @@ impl Host {
                 Ok(Err(error)) => commit_failure(error),
                 Err(_aborted) => CommitFailure::Timeout,
             };
+            // The dispatcher takes a failed commit's records back, without a copy once this share of
+            // them is gone (before the answer; a success drops it on return, also before).
+            drop(records);
             if !matches!(failure, CommitFailure::IncarnationMismatch) {
                 metrics.error("ingress", "dispatch_commit").inc();
             }
