@@ -139,6 +139,8 @@ impl IngressWal {
             return self.answer_read(id, Err(ReadError::Compacted { oldest }));
         }
         if self.recent.seqs.first <= from && from < self.recent.seqs.next {
+            // Sized once: the records of the copy from `from` on, at most `max_records`.
+            let wanted = usize::try_from(self.recent.seqs.next.0 - from.0).unwrap_or(usize::MAX);
             let mut state = ReadState {
                 id,
                 from,
@@ -149,7 +151,7 @@ impl IngressWal {
                 offset: self.recent.offset,
                 len: self.recent.buf.len(),
                 expected: self.recent.seqs.first,
-                frames: Vec::new(),
+                frames: Vec::with_capacity(wanted.min(max_records)),
                 payload_bytes: 0,
             };
             let result = match state.parse(&self.recent.buf) {
