@@ -4,11 +4,14 @@
 //!
 //! After every reopen: every commit reported durable is recovered exactly; every record below the
 //! recovered high watermark is one some commit wrote at that offset (no bad data ever becomes
-//! visible); the files hold exactly the verified prefix; a second open finds nothing to truncate.
+//! visible); the offsets recovery skipped (damage with verified frames behind it: here always a failed
+//! run's rot, left on disk by a crash before the repair) hold no acknowledged record and read as
+//! unreadable for good; the files hold exactly the verified prefix; a second open finds nothing to
+//! truncate.
 //!
 //! Seeds: `NARAD_PARTITION_CRASH_SEEDS` (default 300) starting at `NARAD_PARTITION_CRASH_SEED` (0).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rand::{Rng, SeedableRng};
@@ -72,6 +75,8 @@ struct Model {
     known: BTreeMap<u64, PartitionRecord>,
     /// Every record some commit attempt wrote at each offset since the last recovery.
     attempts: BTreeMap<u64, Vec<PartitionRecord>>,
+    /// Offsets a recovery skipped as damaged: below the high watermark, never readable.
+    unreadable: BTreeSet<u64>,
 }
 
 struct Run {
@@ -238,12 +243,14 @@ impl Run {
             return Ok(());
         }
         let offset = self.rng.random_range(0..hwm);
-        let batch = self.read(log, offset)?;
-        self.check_batch(&batch, false);
+        if let Some(batch) = self.read(log, offset)? {
+            self.check_batch(&batch, false);
+        }
         Ok(())
     }
 
-    fn read(&mut self, log: &mut PartitionLog, offset: u64) -> Result<ReadBatch, Crashed> {
+    /// Reads from `offset`: a batch, or `None` for an offset a recovery skipped (checked unreadable).
+    fn read(&mut self, log: &mut PartitionLog, offset: u64) -> Result<Option<ReadBatch>, Crashed> {
         log.handle(
             NOW,
             LogInput::Read(ReadRequest {
@@ -254,11 +261,25 @@ impl Run {
             }),
         );
         let outputs = run_to_idle(log, NOW, &self.disk, &mut self.hook)?;
+        let skipped = self.model.unreadable.contains(&offset);
         match outputs.as_slice() {
             [LogOutput::ReadDone {
                 result: Ok(batch), ..
-            }] => Ok(batch.clone()),
-            other => panic!("read of offset {offset} below the high watermark failed: {other:?}"),
+            }] if !skipped => {
+                let end = offset + batch.records.len() as u64;
+                assert!(
+                    self.model.unreadable.range(offset..end).next().is_none(),
+                    "a read from {offset} served skipped offsets"
+                );
+                Ok(Some(batch.clone()))
+            }
+            [LogOutput::ReadDone {
+                result: Err(ReadError::Unreadable { .. }),
+                ..
+            }] if skipped => Ok(None),
+            other => panic!(
+                "read of offset {offset} below the high watermark (skipped: {skipped}): {other:?}"
+            ),
         }
     }
 
@@ -349,15 +370,30 @@ impl Run {
             on_disk, stats.size_bytes,
             "the files hold exactly the verified prefix"
         );
+        for skipped in &report.skipped {
+            let (start, end) = (skipped.offsets.0 .0, skipped.offsets.1 .0);
+            assert!(
+                self.model.known.range(start..end).next().is_none(),
+                "recovery skipped acknowledged offsets in {start}..{end}"
+            );
+            self.model.unreadable.extend(start..end);
+        }
         let mut offset = 0;
         let mut recovered = BTreeMap::new();
         while offset < hwm {
-            let batch = self.read(log, offset)?;
+            let Some(batch) = self.read(log, offset)? else {
+                offset += 1;
+                continue;
+            };
             self.check_batch(&batch, true);
+            assert!(
+                !batch.records.is_empty(),
+                "an empty read below the high watermark"
+            );
             for (index, record) in batch.records.into_iter().enumerate() {
                 recovered.insert(offset + index as u64, record);
             }
-            offset = recovered.len() as u64;
+            offset = recovered.keys().next_back().map_or(0, |last| last + 1);
         }
         // What recovery adopted is now part of the log; older attempts were cut away durably.
         self.model.known = recovered;

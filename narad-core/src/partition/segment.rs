@@ -5,7 +5,7 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_frame_checked, visit_frame_checked};
+use crate::codec::partition::{decode_frame_checked, decode_header, visit_frame_checked};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -84,11 +84,13 @@ impl SparseIndex {
 
     /// The byte position of the last indexed frame starting at or before `offset` (0 when none).
     pub fn position_for(&self, offset: Offset) -> u64 {
+        self.entry_for(offset).map_or(0, |(_, position)| position)
+    }
+
+    /// The first offset and byte position of the last indexed frame starting at or before `offset`.
+    pub fn entry_for(&self, offset: Offset) -> Option<(Offset, u64)> {
         let index = self.entries.partition_point(|&(first, _)| first <= offset);
-        match index.checked_sub(1) {
-            Some(at) => self.entries[at].1,
-            None => 0,
-        }
+        index.checked_sub(1).map(|at| self.entries[at])
     }
 
     /// Entries held (for tests and memory accounting).
@@ -205,44 +207,49 @@ pub fn scan_segment_checked(
     scan
 }
 
-/// Where verified frames resume behind the damage at byte `damage_at` of a last segment, when the
-/// damage is provably rot of acknowledged data rather than a tear: the byte position and base offset
-/// of the first CRC-verified frame behind the damage (at or past `end_offset`, the offset the verified
-/// prefix reached), provided some later verified frame behind the damage has another commit time.
+/// Where verified frames resume behind the damage at byte `damage_at` of a last segment: the byte
+/// position and base offset of the first CRC-verified frame behind the damage whose offsets continue
+/// at or past `end_offset` (the offset the verified prefix reached), or `None` when the damage is a
+/// torn tail with nothing verified behind it.
 ///
-/// Commits run one at a time, every record of a run carries the run's one commit time, and a failed
-/// commit's run is truncated before the next run is written. So what a crash can leave behind the last
-/// verified frame is a prefix of one run (a torn append: nothing valid behind its first bad byte) or
-/// one failed run whole (rotted or mis-written, found by its read-back, the process dead before the
-/// repair): valid frames of one commit time at most. Valid frames of two commit times mean a run was
-/// written, verified and followed by another after the damaged bytes were written, so those bytes were
-/// acknowledged too. Damage inside the last run cannot be told apart from a failed commit's leftovers
-/// and is truncated, as damage to the last frame always was. The search slides byte by byte (the frame
-/// magic rejects most positions at once) and always verifies checksums.
-pub fn acknowledged_frame_behind(
+/// Every verified frame behind damage is kept, whatever its commit time: recovery cannot tell rot of
+/// an acknowledged frame followed by one acknowledged commit from a failed commit's leftovers, and only
+/// the first answer is safe. Keeping a failed run's frames serves records that were produced (the
+/// dispatcher commits them again: duplicates, which the contract allows) and leaves an unreadable hole;
+/// truncating an acknowledged commit would lose it.
+///
+/// Where the search starts. A frame header at the damage that decodes and continues the prefix
+/// (`base_offset == end_offset`) is trusted for the frame's extent: its two length fields must agree,
+/// so one flipped bit cannot make a consistent wrong length. Then a frame reaching past the end of the
+/// file is a torn append (a crash keeps a prefix of an append; acknowledged runs are synced whole) and
+/// nothing is searched, and otherwise the search starts at the frame's end. Only a header that does not
+/// decode or continue the prefix makes the search start at the next byte. So bytes inside a frame's
+/// payload, which may well hold frames (a payload is anything a producer sent), are never adopted as
+/// frames of the log, unless the header covering them is itself damaged. The search slides byte by
+/// byte (the frame magic rejects most positions at once) and always verifies checksums.
+pub fn verified_frame_behind(
     bytes: &[u8],
     damage_at: u64,
     end_offset: Offset,
 ) -> Option<(u64, Offset)> {
-    let mut position = usize::try_from(damage_at).ok()?.checked_add(1)?;
-    let mut first: Option<(u64, Offset, u64)> = None;
-    while position < bytes.len() {
-        let frame = match decode_frame_checked(&bytes[position..], true) {
-            Ok(frame) if frame.header.base_offset >= end_offset => frame,
-            Ok(_) | Err(_) => {
-                position += 1;
-                continue;
+    let damage_at = usize::try_from(damage_at).ok()?;
+    let mut position = damage_at.checked_add(1)?;
+    if let Ok(header) = decode_header(bytes.get(damage_at..)?) {
+        if header.base_offset == end_offset {
+            let frame_end = damage_at.checked_add(header.frame_len())?;
+            if frame_end > bytes.len() {
+                return None;
             }
-        };
-        let at_ms = frame.records.first().map(|record| record.committed_at_ms);
-        match (first, at_ms) {
-            (Some((resume, base, first_at_ms)), Some(at)) if first_at_ms != at => {
-                return Some((resume, base))
-            }
-            (None, Some(at)) => first = Some((position as u64, frame.header.base_offset, at)),
-            _ => {}
+            position = frame_end;
         }
-        position += frame.header.frame_len();
+    }
+    while position < bytes.len() {
+        match decode_frame_checked(&bytes[position..], true) {
+            Ok(frame) if frame.header.base_offset >= end_offset => {
+                return Some((position as u64, frame.header.base_offset))
+            }
+            Ok(_) | Err(_) => position += 1,
+        }
     }
     None
 }

@@ -299,8 +299,6 @@ async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay
                 .unwrap()
                 .len() as u64;
         }
-        // Each commit gets its own commit time: recovery tells rot from a failed run by them.
-        tokio::time::sleep(Duration::from_millis(3)).await;
     }
     stop(node).await;
     assert!(disk.rot(&partition_zero_log(&disk), first_frame_end + 30, 3));

@@ -3,16 +3,18 @@
 //! # Contract
 //! - **Open / recovery.** [`PartitionLog::open`] emits `[CreateDirAll, List]`, then the length of every
 //!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high
-//!   watermark is the end of the CRC-verified frames: there is no boundary file. A damaged tail of the
-//!   *last* segment (a torn append, a failed commit's leftovers, rot of its last run) is truncated, but
-//!   only while the verified frames behind the damage could all be one failed run (one commit time). A
-//!   crash keeps a prefix of an append and a failed run is truncated before the next is written, so
-//!   verified frames of two commit times behind the damage prove it is rot of acknowledged data: those
-//!   bytes are skipped, never truncated, and the frames behind them kept
-//!   ([`super::segment::acknowledged_frame_behind`], [`RecoveryReport::skipped`]); the skipped offsets
-//!   stay below the high watermark and read as [`ReadError::Unreadable`]. Damage in an earlier
-//!   segment, or segments whose offsets do not continue each other, fail the open ([`RecoveryError`])
-//!   — those bytes were verified and sealed, so losing them silently is not ours to decide. Recovery
+//!   watermark is the end of the CRC-verified frames: there is no boundary file. Damage in the *last*
+//!   segment with nothing verified behind it (a torn append: a crash keeps a prefix of an append) is
+//!   truncated. Damage with verified frames behind it is skipped, never truncated, and the frames behind
+//!   it kept ([`super::segment::verified_frame_behind`], [`RecoveryReport::skipped`]), whatever their
+//!   commit times: rot of an acknowledged frame followed by one acknowledged commit looks exactly like a
+//!   failed commit's leftovers, and keeping the latter only serves records that were produced (their
+//!   commit is retried: duplicates) while truncating the former would lose acknowledged records. The
+//!   skipped offsets stay below the high watermark and read as [`ReadError::Unreadable`]. An earlier
+//!   segment's damage with verified frames behind it is skipped the same way (it may have been skipped
+//!   while that segment was the last). Damage at the end of an earlier segment, or segments whose
+//!   offsets do not continue each other, fail the open ([`RecoveryError`]) — those bytes were verified
+//!   and sealed, so losing them silently is not ours to decide. Recovery
 //!   ends with `[SetLen(verified), WriteAt(last run again), SyncData(last), SyncDir]` so that bytes a
 //!   process crash left in the page cache are durable before anything is served from them (the
 //!   rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked clean:
@@ -61,7 +63,7 @@ mod read;
 mod tests;
 
 use super::segment::{
-    acknowledged_frame_behind, parse_segment_name, scan_segment_checked, segment_name, FrameDamage,
+    parse_segment_name, scan_segment_checked, segment_name, verified_frame_behind, FrameDamage,
     SparseIndex,
 };
 use crate::actor::Actor;
@@ -270,10 +272,13 @@ pub enum ReadFault {
     /// A frame failed to decode (checksum, structure) — damage below the high watermark.
     #[error("damaged frame: {0}")]
     Damaged(DecodeError),
+    /// The offset lies in damaged bytes that recovery skipped (the frames around it do not hold it).
+    #[error("in damaged bytes recovery skipped")]
+    Skipped,
 }
 
-/// Damage recovery stepped over in the last segment because verified frames of later commits lie
-/// behind it (rot of acknowledged data, not a tear).
+/// Damage recovery stepped over because verified frames lie behind it (rot, or a failed commit's
+/// leftovers: not a tear).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkippedDamage {
     /// The segment's base offset.
@@ -299,7 +304,7 @@ pub struct RecoveryReport {
     pub truncated_bytes: u64,
     /// Where the last segment's verified prefix ended early, and why: `(segment base, byte, damage)`.
     pub damage: Option<(Offset, u64, FrameDamage)>,
-    /// Rot inside the last segment with acknowledged frames behind it: skipped, never truncated. Its
+    /// Damage with verified frames behind it, in any segment: skipped, never truncated. Its
     /// offsets stay below the high watermark and read as [`ReadError::Unreadable`].
     pub skipped: Vec<SkippedDamage>,
 }
@@ -495,6 +500,8 @@ struct ScanState {
     bases: Vec<Offset>,
     lens: Vec<u64>,
     next: usize,
+    /// Damage skipped so far, in segment order.
+    skipped: Vec<SkippedDamage>,
 }
 
 #[derive(Clone, Debug)]
@@ -522,6 +529,8 @@ struct PendingRead {
     request: ReadRequest,
     segment: Offset,
     position: u64,
+    /// The base offset of the frame at `position` (walks check every header continues it).
+    expected: Offset,
     attempts: u8,
 }
 
@@ -751,6 +760,7 @@ impl PartitionLog {
             bases,
             lens,
             next: 0,
+            skipped: Vec::new(),
         });
     }
 
@@ -794,20 +804,19 @@ impl PartitionLog {
             self.verify_crc(),
         );
         let file_len = bytes.len() as u64;
-        let mut skipped = Vec::new();
-        while let (Some((byte, damage)), true) = (result.damage, is_last) {
-            // A tail is a tear unless verified frames of two commit times lie behind it; then the
-            // rotten bytes are skipped and the acknowledged frames behind them kept (see
-            // `acknowledged_frame_behind`).
+        // In any segment: a sealed one may hold damage skipped while it was the last.
+        while let Some((byte, damage)) = result.damage {
+            // A tail is a tear unless verified frames lie behind it; then the damaged bytes are
+            // skipped and the frames behind them kept (see `verified_frame_behind`).
             let Some((resume, resume_offset)) =
-                acknowledged_frame_behind(bytes, byte, result.end_offset)
+                verified_frame_behind(bytes, byte, result.end_offset)
             else {
                 break;
             };
             let Ok(resume_usize) = usize::try_from(resume) else {
                 break;
             };
-            skipped.push(SkippedDamage {
+            scan.skipped.push(SkippedDamage {
                 segment: base,
                 byte,
                 damage,
@@ -854,6 +863,7 @@ impl PartitionLog {
             let last_run =
                 bytes[result.last_run_start as usize..result.verified_bytes as usize].to_vec();
             let rewrite = (!last_run.is_empty()).then_some((result.last_run_start, last_run));
+            let skipped = std::mem::take(&mut scan.skipped);
             return self.finalize(damage, skipped, file_len - result.verified_bytes, rewrite);
         }
         scan.next += 1;

@@ -46,11 +46,15 @@ impl PartitionLog {
         let Some((&segment, found)) = self.segments.range(..=request.offset).next_back() else {
             return Err(ReadError::BelowOldestRetained { oldest });
         };
-        let position = found.index.position_for(request.offset);
+        let (expected, position) = found
+            .index
+            .entry_for(request.offset)
+            .unwrap_or((segment, 0));
         self.issue_read(PendingRead {
             request,
             segment,
             position,
+            expected,
             attempts: 0,
         });
         Ok(())
@@ -97,6 +101,7 @@ impl PartitionLog {
         };
         match collect_records(
             &read.request,
+            read.expected,
             self.config.read_bytes_max,
             &bytes,
             self.verify_crc(),
@@ -112,10 +117,18 @@ impl PartitionLog {
             Collected::Damaged(error) => {
                 self.finish_read(read, Err(unreadable(offset, ReadFault::Damaged(error))))
             }
-            Collected::NeedMore { skip, frame_len } => {
+            Collected::Skipped => {
+                self.finish_read(read, Err(unreadable(offset, ReadFault::Skipped)))
+            }
+            Collected::NeedMore {
+                skip,
+                expected,
+                frame_len,
+            } => {
                 let verified_end = self.segments.get(&read.segment).map_or(0, |s| s.bytes);
                 let mut next = read;
                 next.position += skip;
+                next.expected = expected;
                 let remaining = verified_end.saturating_sub(next.position);
                 if next.attempts >= READ_ATTEMPTS_MAX || remaining == 0 {
                     let error = ReadFault::Damaged(DecodeError::Truncated);
@@ -137,14 +150,21 @@ impl PartitionLog {
     }
 }
 
-/// The first position after `damaged_at` where a whole frame verifies (checksum included), and its
-/// header. A read walks frames from a sparse-index entry to the wanted offset by their headers; when one
-/// of those headers rotted, its length is unknown, so the walk finds the next frame the way recovery
-/// steps over damage.
-fn resync(bytes: &[u8], damaged_at: usize, verify_crc: bool) -> Option<(usize, FrameHeader)> {
+/// The first position after `damaged_at` where a whole frame verifies (checksum included) and
+/// continues at or past `expected`, and its header. A read walks frames from a sparse-index entry to
+/// the wanted offset by their headers; when one of those headers is damaged (it does not decode, or
+/// does not continue the offsets walked), its length is unknown, so the walk finds the next frame the
+/// way recovery steps over damage.
+fn resync(
+    bytes: &[u8],
+    damaged_at: usize,
+    expected: Offset,
+    verify_crc: bool,
+) -> Option<(usize, FrameHeader)> {
     (damaged_at + 1..bytes.len()).find_map(|position| {
         verify_frame_checked(&bytes[position..], verify_crc)
             .ok()
+            .filter(|header| header.base_offset >= expected)
             .map(|header| (position, header))
     })
 }
@@ -156,17 +176,27 @@ fn unreadable(offset: Offset, reason: ReadFault) -> ReadError {
 enum Collected {
     Records(Vec<PartitionRecord>),
     Damaged(DecodeError),
+    /// The wanted offset lies in damaged bytes: the frames around them do not hold it.
+    Skipped,
     /// Nothing collected yet and the buffer ended inside a frame: read again `skip` bytes further,
-    /// `frame_len` bytes when the frame's header was complete.
+    /// where the frame holding `expected` starts, `frame_len` bytes when its header was complete.
     NeedMore {
         skip: u64,
+        expected: Offset,
         frame_len: Option<usize>,
     },
 }
 
-/// Walks the frames in `bytes` (starting at a frame boundary) and collects the records wanted.
+/// Walks the frames in `bytes` (starting at the frame that holds `expected`) and collects the records
+/// wanted.
+///
+/// Every header walked must continue the offsets walked so far: recovery verified them so, and a
+/// header that does not (rot of its base offset, or the frames behind damage recovery skipped) is
+/// damage, never a reason to number records differently. So the records of a batch are dense from the
+/// wanted offset.
 fn collect_records(
     request: &ReadRequest,
+    mut expected: Offset,
     read_bytes_max: u32,
     bytes: &[u8],
     verify_crc: bool,
@@ -180,32 +210,41 @@ fn collect_records(
         if records.len() >= records_max || (!records.is_empty() && taken_bytes >= bytes_max) {
             break;
         }
-        let rest = &bytes[position..];
-        let header = match decode_header(rest) {
-            Ok(header) => header,
+        let header = match decode_header(&bytes[position..]) {
+            Ok(header) if header.base_offset == expected => header,
             Err(DecodeError::Truncated) => break,
             // Serve what verified; the next read reports the damage.
-            Err(_) if !records.is_empty() => break,
-            Err(error) => match resync(bytes, position, verify_crc) {
+            Ok(_) | Err(_) if !records.is_empty() => break,
+            decoded => match resync(bytes, position, expected, verify_crc) {
                 // Damage ahead of the wanted offset (rot of a header the sparse index walk steps
-                // through): the frames behind it are intact and served, as recovery would keep them.
+                // through, or bytes recovery skipped): the frames behind it are intact and served,
+                // as recovery keeps them.
                 Some((next, header)) if header.base_offset <= request.offset => {
                     position = next;
+                    expected = header.base_offset;
                     header
                 }
                 // The wanted offset lies in the damaged bytes, or nothing verifies behind them here.
-                Some(_) | None => return Collected::Damaged(error),
+                Some(_) | None => {
+                    return match decoded {
+                        Err(error) => Collected::Damaged(error),
+                        Ok(_) => Collected::Skipped,
+                    }
+                }
             },
         };
+        let rest = &bytes[position..];
         let frame_len = header.frame_len();
         if header.end_offset() <= request.offset {
             position += frame_len;
+            expected = header.end_offset();
             continue;
         }
         if rest.len() < frame_len {
             if records.is_empty() {
                 return Collected::NeedMore {
                     skip: position as u64,
+                    expected,
                     frame_len: Some(frame_len),
                 };
             }
@@ -241,10 +280,12 @@ fn collect_records(
             return Collected::Records(records);
         }
         position += frame_len;
+        expected = header.end_offset();
     }
     if records.is_empty() {
         Collected::NeedMore {
             skip: position as u64,
+            expected,
             frame_len: None,
         }
     } else {

@@ -834,6 +834,118 @@ fn recovery_refuses_damage_inside_a_sealed_segment() {
 }
 
 #[test]
+fn recovery_skips_damage_with_frames_behind_it_inside_a_sealed_segment() {
+    // Damage skipped while its segment was the last stays in it once the segment is sealed.
+    let disk = SimDisk::new(19);
+    let mut sealed = frame_bytes(0, &["a"], 1);
+    let first = sealed.len() as u64;
+    sealed.extend(frame_bytes(1, &["b"], 1));
+    sealed.extend(frame_bytes(2, &["c"], 1));
+    write_segment(&disk, 0, &sealed);
+    write_segment(&disk, 3, &frame_bytes(3, &["d"], 2));
+    assert!(disk.rot(&path(0), first + 30, 3));
+    let (mut log, outputs) = open(&disk, config());
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.high_watermark, Offset(4));
+    assert_eq!(
+        report.skipped,
+        [SkippedDamage {
+            segment: Offset(0),
+            byte: first,
+            damage: FrameDamage::Decode(DecodeError::BadChecksum),
+            offsets: (Offset(1), Offset(2)),
+        }]
+    );
+    assert!(matches!(
+        read(&mut log, &disk, 1, 10, 1000),
+        Err(ReadError::Unreadable { .. })
+    ));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c"]
+    );
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 3, 10, 1000).unwrap()),
+        ["d"]
+    );
+}
+
+#[test]
+fn a_read_never_numbers_records_across_skipped_damage() {
+    // Rot of a header's base offset (9 -> 1): the frame still claims its true length, and the first
+    // frame behind it continues at offset 10, not 9.
+    let disk = SimDisk::new(20);
+    let mut bytes = frame_bytes(8, &["a"], 1);
+    let second = bytes.len() as u64;
+    bytes.extend(frame_bytes(9, &["b"], 2));
+    bytes.extend(frame_bytes(10, &["c"], 3));
+    write_segment(&disk, 8, &bytes);
+    assert!(disk.rot(&path(8), second + 14, 3));
+    let (mut log, outputs) = open(&disk, config());
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.skipped[0].offsets, (Offset(9), Offset(10)));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 8, 10, 1000).unwrap()),
+        ["a"]
+    );
+    assert_eq!(
+        read(&mut log, &disk, 9, 10, 1000),
+        Err(ReadError::Unreadable {
+            offset: Offset(9),
+            reason: ReadFault::Skipped
+        })
+    );
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 10, 10, 1000).unwrap()),
+        ["c"]
+    );
+}
+
+#[test]
+fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_rotted_upwards() {
+    // Rot of a verified frame's base offset (1 -> 17) while the log runs: the walk from the index must
+    // not trust that header to skip offsets 2..=17, nor its length blindly.
+    let disk = SimDisk::new(21);
+    // One index entry: every read walks from the first frame.
+    let (mut log, _) = open(
+        &disk,
+        PartitionLogConfig {
+            index_interval_bytes: 1 << 20,
+            ..config()
+        },
+    );
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let second = disk.durable_image(&path(0)).unwrap().len() as u64;
+    for (id, payload) in [(2, "b"), (3, "c"), (4, "d")] {
+        let _ = commit(&mut log, &disk, id, &[payload], id);
+    }
+    assert!(disk.rot(&path(0), second + 14, 4));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 0, 10, 1000).unwrap()),
+        ["a"]
+    );
+    assert!(matches!(
+        read(&mut log, &disk, 1, 10, 1000),
+        Err(ReadError::Unreadable {
+            offset: Offset(1),
+            ..
+        })
+    ));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c", "d"]
+    );
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 3, 10, 1000).unwrap()),
+        ["d"]
+    );
+}
+
+#[test]
 fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_frames_behind_it() {
     let disk = SimDisk::new(14);
     let mut log = opened(&disk);
@@ -900,32 +1012,132 @@ fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_
 }
 
 #[test]
-fn recovery_truncates_damage_with_at_most_one_commit_time_behind_it_as_a_failed_run() {
+fn recovery_keeps_one_acknowledged_commit_behind_rot_of_the_frame_before_it() {
     let disk = SimDisk::new(15);
     let mut log = opened(&disk);
     let _ = commit(&mut log, &disk, 1, &["a"], 1);
     let first = disk.durable_image(&path(0)).unwrap().len() as u64;
     let _ = commit(&mut log, &disk, 2, &["b"], 2);
-    // "c" could be the second frame of the run whose first frame rotted: indistinguishable from a
-    // failed commit's leftovers.
+    // "c" was acknowledged. Behind the rot it looks like a failed commit's leftovers (one commit
+    // time), yet only keeping it is safe.
     let _ = commit(&mut log, &disk, 3, &["c"], 3);
-    let total = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let total = disk.durable_image(&path(0)).unwrap().len();
     assert!(disk.rot(&path(0), first + 30, 3));
-    let (_, outputs) = open(&disk, config());
+    let (mut log, outputs) = open(&disk, config());
     assert_eq!(
         outputs,
         [LogOutput::Opened(RecoveryReport {
             segments: 1,
             oldest_offset: Offset(0),
-            high_watermark: Offset(1),
-            truncated_bytes: total - first,
-            damage: Some((
-                Offset(0),
-                first,
-                FrameDamage::Decode(DecodeError::BadChecksum)
-            )),
-            skipped: Vec::new(),
+            high_watermark: Offset(3),
+            truncated_bytes: 0,
+            damage: None,
+            skipped: vec![SkippedDamage {
+                segment: Offset(0),
+                byte: first,
+                damage: FrameDamage::Decode(DecodeError::BadChecksum),
+                offsets: (Offset(1), Offset(2)),
+            }],
         })]
+    );
+    assert_eq!(disk.durable_image(&path(0)).unwrap().len(), total);
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c"]
+    );
+}
+
+#[test]
+fn recovery_keeps_the_frames_behind_rot_inside_the_last_run() {
+    let disk = SimDisk::new(16);
+    // A frame per record, so one run of three records is three frames of one commit time.
+    let one_record_frames = || PartitionLogConfig {
+        frame_records_bytes_target: 1,
+        ..config()
+    };
+    let (mut log, _) = open(&disk, one_record_frames());
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let first = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let _ = commit(&mut log, &disk, 2, &["b", "c", "d"], 2);
+    // Inside the record section of the frame of "b" (a frame of one record is 41 bytes).
+    assert!(disk.rot(&path(0), first + 30, 0));
+    let (mut log, outputs) = open(&disk, one_record_frames());
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.high_watermark, Offset(4), "{report:?}");
+    assert_eq!(report.truncated_bytes, 0);
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.skipped[0].offsets, (Offset(1), Offset(2)));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c", "d"]
+    );
+}
+
+/// One record frame at `base` whose payload is `payload` (any bytes).
+fn frame_of_payload(base: u64, payload: &[u8], at_ms: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let record = RecordView {
+        key: None,
+        committed_at_ms: at_ms,
+        payload,
+    };
+    encode_frame(&mut out, Offset(base), &[record]);
+    out
+}
+
+#[test]
+fn recovery_truncates_a_torn_append_without_adopting_a_frame_inside_its_payload() {
+    let disk = SimDisk::new(17);
+    let mut log = opened(&disk);
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let good = disk.durable_image(&path(0)).unwrap().len() as u64;
+    // A producer's payload that is itself a well-formed frame continuing the log's offsets, then a
+    // crash that kept a prefix of the append: the embedded frame is whole, the outer one is not.
+    let embedded = frame_bytes(1, &["forged"], 2);
+    let body = [&b"head"[..], &embedded[..], &[b'z'; 200][..]].concat();
+    let outer = frame_of_payload(1, &body, 2);
+    let torn = &outer[..outer.len() - 100];
+    disk.write_at(&path(0), good, torn).unwrap();
+    disk.sync_data(&path(0)).unwrap();
+    let (log, outputs) = open(&disk, config());
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.high_watermark, Offset(1), "{report:?}");
+    assert_eq!(report.truncated_bytes, torn.len() as u64);
+    assert!(report.skipped.is_empty());
+    assert_eq!(log.high_watermark(), Offset(1));
+}
+
+#[test]
+fn recovery_resumes_behind_a_rotten_frame_at_its_end_not_at_a_frame_inside_its_payload() {
+    let disk = SimDisk::new(18);
+    let mut log = opened(&disk);
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let first = disk.durable_image(&path(0)).unwrap().len() as u64;
+    // The payload of the frame that rots holds a well-formed frame with later offsets.
+    let embedded = frame_bytes(50, &["forged"], 2);
+    let body = [&b"head"[..], &embedded[..], &b"tail"[..]].concat();
+    let outer = frame_of_payload(1, &body, 2);
+    disk.write_at(&path(0), first, &outer).unwrap();
+    let second = first + outer.len() as u64;
+    disk.write_at(&path(0), second, &frame_bytes(2, &["c"], 3))
+        .unwrap();
+    disk.sync_data(&path(0)).unwrap();
+    // Rot in the first bytes of the payload, ahead of the embedded frame.
+    assert!(disk.rot(&path(0), first + FRAME_HEADER_BYTES as u64 + 12, 1));
+    let (mut log, outputs) = open(&disk, config());
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.high_watermark, Offset(3), "{report:?}");
+    assert_eq!(report.skipped.len(), 1);
+    assert_eq!(report.skipped[0].offsets, (Offset(1), Offset(2)));
+    assert_eq!(
+        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
+        ["c"]
     );
 }
 
