@@ -831,7 +831,13 @@ impl PartitionLog {
             result.index.extend_shifted(rest.index, resume);
             result.end_offset = rest.end_offset;
             result.verified_bytes = resume + rest.verified_bytes;
-            result.last_run_start = resume + rest.last_run_start;
+            // The last run may span the damage: frames of one commit time behind it, that of the
+            // frames before it. Then the rewrite in `finalize` starts before the damage.
+            let spans =
+                rest.last_run_start == 0 && rest.committed_at_ms_max == result.committed_at_ms_max;
+            if !spans {
+                result.last_run_start = resume + rest.last_run_start;
+            }
             result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
             result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
         }

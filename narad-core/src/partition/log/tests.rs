@@ -1075,6 +1075,53 @@ fn recovery_keeps_the_frames_behind_rot_inside_the_last_run() {
     );
 }
 
+/// Records where every write of the requests it sees starts.
+#[derive(Default)]
+struct WriteOffsets(Vec<u64>);
+
+impl crate::partition::driver::IoHook for WriteOffsets {
+    fn before_op(
+        &mut self,
+        _disk: &dyn Disk,
+        request: &crate::disk::IoRequest,
+        index: usize,
+    ) -> crate::partition::driver::HookVerdict {
+        if let IoOp::WriteAt { offset, .. } = &request.ops[index] {
+            self.0.push(*offset);
+        }
+        crate::partition::driver::HookVerdict::Run
+    }
+}
+
+#[test]
+fn recovery_rewrites_a_last_run_that_spans_skipped_damage_from_its_start() {
+    // The frames of the run of "b", "c", "d" may be a failed commit's, marked clean by a failed fsync:
+    // recovery re-dirties all of them, not only those behind the damage, before syncing.
+    let disk = SimDisk::new(22);
+    let one_record_frames = || PartitionLogConfig {
+        frame_records_bytes_target: 1,
+        ..config()
+    };
+    let (mut log, _) = open(&disk, one_record_frames());
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let run_start = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let _ = commit(&mut log, &disk, 2, &["b", "c", "d"], 2);
+    // Inside the frame of "c" (frames of one record are 41 bytes).
+    assert!(disk.rot(&path(0), run_start + 41 + 30, 0));
+    let mut log = PartitionLog::open(one_record_frames());
+    let mut writes = WriteOffsets::default();
+    let outputs = run_to_idle(&mut log, NOW, &disk, &mut writes).unwrap();
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    assert_eq!(report.skipped[0].offsets, (Offset(2), Offset(3)));
+    assert_eq!(
+        writes.0,
+        [run_start],
+        "one rewrite, from the run's first frame"
+    );
+}
+
 /// One record frame at `base` whose payload is `payload` (any bytes).
 fn frame_of_payload(base: u64, payload: &[u8], at_ms: u64) -> Vec<u8> {
     let mut out = Vec::new();
