@@ -90,7 +90,7 @@ pub struct StorageConfig {
     /// Group-commit backstop: bounds a missed wake-up of the WAL sync loop, ms.
     pub ingress_wal_sync_interval_ms: u64,
     /// Longest a group commit waits for the producers the previous one answered to come back, µs;
-    /// only after a group commit that answered at least 4 appends, and never longer than that
+    /// only after a group commit that answered at least 4 appends, and never longer than 2.5 times that
     /// commit's duration. 0 turns it off: the spec's "group commit fires on every append". Must be
     /// below the backstop. On by default (a deviation from the spec): see the WAL's module doc.
     pub ingress_wal_commit_delay_us: u64,
