@@ -100,6 +100,32 @@ fn payloads(batch: &ReadBatch) -> Vec<String> {
         .collect()
 }
 
+/// Writes a synced segment at `base` of the frames of "a", "b", "c" (offsets from `base`, commit times
+/// `at_ms`); returns where the frame of "b" starts.
+fn write_three_frames(disk: &SimDisk, base: u64, at_ms: [u64; 3]) -> u64 {
+    let mut bytes = frame_bytes(base, &["a"], at_ms[0]);
+    let second = bytes.len() as u64;
+    bytes.extend(frame_bytes(base + 1, &["b"], at_ms[1]));
+    bytes.extend(frame_bytes(base + 2, &["c"], at_ms[2]));
+    write_segment(disk, base, &bytes);
+    second
+}
+
+/// Opens the log and returns it with its recovery report; panics when the open fails.
+fn reopened(disk: &SimDisk, config: PartitionLogConfig) -> (PartitionLog, RecoveryReport) {
+    let (log, outputs) = open(disk, config);
+    let [LogOutput::Opened(report)] = outputs.as_slice() else {
+        panic!("{outputs:?}");
+    };
+    let report = report.clone();
+    (log, report)
+}
+
+/// The payloads one read from `offset` serves (at most 10 records, 1000 bytes); panics on an error.
+fn served(log: &mut PartitionLog, disk: &SimDisk, offset: u64) -> Vec<String> {
+    payloads(&read(log, disk, offset, 10, 1000).unwrap())
+}
+
 fn next_io(log: &mut PartitionLog) -> IoRequest {
     match log.poll_output() {
         Some(LogOutput::Io(request)) => request,
@@ -263,10 +289,7 @@ fn reads_serve_nothing_at_or_past_the_high_watermark_while_a_commit_is_in_flight
             high_watermark: Offset(1)
         })
     );
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 0, 10, 1000).unwrap()),
-        ["a"]
-    );
+    assert_eq!(served(&mut log, &disk, 0), ["a"]);
     drop(in_flight);
 }
 
@@ -837,17 +860,10 @@ fn recovery_refuses_damage_inside_a_sealed_segment() {
 fn recovery_skips_damage_with_frames_behind_it_inside_a_sealed_segment() {
     // Damage skipped while its segment was the last stays in it once the segment is sealed.
     let disk = SimDisk::new(19);
-    let mut sealed = frame_bytes(0, &["a"], 1);
-    let first = sealed.len() as u64;
-    sealed.extend(frame_bytes(1, &["b"], 1));
-    sealed.extend(frame_bytes(2, &["c"], 1));
-    write_segment(&disk, 0, &sealed);
+    let first = write_three_frames(&disk, 0, [1, 1, 1]);
     write_segment(&disk, 3, &frame_bytes(3, &["d"], 2));
     assert!(disk.rot(&path(0), first + 30, 3));
-    let (mut log, outputs) = open(&disk, config());
-    let [LogOutput::Opened(report)] = outputs.as_slice() else {
-        panic!("{outputs:?}");
-    };
+    let (mut log, report) = reopened(&disk, config());
     assert_eq!(report.high_watermark, Offset(4));
     assert_eq!(
         report.skipped,
@@ -862,14 +878,8 @@ fn recovery_skips_damage_with_frames_behind_it_inside_a_sealed_segment() {
         read(&mut log, &disk, 1, 10, 1000),
         Err(ReadError::Unreadable { .. })
     ));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c"]
-    );
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 3, 10, 1000).unwrap()),
-        ["d"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c"]);
+    assert_eq!(served(&mut log, &disk, 3), ["d"]);
 }
 
 #[test]
@@ -877,21 +887,11 @@ fn a_read_never_numbers_records_across_skipped_damage() {
     // Rot of a header's base offset (9 -> 1): the frame still claims its true length, and the first
     // frame behind it continues at offset 10, not 9.
     let disk = SimDisk::new(20);
-    let mut bytes = frame_bytes(8, &["a"], 1);
-    let second = bytes.len() as u64;
-    bytes.extend(frame_bytes(9, &["b"], 2));
-    bytes.extend(frame_bytes(10, &["c"], 3));
-    write_segment(&disk, 8, &bytes);
+    let second = write_three_frames(&disk, 8, [1, 2, 3]);
     assert!(disk.rot(&path(8), second + 14, 3));
-    let (mut log, outputs) = open(&disk, config());
-    let [LogOutput::Opened(report)] = outputs.as_slice() else {
-        panic!("{outputs:?}");
-    };
+    let (mut log, report) = reopened(&disk, config());
     assert_eq!(report.skipped[0].offsets, (Offset(9), Offset(10)));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 8, 10, 1000).unwrap()),
-        ["a"]
-    );
+    assert_eq!(served(&mut log, &disk, 8), ["a"]);
     assert_eq!(
         read(&mut log, &disk, 9, 10, 1000),
         Err(ReadError::Unreadable {
@@ -899,10 +899,7 @@ fn a_read_never_numbers_records_across_skipped_damage() {
             reason: ReadFault::Skipped
         })
     );
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 10, 10, 1000).unwrap()),
-        ["c"]
-    );
+    assert_eq!(served(&mut log, &disk, 10), ["c"]);
 }
 
 #[test]
@@ -924,10 +921,7 @@ fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_rotted_upwa
         let _ = commit(&mut log, &disk, id, &[payload], id);
     }
     assert!(disk.rot(&path(0), second + 14, 4));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 0, 10, 1000).unwrap()),
-        ["a"]
-    );
+    assert_eq!(served(&mut log, &disk, 0), ["a"]);
     assert!(matches!(
         read(&mut log, &disk, 1, 10, 1000),
         Err(ReadError::Unreadable {
@@ -935,14 +929,8 @@ fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_rotted_upwa
             ..
         })
     ));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c", "d"]
-    );
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 3, 10, 1000).unwrap()),
-        ["d"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
+    assert_eq!(served(&mut log, &disk, 3), ["d"]);
 }
 
 #[test]
@@ -994,10 +982,7 @@ fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_
             reason: ReadFault::Damaged(DecodeError::BadChecksum)
         })
     );
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c", "d"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
     let outputs = commit(&mut log, &disk, 5, &["e"], 5);
     assert!(matches!(
         outputs.as_slice(),
@@ -1023,56 +1008,46 @@ fn recovery_keeps_one_acknowledged_commit_behind_rot_of_the_frame_before_it() {
     let _ = commit(&mut log, &disk, 3, &["c"], 3);
     let total = disk.durable_image(&path(0)).unwrap().len();
     assert!(disk.rot(&path(0), first + 30, 3));
-    let (mut log, outputs) = open(&disk, config());
+    let (mut log, report) = reopened(&disk, config());
     assert_eq!(
-        outputs,
-        [LogOutput::Opened(RecoveryReport {
-            segments: 1,
-            oldest_offset: Offset(0),
-            high_watermark: Offset(3),
-            truncated_bytes: 0,
-            damage: None,
-            skipped: vec![SkippedDamage {
-                segment: Offset(0),
-                byte: first,
-                damage: FrameDamage::Decode(DecodeError::BadChecksum),
-                offsets: (Offset(1), Offset(2)),
-            }],
-        })]
+        (report.high_watermark, report.truncated_bytes, report.damage),
+        (Offset(3), 0, None)
     );
+    assert_eq!(report.skipped[0].offsets, (Offset(1), Offset(2)));
     assert_eq!(disk.durable_image(&path(0)).unwrap().len(), total);
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c"]);
+}
+
+/// A frame per record, so one run of several records is as many frames of one commit time.
+fn one_record_frames() -> PartitionLogConfig {
+    PartitionLogConfig {
+        frame_records_bytes_target: 1,
+        ..config()
+    }
+}
+
+/// Commits "a" at time 1, then one run of "b", "c", "d" at time 2, a frame each (41 bytes); returns
+/// where the run starts.
+fn a_then_a_run_of_three_frames(disk: &SimDisk) -> u64 {
+    let (mut log, _) = open(disk, one_record_frames());
+    let _ = commit(&mut log, disk, 1, &["a"], 1);
+    let run_start = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let _ = commit(&mut log, disk, 2, &["b", "c", "d"], 2);
+    run_start
 }
 
 #[test]
 fn recovery_keeps_the_frames_behind_rot_inside_the_last_run() {
     let disk = SimDisk::new(16);
-    // A frame per record, so one run of three records is three frames of one commit time.
-    let one_record_frames = || PartitionLogConfig {
-        frame_records_bytes_target: 1,
-        ..config()
-    };
-    let (mut log, _) = open(&disk, one_record_frames());
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
-    let first = disk.durable_image(&path(0)).unwrap().len() as u64;
-    let _ = commit(&mut log, &disk, 2, &["b", "c", "d"], 2);
-    // Inside the record section of the frame of "b" (a frame of one record is 41 bytes).
+    let first = a_then_a_run_of_three_frames(&disk);
+    // Inside the record section of the frame of "b".
     assert!(disk.rot(&path(0), first + 30, 0));
-    let (mut log, outputs) = open(&disk, one_record_frames());
-    let [LogOutput::Opened(report)] = outputs.as_slice() else {
-        panic!("{outputs:?}");
-    };
+    let (mut log, report) = reopened(&disk, one_record_frames());
     assert_eq!(report.high_watermark, Offset(4), "{report:?}");
     assert_eq!(report.truncated_bytes, 0);
     assert_eq!(report.skipped.len(), 1);
     assert_eq!(report.skipped[0].offsets, (Offset(1), Offset(2)));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c", "d"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
 }
 
 /// Records where every write of the requests it sees starts.
@@ -1098,15 +1073,8 @@ fn recovery_rewrites_a_last_run_that_spans_skipped_damage_from_its_start() {
     // The frames of the run of "b", "c", "d" may be a failed commit's, marked clean by a failed fsync:
     // recovery re-dirties all of them, not only those behind the damage, before syncing.
     let disk = SimDisk::new(22);
-    let one_record_frames = || PartitionLogConfig {
-        frame_records_bytes_target: 1,
-        ..config()
-    };
-    let (mut log, _) = open(&disk, one_record_frames());
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
-    let run_start = disk.durable_image(&path(0)).unwrap().len() as u64;
-    let _ = commit(&mut log, &disk, 2, &["b", "c", "d"], 2);
-    // Inside the frame of "c" (frames of one record are 41 bytes).
+    let run_start = a_then_a_run_of_three_frames(&disk);
+    // Inside the frame of "c".
     assert!(disk.rot(&path(0), run_start + 41 + 30, 0));
     let mut log = PartitionLog::open(one_record_frames());
     let mut writes = WriteOffsets::default();
@@ -1122,36 +1090,40 @@ fn recovery_rewrites_a_last_run_that_spans_skipped_damage_from_its_start() {
     );
 }
 
-/// One record frame at `base` whose payload is `payload` (any bytes).
-fn frame_of_payload(base: u64, payload: &[u8], at_ms: u64) -> Vec<u8> {
-    let mut out = Vec::new();
+/// Commits "a" at offset 0, then returns where the next frame goes and a frame at offset 1 whose one
+/// payload holds a well-formed frame at `embedded_base` between `head` and `tail` (a payload is anything
+/// a producer sent).
+fn a_then_a_frame_embedding_a_frame(
+    disk: &SimDisk,
+    embedded_base: u64,
+    head: &[u8],
+    tail: &[u8],
+) -> (u64, Vec<u8>) {
+    let mut log = opened(disk);
+    let _ = commit(&mut log, disk, 1, &["a"], 1);
+    let next = disk.durable_image(&path(0)).unwrap().len() as u64;
+    let embedded = frame_bytes(embedded_base, &["forged"], 2);
+    let body = [head, &embedded[..], tail].concat();
     let record = RecordView {
         key: None,
-        committed_at_ms: at_ms,
-        payload,
+        committed_at_ms: 2,
+        payload: &body,
     };
-    encode_frame(&mut out, Offset(base), &[record]);
-    out
+    let mut outer = Vec::new();
+    encode_frame(&mut outer, Offset(1), &[record]);
+    (next, outer)
 }
 
 #[test]
 fn recovery_truncates_a_torn_append_without_adopting_a_frame_inside_its_payload() {
     let disk = SimDisk::new(17);
-    let mut log = opened(&disk);
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
-    let good = disk.durable_image(&path(0)).unwrap().len() as u64;
-    // A producer's payload that is itself a well-formed frame continuing the log's offsets, then a
-    // crash that kept a prefix of the append: the embedded frame is whole, the outer one is not.
-    let embedded = frame_bytes(1, &["forged"], 2);
-    let body = [&b"head"[..], &embedded[..], &[b'z'; 200][..]].concat();
-    let outer = frame_of_payload(1, &body, 2);
+    // The embedded frame continues the log's offsets; a crash kept a prefix of the append that holds
+    // the embedded frame whole, the outer one not.
+    let (good, outer) = a_then_a_frame_embedding_a_frame(&disk, 1, b"head", &[b'z'; 200]);
     let torn = &outer[..outer.len() - 100];
     disk.write_at(&path(0), good, torn).unwrap();
     disk.sync_data(&path(0)).unwrap();
-    let (log, outputs) = open(&disk, config());
-    let [LogOutput::Opened(report)] = outputs.as_slice() else {
-        panic!("{outputs:?}");
-    };
+    let (log, report) = reopened(&disk, config());
     assert_eq!(report.high_watermark, Offset(1), "{report:?}");
     assert_eq!(report.truncated_bytes, torn.len() as u64);
     assert!(report.skipped.is_empty());
@@ -1161,13 +1133,8 @@ fn recovery_truncates_a_torn_append_without_adopting_a_frame_inside_its_payload(
 #[test]
 fn recovery_resumes_behind_a_rotten_frame_at_its_end_not_at_a_frame_inside_its_payload() {
     let disk = SimDisk::new(18);
-    let mut log = opened(&disk);
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
-    let first = disk.durable_image(&path(0)).unwrap().len() as u64;
     // The payload of the frame that rots holds a well-formed frame with later offsets.
-    let embedded = frame_bytes(50, &["forged"], 2);
-    let body = [&b"head"[..], &embedded[..], &b"tail"[..]].concat();
-    let outer = frame_of_payload(1, &body, 2);
+    let (first, outer) = a_then_a_frame_embedding_a_frame(&disk, 50, b"head", b"tail");
     disk.write_at(&path(0), first, &outer).unwrap();
     let second = first + outer.len() as u64;
     disk.write_at(&path(0), second, &frame_bytes(2, &["c"], 3))
@@ -1175,17 +1142,11 @@ fn recovery_resumes_behind_a_rotten_frame_at_its_end_not_at_a_frame_inside_its_p
     disk.sync_data(&path(0)).unwrap();
     // Rot in the first bytes of the payload, ahead of the embedded frame.
     assert!(disk.rot(&path(0), first + FRAME_HEADER_BYTES as u64 + 12, 1));
-    let (mut log, outputs) = open(&disk, config());
-    let [LogOutput::Opened(report)] = outputs.as_slice() else {
-        panic!("{outputs:?}");
-    };
+    let (mut log, report) = reopened(&disk, config());
     assert_eq!(report.high_watermark, Offset(3), "{report:?}");
     assert_eq!(report.skipped.len(), 1);
     assert_eq!(report.skipped[0].offsets, (Offset(1), Offset(2)));
-    assert_eq!(
-        payloads(&read(&mut log, &disk, 2, 10, 1000).unwrap()),
-        ["c"]
-    );
+    assert_eq!(served(&mut log, &disk, 2), ["c"]);
 }
 
 #[test]
