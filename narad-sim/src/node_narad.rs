@@ -229,6 +229,26 @@ impl NaradSimNode {
     }
 }
 
+/// The frame of a partition segment image that holds byte `offset`: frames are contiguous from byte
+/// 0, so their headers lead there (`None` when a header on the way does not decode, e.g. an earlier
+/// flip struck a length, or the offset lies past the last whole frame). Recovery and reads lose a
+/// damaged frame's records only: the frames around it stay readable.
+fn partition_frame_at(image: &[u8], offset: u64) -> Option<(u64, u64)> {
+    let mut at = 0u64;
+    while at < image.len() as u64 {
+        let header = narad_core::codec::partition::decode_header(&image[at as usize..]).ok()?;
+        let end = at.checked_add(header.frame_len() as u64)?;
+        if end > image.len() as u64 {
+            return None;
+        }
+        if offset < end {
+            return Some((at, end));
+        }
+        at = end;
+    }
+    None
+}
+
 impl SimNode for NaradSimNode {
     fn name() -> &'static str {
         "narad"
@@ -240,6 +260,7 @@ impl SimNode for NaradSimNode {
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
             partition_dir: node::partitions::partition_dir,
             recovery_truncates_at_rot: false,
+            rot_unit: partition_frame_at,
         }
     }
 

@@ -136,6 +136,10 @@ pub struct DiskLayout {
     /// model node's simple log), so records a log took after bit rot struck it may go with the rot and
     /// are excused. The real node keeps acknowledged frames behind rot: for it losing them is loss.
     pub recovery_truncates_at_rot: bool,
+    /// The byte range of the checksummed unit holding byte `offset` of a partition log file's
+    /// image, when the node loses to a flipped bit there that unit's records only, and every other
+    /// record of the log stays readable (`None`: the harness excuses the whole log directory).
+    pub rot_unit: fn(&[u8], u64) -> Option<(u64, u64)>,
 }
 
 /// What the harness hands a node at every boot.

@@ -863,7 +863,22 @@ impl<N: SimNode> World<N> {
             (path.clone(), offset, rng.random_range(0..8u8))
         };
         let dir = narad_core::disk::parent_dir(&path).to_string();
-        let victims = self.payloads_under(&dir);
+        // The records of the struck unit, when the node promises to lose no more than that;
+        // otherwise every record of the log's directory.
+        let unit = (target == Target::Partitions)
+            .then(|| disk.durable_image(&path))
+            .flatten()
+            .and_then(|image| {
+                let (start, end) = (self.layout.rot_unit)(&image, offset)?;
+                Some(
+                    payload::scan(&image)
+                        .into_iter()
+                        .filter(|found| found.start < end && start < found.end)
+                        .map(|found| found.id)
+                        .collect::<Vec<u64>>(),
+                )
+            });
+        let victims = unit.unwrap_or_else(|| self.payloads_under(&dir));
         let flipped = disk.rot(&path, offset, bit);
         lock(&self.rot_spots).push(dir);
         self.probe.event(

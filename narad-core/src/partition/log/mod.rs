@@ -11,10 +11,11 @@
 //!   failed commit's leftovers, and keeping the latter only serves records that were produced (their
 //!   commit is retried: duplicates) while truncating the former would lose acknowledged records. The
 //!   skipped offsets stay below the high watermark and read as [`ReadError::Unreadable`]. An earlier
-//!   segment's damage with verified frames behind it is skipped the same way (it may have been skipped
-//!   while that segment was the last). Damage at the end of an earlier segment, or segments whose
-//!   offsets do not continue each other, fail the open ([`RecoveryError`]) — those bytes were verified
-//!   and sealed, so losing them silently is not ours to decide. Recovery
+//!   (sealed) segment's damage is skipped the same way, never truncated: with verified frames behind
+//!   it (it may have been skipped while that segment was the last), or at its end, where the next
+//!   segment's base proves which offsets the damaged bytes held. One rotten frame costs its own
+//!   records, loudly, never the partition. Segments whose offsets do not continue each other fail the
+//!   open ([`RecoveryError`]). Recovery
 //!   ends with `[SetLen(verified), WriteAt(last run again), SyncData(last), SyncDir]` so that bytes a
 //!   process crash left in the page cache are durable before anything is served from them (the
 //!   rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked clean:
@@ -320,7 +321,8 @@ pub enum RecoveryError {
     /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
     #[error("sync at the end of recovery failed: {0}")]
     Sync(IoFault),
-    /// A sealed (not last) segment has a bad frame: verified data is damaged.
+    /// A sealed (not last) segment has a bad frame and its verified frames already reach past the
+    /// next segment's base: the segments contradict each other.
     #[error("segment {segment} damaged at byte {byte}: {damage}")]
     Corrupt {
         /// The segment's base offset.
@@ -842,11 +844,24 @@ impl PartitionLog {
             result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
         }
         if let (Some((byte, damage)), false) = (result.damage, is_last) {
-            return self.fail_open(RecoveryError::Corrupt {
+            // Damage at the end of a sealed segment: the next segment's name proves where this one
+            // ended, so its offsets behind the damage are a hole, reported, not a reason to refuse the
+            // whole partition (its bytes stay on disk as they are).
+            let next_base = scan.bases[scan.next + 1];
+            if next_base < result.end_offset {
+                return self.fail_open(RecoveryError::Corrupt {
+                    segment: base,
+                    byte,
+                    damage,
+                });
+            }
+            scan.skipped.push(SkippedDamage {
                 segment: base,
                 byte,
                 damage,
+                offsets: (result.end_offset, next_base),
             });
+            result.end_offset = next_base;
         }
         if let Some(at_ms) = result.committed_at_ms_max {
             self.last_committed_at_ms = self.last_committed_at_ms.max(at_ms);

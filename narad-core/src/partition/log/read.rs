@@ -135,7 +135,12 @@ impl PartitionLog {
                     return self.finish_read(read, Err(unreadable(offset, error)));
                 }
                 match frame_len {
-                    Some(len) => self.issue_read_len(&mut next, (len as u64).min(remaining)),
+                    // With room for a frame behind it, should this one prove damaged.
+                    Some(len) => {
+                        let slack =
+                            2 * self.config.index_interval_bytes + FRAME_HEADER_BYTES as u64;
+                        self.issue_read_len(&mut next, (len as u64 + slack).min(remaining))
+                    }
                     None => self.issue_read(next),
                 }
             }
@@ -150,18 +155,18 @@ impl PartitionLog {
     }
 }
 
-/// The first position after `damaged_at` where a whole frame verifies (checksum included) and
-/// continues at or past `expected`, and its header. A read walks frames from a sparse-index entry to
+/// The first position from `from` on where a whole frame verifies (checksum included) and continues
+/// at or past `expected`, and its header. A read walks frames from a sparse-index entry to
 /// the wanted offset by their headers; when one of those headers is damaged (it does not decode, or
 /// does not continue the offsets walked), its length is unknown, so the walk finds the next frame the
 /// way recovery steps over damage.
 fn resync(
     bytes: &[u8],
-    damaged_at: usize,
+    from: usize,
     expected: Offset,
     verify_crc: bool,
 ) -> Option<(usize, FrameHeader)> {
-    (damaged_at + 1..bytes.len()).find_map(|position| {
+    (from..bytes.len()).find_map(|position| {
         verify_frame_checked(&bytes[position..], verify_crc)
             .ok()
             .filter(|header| header.base_offset >= expected)
@@ -215,7 +220,7 @@ fn collect_records(
             Err(DecodeError::Truncated) => break,
             // Serve what verified; the next read reports the damage.
             Ok(_) | Err(_) if !records.is_empty() => break,
-            decoded => match resync(bytes, position, expected, verify_crc) {
+            decoded => match resync(bytes, position + 1, expected, verify_crc) {
                 // Damage ahead of the wanted offset (rot of a header the sparse index walk steps
                 // through, or bytes recovery skipped): the frames behind it are intact and served,
                 // as recovery keeps them.
@@ -270,11 +275,23 @@ fn collect_records(
         });
         if let Err(error) = visited {
             records.truncate(kept);
-            if records.is_empty() {
-                return Collected::Damaged(error);
+            if !records.is_empty() {
+                // Serve what verified; the next read reports the damage.
+                break;
             }
-            // Serve what verified; the next read reports the damage.
-            break;
+            // The frame is damaged, so its record count is not to be trusted (its length is: the
+            // header continued the offsets walked, and its two length fields agree). The wanted
+            // offset may lie behind it, as recovery would find after a restart.
+            let behind = position + frame_len;
+            let floor = Offset(header.base_offset.0 + 1);
+            match resync(bytes, behind, floor, verify_crc) {
+                Some((next, found)) if found.base_offset <= request.offset => {
+                    position = next;
+                    expected = found.base_offset;
+                    continue;
+                }
+                Some(_) | None => return Collected::Damaged(error),
+            }
         }
         if full {
             return Collected::Records(records);

@@ -837,18 +837,52 @@ fn recovery_takes_the_high_watermark_from_the_verified_prefix_and_truncates_the_
 }
 
 #[test]
-fn recovery_refuses_damage_inside_a_sealed_segment() {
+fn recovery_skips_damage_at_the_end_of_a_sealed_segment_up_to_the_next_segment() {
+    // The next segment's name proves the rotten last frame held offset 1 only: one hole, reported,
+    // and the partition stays open.
     let disk = SimDisk::new(11);
     let mut sealed = frame_bytes(0, &["a"], 1);
     let first = sealed.len() as u64;
     sealed.extend(frame_bytes(1, &["b"], 1));
     write_segment(&disk, 0, &sealed);
     write_segment(&disk, 2, &frame_bytes(2, &["c"], 1));
+    let image = disk.durable_image(&path(0)).unwrap();
     assert!(disk.rot(&path(0), first + 30, 3));
+    let (mut log, report) = reopened(&disk, config());
+    assert_eq!(report.high_watermark, Offset(3));
+    assert_eq!(
+        report.skipped,
+        [SkippedDamage {
+            segment: Offset(0),
+            byte: first,
+            damage: FrameDamage::Decode(DecodeError::BadChecksum),
+            offsets: (Offset(1), Offset(2)),
+        }]
+    );
+    assert_eq!(
+        disk.durable_image(&path(0)).unwrap().len(),
+        image.len(),
+        "a sealed segment is never truncated"
+    );
+    assert_eq!(served(&mut log, &disk, 0), ["a"]);
+    assert!(matches!(
+        read(&mut log, &disk, 1, 10, 1000),
+        Err(ReadError::Unreadable { .. })
+    ));
+    assert_eq!(served(&mut log, &disk, 2), ["c"]);
+}
+
+#[test]
+fn recovery_refuses_a_damaged_sealed_segment_that_overlaps_the_next() {
+    let disk = SimDisk::new(23);
+    let second = write_three_frames(&disk, 0, [1, 1, 1]);
+    write_segment(&disk, 1, &frame_bytes(1, &["x"], 2));
+    let third = second * 2;
+    assert!(disk.rot(&path(0), third + 30, 3));
     let (log, outputs) = open(&disk, config());
     let error = RecoveryError::Corrupt {
         segment: Offset(0),
-        byte: first,
+        byte: third,
         damage: FrameDamage::Decode(DecodeError::BadChecksum),
     };
     assert_eq!(outputs, [LogOutput::OpenFailed(error.clone())]);
@@ -921,6 +955,38 @@ fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_rotted_upwa
         let _ = commit(&mut log, &disk, id, &[payload], id);
     }
     assert!(disk.rot(&path(0), second + 14, 4));
+    assert_eq!(served(&mut log, &disk, 0), ["a"]);
+    assert!(matches!(
+        read(&mut log, &disk, 1, 10, 1000),
+        Err(ReadError::Unreadable {
+            offset: Offset(1),
+            ..
+        })
+    ));
+    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
+    assert_eq!(served(&mut log, &disk, 3), ["d"]);
+}
+
+#[test]
+fn a_running_log_serves_the_frames_behind_a_frame_whose_record_count_rotted() {
+    // Rot of a verified frame's record count (1 -> 5): its length still holds, so offsets 2..=5 must
+    // not be taken for records of the damaged frame.
+    let disk = SimDisk::new(24);
+    let (mut log, _) = open(
+        &disk,
+        PartitionLogConfig {
+            index_interval_bytes: 1 << 20,
+            ..config()
+        },
+    );
+    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+    let second = disk.durable_image(&path(0)).unwrap().len() as u64;
+    // Long enough a record section for five records' minimum size: the header still decodes.
+    let b = "b".repeat(200);
+    for (id, payload) in [(2, b.as_str()), (3, "c"), (4, "d")] {
+        let _ = commit(&mut log, &disk, id, &[payload], id);
+    }
+    assert!(disk.rot(&path(0), second + 6, 2));
     assert_eq!(served(&mut log, &disk, 0), ["a"]);
     assert!(matches!(
         read(&mut log, &disk, 1, 10, 1000),
