@@ -122,6 +122,9 @@ pub struct NodeStatus {
     pub latched: bool,
 }
 
+/// The byte range `[start, end)` of the checksummed unit of a file image that holds a byte.
+pub type RotUnit = fn(&[u8], u64) -> Option<(u64, u64)>;
+
 /// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]).
 #[derive(Clone, Debug)]
 pub struct DiskLayout {
@@ -139,7 +142,7 @@ pub struct DiskLayout {
     /// The byte range of the checksummed unit holding byte `offset` of a partition log file's
     /// image, when the node loses to a flipped bit there that unit's records only, and every other
     /// record of the log stays readable (`None`: the harness excuses the whole log directory).
-    pub rot_unit: fn(&[u8], u64) -> Option<(u64, u64)>,
+    pub rot_unit: RotUnit,
 }
 
 /// What the harness hands a node at every boot.
