@@ -530,6 +530,7 @@ impl SimNode for ModelNode {
             partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
             recovery_truncates_at_rot: true,
             rot_unit: |_, _| None,
+            rot_keeps_logs_open: false,
         }
     }
 

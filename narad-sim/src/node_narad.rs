@@ -261,6 +261,7 @@ impl SimNode for NaradSimNode {
             partition_dir: node::partitions::partition_dir,
             recovery_truncates_at_rot: false,
             rot_unit: partition_frame_at,
+            rot_keeps_logs_open: true,
         }
     }
 

@@ -143,6 +143,9 @@ pub struct DiskLayout {
     /// image, when the node loses to a flipped bit there that unit's records only, and every other
     /// record of the log stays readable (`None`: the harness excuses the whole log directory).
     pub rot_unit: RotUnit,
+    /// Whether bit rot never makes a partition log refuse to open (the real node skips damage and
+    /// serves the rest): then a struck log whose reads keep failing is a failure, not an excuse.
+    pub rot_keeps_logs_open: bool,
 }
 
 /// What the harness hands a node at every boot.

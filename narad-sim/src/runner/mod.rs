@@ -1015,12 +1015,13 @@ impl<N: SimNode> World<N> {
                     failures += 1;
                     if failures > 20 {
                         let struck = topic_id
+                            .filter(|_| !self.layout.rot_keeps_logs_open)
                             .map(|id| (self.layout.partition_dir)(name, id, partition))
                             .filter(|dir| lock(&self.rot_spots).contains(dir));
                         if let Some(dir) = struck {
-                            // Bit rot damaged verified data of this log: it may refuse to open, by
-                            // design (a damaged sealed segment). Everything it holds is unreadable
-                            // then, what it took after the rot included: excuse exactly that.
+                            // Bit rot damaged verified data of a log that may refuse to open then
+                            // (`DiskLayout::rot_keeps_logs_open` false). Everything it holds is
+                            // unreadable then, what it took after the rot included: excuse that.
                             let victims = self.payloads_under(&dir);
                             self.probe.event(
                                 "harness",

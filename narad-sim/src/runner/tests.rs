@@ -176,6 +176,7 @@ impl SimNode for PanickingNode {
             partition_dir: |_, _, _| "p".into(),
             recovery_truncates_at_rot: false,
             rot_unit: |_, _| None,
+            rot_keeps_logs_open: false,
         }
     }
     fn supports(_bug: PlantedBug) -> bool {
