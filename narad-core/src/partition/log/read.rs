@@ -220,7 +220,14 @@ fn collect_records(
             Err(DecodeError::Truncated) => break,
             // Serve what verified; the next read reports the damage.
             Ok(_) | Err(_) if !records.is_empty() => break,
-            decoded => match resync(bytes, position + 1, expected, verify_crc) {
+            // A header that decodes but does not continue may still be a whole frame (the one in
+            // front lost records to a rotten count): the search starts with it.
+            decoded => match resync(
+                bytes,
+                position + usize::from(decoded.is_err()),
+                expected,
+                verify_crc,
+            ) {
                 // Damage ahead of the wanted offset (rot of a header the sparse index walk steps
                 // through, or bytes recovery skipped): the frames behind it are intact and served,
                 // as recovery keeps them.

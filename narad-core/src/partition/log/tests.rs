@@ -111,6 +111,33 @@ fn write_three_frames(disk: &SimDisk, base: u64, at_ms: [u64; 3]) -> u64 {
     second
 }
 
+/// Asserts what reads around a hole answer: `before` serves its payloads, a read from `hole` is
+/// unreadable, and `after` serves its payloads.
+fn assert_reads_around_a_hole(
+    log: &mut PartitionLog,
+    disk: &SimDisk,
+    before: (u64, &[&str]),
+    hole: u64,
+    after: (u64, &[&str]),
+) {
+    assert_eq!(served(log, disk, before.0), before.1);
+    assert!(matches!(
+        read(log, disk, hole, 10, 1000),
+        Err(ReadError::Unreadable { offset, .. }) if offset == Offset(hole)
+    ));
+    assert_eq!(served(log, disk, after.0), after.1, "read from {}", after.0);
+}
+
+/// The skipped damage a bad checksum at `byte` of segment 0 makes, holding offsets `from..to`.
+fn checksum_skipped(byte: u64, from: u64, to: u64) -> SkippedDamage {
+    SkippedDamage {
+        segment: Offset(0),
+        byte,
+        damage: FrameDamage::Decode(DecodeError::BadChecksum),
+        offsets: (Offset(from), Offset(to)),
+    }
+}
+
 /// Opens the log and returns it with its recovery report; panics when the open fails.
 fn reopened(disk: &SimDisk, config: PartitionLogConfig) -> (PartitionLog, RecoveryReport) {
     let (log, outputs) = open(disk, config);
@@ -850,26 +877,13 @@ fn recovery_skips_damage_at_the_end_of_a_sealed_segment_up_to_the_next_segment()
     assert!(disk.rot(&path(0), first + 30, 3));
     let (mut log, report) = reopened(&disk, config());
     assert_eq!(report.high_watermark, Offset(3));
-    assert_eq!(
-        report.skipped,
-        [SkippedDamage {
-            segment: Offset(0),
-            byte: first,
-            damage: FrameDamage::Decode(DecodeError::BadChecksum),
-            offsets: (Offset(1), Offset(2)),
-        }]
-    );
+    assert_eq!(report.skipped, [checksum_skipped(first, 1, 2)]);
     assert_eq!(
         disk.durable_image(&path(0)).unwrap().len(),
         image.len(),
         "a sealed segment is never truncated"
     );
-    assert_eq!(served(&mut log, &disk, 0), ["a"]);
-    assert!(matches!(
-        read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::Unreadable { .. })
-    ));
-    assert_eq!(served(&mut log, &disk, 2), ["c"]);
+    assert_reads_around_a_hole(&mut log, &disk, (0, &["a"]), 1, (2, &["c"]));
 }
 
 #[test]
@@ -899,15 +913,7 @@ fn recovery_skips_damage_with_frames_behind_it_inside_a_sealed_segment() {
     assert!(disk.rot(&path(0), first + 30, 3));
     let (mut log, report) = reopened(&disk, config());
     assert_eq!(report.high_watermark, Offset(4));
-    assert_eq!(
-        report.skipped,
-        [SkippedDamage {
-            segment: Offset(0),
-            byte: first,
-            damage: FrameDamage::Decode(DecodeError::BadChecksum),
-            offsets: (Offset(1), Offset(2)),
-        }]
-    );
+    assert_eq!(report.skipped, [checksum_skipped(first, 1, 2)]);
     assert!(matches!(
         read(&mut log, &disk, 1, 10, 1000),
         Err(ReadError::Unreadable { .. })
@@ -936,67 +942,47 @@ fn a_read_never_numbers_records_across_skipped_damage() {
     assert_eq!(served(&mut log, &disk, 10), ["c"]);
 }
 
-#[test]
-fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_rotted_upwards() {
-    // Rot of a verified frame's base offset (1 -> 17) while the log runs: the walk from the index must
-    // not trust that header to skip offsets 2..=17, nor its length blindly.
-    let disk = SimDisk::new(21);
-    // One index entry: every read walks from the first frame.
-    let (mut log, _) = open(
-        &disk,
-        PartitionLogConfig {
-            index_interval_bytes: 1 << 20,
-            ..config()
-        },
-    );
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
+/// A running log with one index entry (every read walks from the first frame) holding "a" at time 1,
+/// then each of `runs` committed at times 2, 3, ...; returns it and where the frame behind "a" starts.
+fn running_log_of(disk: &SimDisk, runs: &[&[&str]]) -> (PartitionLog, u64) {
+    let config = PartitionLogConfig {
+        index_interval_bytes: 1 << 20,
+        ..config()
+    };
+    let (mut log, _) = open(disk, config);
+    let _ = commit(&mut log, disk, 1, &["a"], 1);
     let second = disk.durable_image(&path(0)).unwrap().len() as u64;
-    for (id, payload) in [(2, "b"), (3, "c"), (4, "d")] {
-        let _ = commit(&mut log, &disk, id, &[payload], id);
+    for (index, run) in runs.iter().enumerate() {
+        let at = index as u64 + 2;
+        let _ = commit(&mut log, disk, at, run, at);
     }
-    assert!(disk.rot(&path(0), second + 14, 4));
-    assert_eq!(served(&mut log, &disk, 0), ["a"]);
-    assert!(matches!(
-        read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::Unreadable {
-            offset: Offset(1),
-            ..
-        })
-    ));
-    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
-    assert_eq!(served(&mut log, &disk, 3), ["d"]);
+    (log, second)
 }
 
 #[test]
-fn a_running_log_serves_the_frames_behind_a_frame_whose_record_count_rotted() {
-    // Rot of a verified frame's record count (1 -> 5): its length still holds, so offsets 2..=5 must
-    // not be taken for records of the damaged frame.
-    let disk = SimDisk::new(24);
-    let (mut log, _) = open(
-        &disk,
-        PartitionLogConfig {
-            index_interval_bytes: 1 << 20,
-            ..config()
-        },
-    );
-    let _ = commit(&mut log, &disk, 1, &["a"], 1);
-    let second = disk.durable_image(&path(0)).unwrap().len() as u64;
-    // Long enough a record section for five records' minimum size: the header still decodes.
-    let b = "b".repeat(200);
-    for (id, payload) in [(2, b.as_str()), (3, "c"), (4, "d")] {
-        let _ = commit(&mut log, &disk, id, &[payload], id);
+fn a_running_log_serves_the_frames_behind_a_header_whose_base_offset_or_count_rotted() {
+    // Rot of a verified frame's header while the log runs: its base offset (byte 14, 1 -> 17) or its
+    // record count (byte 6, 1 -> 5, with a record section long enough for five records, so the
+    // header still decodes). Either way the walk from the index must not take offsets 2.. for
+    // records of the damaged frame, nor skip the frames behind it.
+    let long_b = "b".repeat(200);
+    for (seed, b, at, bit) in [(21, "b", 14, 4), (24, long_b.as_str(), 6, 2)] {
+        let disk = SimDisk::new(seed);
+        let (mut log, second) = running_log_of(&disk, &[&[b], &["c"], &["d"]]);
+        assert!(disk.rot(&path(0), second + at, bit));
+        assert_reads_around_a_hole(&mut log, &disk, (0, &["a"]), 1, (2, &["c", "d"]));
+        assert_eq!(served(&mut log, &disk, 3), ["d"]);
     }
-    assert!(disk.rot(&path(0), second + 6, 2));
-    assert_eq!(served(&mut log, &disk, 0), ["a"]);
-    assert!(matches!(
-        read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::Unreadable {
-            offset: Offset(1),
-            ..
-        })
-    ));
-    assert_eq!(served(&mut log, &disk, 2), ["c", "d"]);
-    assert_eq!(served(&mut log, &disk, 3), ["d"]);
+}
+
+#[test]
+fn a_running_log_serves_the_frame_behind_a_frame_whose_record_count_rotted_downwards() {
+    // One run of "b", "c", "d" in one frame whose count rots 3 -> 1: walking by that header, the next
+    // frame (offset 4) does not continue at offset 2, yet it is whole and must be served.
+    let disk = SimDisk::new(25);
+    let (mut log, second) = running_log_of(&disk, &[&["b", "c", "d"], &["e"]]);
+    assert!(disk.rot(&path(0), second + 6, 1));
+    assert_reads_around_a_hole(&mut log, &disk, (0, &["a"]), 2, (4, &["e"]));
 }
 
 #[test]
@@ -1027,12 +1013,7 @@ fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_
             high_watermark: Offset(4),
             truncated_bytes: 0,
             damage: None,
-            skipped: vec![SkippedDamage {
-                segment: Offset(0),
-                byte: first,
-                damage: FrameDamage::Decode(DecodeError::BadChecksum),
-                offsets: (Offset(1), Offset(2)),
-            }],
+            skipped: vec![checksum_skipped(first, 1, 2)],
         })]
     );
     assert_eq!(
