@@ -5,7 +5,7 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_frame_checked, decode_header, visit_frame_checked};
+use crate::codec::partition::{decode_header, verify_frame_checked, visit_frame_checked};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -207,7 +207,7 @@ pub fn scan_segment_checked(
     scan
 }
 
-/// Where verified frames resume behind the damage at byte `damage_at` of a last segment: the byte
+/// Where verified frames resume behind the damage at byte `damage_at` of a segment: the byte
 /// position and base offset of the first CRC-verified frame behind the damage whose offsets continue
 /// at or past `end_offset` (the offset the verified prefix reached), or `None` when the damage is a
 /// torn tail with nothing verified behind it.
@@ -244,9 +244,9 @@ pub fn verified_frame_behind(
         }
     }
     while position < bytes.len() {
-        match decode_frame_checked(&bytes[position..], true) {
-            Ok(frame) if frame.header.base_offset >= end_offset => {
-                return Some((position as u64, frame.header.base_offset))
+        match verify_frame_checked(&bytes[position..], true) {
+            Ok(header) if header.base_offset >= end_offset => {
+                return Some((position as u64, header.base_offset))
             }
             Ok(_) | Err(_) => position += 1,
         }
