@@ -529,8 +529,7 @@ impl SimNode for ModelNode {
             // A topic's logs are files of one directory (name-keyed under the planted bug).
             partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
             recovery_truncates_at_rot: true,
-            rot_unit: |_, _| None,
-            rot_keeps_logs_open: false,
+            rot_unit: None,
         }
     }
 

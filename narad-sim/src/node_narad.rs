@@ -260,8 +260,7 @@ impl SimNode for NaradSimNode {
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
             partition_dir: node::partitions::partition_dir,
             recovery_truncates_at_rot: false,
-            rot_unit: partition_frame_at,
-            rot_keeps_logs_open: true,
+            rot_unit: Some(partition_frame_at),
         }
     }
 

@@ -139,13 +139,12 @@ pub struct DiskLayout {
     /// model node's simple log), so records a log took after bit rot struck it may go with the rot and
     /// are excused. The real node keeps acknowledged frames behind rot: for it losing them is loss.
     pub recovery_truncates_at_rot: bool,
-    /// The byte range of the checksummed unit holding byte `offset` of a partition log file's
-    /// image, when the node loses to a flipped bit there that unit's records only, and every other
-    /// record of the log stays readable (`None`: the harness excuses the whole log directory).
-    pub rot_unit: RotUnit,
-    /// Whether bit rot never makes a partition log refuse to open (the real node skips damage and
-    /// serves the rest): then a struck log whose reads keep failing is a failure, not an excuse.
-    pub rot_keeps_logs_open: bool,
+    /// For a node that loses to a flipped bit only the records of the checksummed unit holding it,
+    /// keeps the log open and every other record readable: that unit's byte range in a partition log
+    /// file's image (the function answers `None` where it cannot tell). Then only those records are
+    /// excused, and a struck log whose reads keep failing is a failure. `None` here: a flip excuses
+    /// the whole log directory, and a log that refuses to open after rot is excused too.
+    pub rot_unit: Option<RotUnit>,
 }
 
 /// What the harness hands a node at every boot.

@@ -33,8 +33,8 @@
 //!   answers 4 appends, so nothing ever waits. The wait is bounded by two and a half flushes (250%;
 //!   one flush kept 64 workers' groups at ≈ 34 records: the cohort needs longer to come back when the
 //!   node and its clients share the cores, and 250% grows them to ≈ 56, +17% msgs/s, −18% CPU per
-//!   record, see [`config::COMMIT_DELAY_FLUSH_PERCENT_DEFAULT`]). The 1 ms cap bounds it on slow disks, far below the 10 ms backstop and the 10 ms
-//!   accept→visible target. `siblings_min` 4: below it the load is too light for a wait to pay.
+//!   record, see [`config::COMMIT_DELAY_FLUSH_PERCENT_DEFAULT`]). The 1 ms cap bounds it on slow
+//!   disks, far below the 10 ms backstop and the 10 ms accept→visible target. `siblings_min` 4: below it the load is too light for a wait to pay.
 //! - **Batches** ([`WalInput::AppendMany`]): every size is checked before anything is staged; the records
 //!   take consecutive sequence numbers with nothing interleaved and one answer once the last is durable.
 //!   A batch that outgrows the active segment rolls it between two records: the records staged so far

@@ -865,11 +865,13 @@ impl<N: SimNode> World<N> {
         let dir = narad_core::disk::parent_dir(&path).to_string();
         // The records of the struck unit, when the node promises to lose no more than that;
         // otherwise every record of the log's directory.
-        let unit = (target == Target::Partitions)
-            .then(|| disk.durable_image(&path))
-            .flatten()
-            .and_then(|image| {
-                let (start, end) = (self.layout.rot_unit)(&image, offset)?;
+        let unit = self
+            .layout
+            .rot_unit
+            .filter(|_| target == Target::Partitions)
+            .and_then(|rot_unit| Some((rot_unit, disk.durable_image(&path)?)))
+            .and_then(|(rot_unit, image)| {
+                let (start, end) = rot_unit(&image, offset)?;
                 Some(
                     payload::scan(&image)
                         .into_iter()
@@ -1015,12 +1017,12 @@ impl<N: SimNode> World<N> {
                     failures += 1;
                     if failures > 20 {
                         let struck = topic_id
-                            .filter(|_| !self.layout.rot_keeps_logs_open)
+                            .filter(|_| self.layout.rot_unit.is_none())
                             .map(|id| (self.layout.partition_dir)(name, id, partition))
                             .filter(|dir| lock(&self.rot_spots).contains(dir));
                         if let Some(dir) = struck {
                             // Bit rot damaged verified data of a log that may refuse to open then
-                            // (`DiskLayout::rot_keeps_logs_open` false). Everything it holds is
+                            // (no `DiskLayout::rot_unit`). Everything it holds is
                             // unreadable then, what it took after the rot included: excuse that.
                             let victims = self.payloads_under(&dir);
                             self.probe.event(

@@ -175,8 +175,7 @@ impl SimNode for PanickingNode {
             partition_prefix: "p/".into(),
             partition_dir: |_, _, _| "p".into(),
             recovery_truncates_at_rot: false,
-            rot_unit: |_, _| None,
-            rot_keeps_logs_open: false,
+            rot_unit: None,
         }
     }
     fn supports(_bug: PlantedBug) -> bool {
