@@ -232,11 +232,16 @@ impl NaradSimNode {
 /// The frame of a partition segment image that holds byte `offset`: frames are contiguous from byte
 /// 0, so their headers lead there (`None` when a header on the way does not decode, e.g. an earlier
 /// flip struck a length, or the offset lies past the last whole frame). Recovery and reads lose a
-/// damaged frame's records only: the frames around it stay readable.
+/// damaged frame's records only: the frames around it stay readable. The zeros behind the last frame
+/// (the log's zero fill) hold no records: a flip there costs none.
 fn partition_frame_at(image: &[u8], offset: u64) -> Option<(u64, u64)> {
     let mut at = 0u64;
     while at < image.len() as u64 {
-        let header = narad_core::codec::partition::decode_header(&image[at as usize..]).ok()?;
+        let rest = &image[at as usize..];
+        if rest.iter().all(|&b| b == 0) {
+            return Some((at, image.len() as u64));
+        }
+        let header = narad_core::codec::partition::decode_header(rest).ok()?;
         let end = at.checked_add(header.frame_len() as u64)?;
         if end > image.len() as u64 {
             return None;
@@ -467,6 +472,31 @@ mod tests {
         assert_eq!(consumed_payload(text), Ok((2, b"h\x01i".to_vec())));
         let raw = br#"{"topic":"t","partition":0,"offset":3,"payload":{"a":1},"timestamp":1}"#;
         assert_eq!(consumed_payload(raw), Ok((3, br#"{"a":1}"#.to_vec())));
+    }
+
+    #[test]
+    fn a_flip_in_the_zero_fill_behind_the_frames_strikes_no_frame() {
+        use narad_core::codec::partition::{encode_frame, RecordView};
+        let mut image = Vec::new();
+        for (base, payload) in [(0, &b"first"[..]), (1, &b"second"[..])] {
+            let record = RecordView {
+                key: None,
+                committed_at_ms: 1,
+                payload,
+            };
+            encode_frame(&mut image, narad_core::ids::Offset(base), &[record]);
+        }
+        let frames = image.len() as u64;
+        image.resize(image.len() + 4096, 0);
+        assert_eq!(partition_frame_at(&image, 0).map(|(at, _)| at), Some(0));
+        let (second, end) = partition_frame_at(&image, frames - 1).unwrap();
+        assert!(second > 0 && end == frames);
+        let fill = Some((frames, frames + 4096));
+        assert_eq!(partition_frame_at(&image, frames), fill);
+        assert_eq!(partition_frame_at(&image, frames + 4095), fill);
+        // Garbage behind the frames is no fill: the unit is unknown.
+        image[frames as usize + 100] = 1;
+        assert_eq!(partition_frame_at(&image, frames + 4095), None);
     }
 }
 

@@ -24,5 +24,5 @@ pub use combiner::{
 pub use log::{
     AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
     LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,
-    ReadId, ReadRequest, RecoveryError, RecoveryReport,
+    ReadId, ReadRequest, RecoveryError, RecoveryReport, PREALLOCATE_BYTES_DEFAULT,
 };

@@ -58,7 +58,7 @@ pub const WAL_DIR: &str = "ingress/produce";
 pub struct NodeOptions {
     /// The data directory: `FsDisk` in the real node, `SimDisk` under the simulator.
     pub disk: Arc<dyn Disk>,
-    /// The configuration (`cluster.node_id` and the `storage` WAL settings are read here).
+    /// The configuration (`cluster.node_id` and the `storage` settings are read here).
     pub config: Config,
     /// The actors' clock.
     pub clock: Clock,
@@ -186,6 +186,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         clock.clone(),
         node_id,
         metrics.clone(),
+        config.storage.partition_prealloc_bytes,
         &hooks,
     );
     let sink = WalSink::new();

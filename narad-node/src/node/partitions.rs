@@ -222,6 +222,7 @@ impl PartitionHost {
         clock: Clock,
         node: NodeId,
         metrics: Arc<Metrics>,
+        prealloc_bytes: u64,
         hooks: &NodeHooks,
     ) -> PartitionHost {
         let (commands, mailbox) = mpsc::channel(MAILBOX_CAPACITY);
@@ -233,6 +234,7 @@ impl PartitionHost {
         let view = meta.borrow().clone();
         let mut template = CombinerConfig::new(unix_epoch_ms);
         template.log.commit_lane = COMMIT_LANE;
+        template.log.preallocate_bytes = prealloc_bytes;
         template.log.plant = hooks.plant;
         template.plant = hooks.plant;
         if let Some(segment_bytes_max) = hooks.sizes.partition_segment_bytes_max {

@@ -294,10 +294,11 @@ async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay
         })
         .await;
         if index == 0 {
-            first_frame_end = disk
-                .durable_image(&partition_zero_log(&disk))
+            // The file goes on with the log's zero fill: the frame's own header says where it ends.
+            let image = disk.durable_image(&partition_zero_log(&disk)).unwrap();
+            first_frame_end = narad_core::codec::partition::decode_header(&image)
                 .unwrap()
-                .len() as u64;
+                .frame_len() as u64;
         }
     }
     stop(node).await;

@@ -15,15 +15,19 @@
 //!   it (it may have been skipped while that segment was the last), or at its end, where the next
 //!   segment's base proves which offsets the damaged bytes held. One rotten frame costs its own
 //!   records, loudly, never the partition. Segments whose offsets do not continue each other fail the
-//!   open ([`RecoveryError`]). Recovery
+//!   open ([`RecoveryError`]). Zeros from the end of the frames to the end of a file are no damage
+//!   (the zero fill, or an append whose pages never reached the disk) unless the next segment's base
+//!   proves offsets missing there. Recovery
 //!   ends with `[SetLen(verified), WriteAt(last run again), SyncData(last), SyncDir]` so that bytes a
 //!   process crash left in the page cache are durable before anything is served from them (the
 //!   rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked clean:
 //!   see `finalize`), and so that the durable file ends where the verified frames end even when the
 //!   cache shows a truncate an earlier failed sync dropped; only then [`LogOutput::Opened`].
 //! - **CommitDurable.** [`LogInput::Commit`] encodes the run into frames (one frame per about
-//!   `frame_records_bytes_target`), and emits one request: `[Create (on roll)], WriteAt (the whole run,
-//!   one write), SyncData, [SyncDir (while the segment's name is not yet durable)], ReadAt (the run)`.
+//!   `frame_records_bytes_target`), and emits one request: `[SetLen (on roll: the sealed segment's
+//!   zeros trimmed), Create (on roll)], WriteAt (the whole run, one write), [WriteZeros (when the run
+//!   ends past the zero fill: the next [`PREALLOCATE_BYTES_DEFAULT`] or so)], SyncData, [SyncDir (while
+//!   the segment's name is not yet durable)], ReadAt (the run)`.
 //!   The read-back must decode every frame (CRC) with exactly the header written. Only then the high
 //!   watermark advances and [`LogOutput::CommitDone`] reports the offsets: the only place a record becomes
 //!   visible. Commit times never go backwards: a run is stamped `max(requested, last committed)`.
@@ -81,6 +85,16 @@ use crate::time::Instant;
 
 /// Segment roll threshold: a run that would take the active segment past this starts a new one.
 pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Zeros written ahead of the last segment's frames, at most an eighth of `segment_bytes_max`.
+///
+/// An fdatasync of an append that grows the file must also make its new size and blocks durable (a
+/// journal commit; on ext4 without a journal, synchronous writes of the inode and the block bitmaps):
+/// more device round trips and CPU per commit. One into bytes already written (the zeros) writes the
+/// data and flushes, nothing else. So a commit
+/// that writes past the zeros extends them by this much in the same fsync, and the commits after it,
+/// until the zeros run out, pay for their own bytes only. 1 MiB is about a thousand 1 KiB records:
+/// one commit in many tens pays the metadata, and a roll, a repair or a recovery trims the zeros off.
+pub const PREALLOCATE_BYTES_DEFAULT: u64 = 1024 * 1024;
 /// A run is cut into frames of about this many record bytes (a frame is the unit a read verifies).
 pub const FRAME_RECORDS_BYTES_TARGET_DEFAULT: usize = 1024 * 1024;
 /// Bytes of frames between two sparse-index entries.
@@ -102,6 +116,8 @@ pub struct PartitionLogConfig {
     pub dir: String,
     /// Roll threshold; see [`SEGMENT_BYTES_MAX_DEFAULT`].
     pub segment_bytes_max: u64,
+    /// Zero fill ahead of the frames (0: none); see [`PREALLOCATE_BYTES_DEFAULT`].
+    pub preallocate_bytes: u64,
     /// Frame size target; see [`FRAME_RECORDS_BYTES_TARGET_DEFAULT`].
     pub frame_records_bytes_target: usize,
     /// Sparse index spacing; see [`INDEX_INTERVAL_BYTES_DEFAULT`].
@@ -126,6 +142,7 @@ impl PartitionLogConfig {
         PartitionLogConfig {
             dir: dir.into(),
             segment_bytes_max: SEGMENT_BYTES_MAX_DEFAULT,
+            preallocate_bytes: PREALLOCATE_BYTES_DEFAULT,
             frame_records_bytes_target: FRAME_RECORDS_BYTES_TARGET_DEFAULT,
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             read_bytes_max: READ_BYTES_MAX_DEFAULT,
@@ -439,7 +456,11 @@ struct Segment {
     /// The file's path, formatted once (every commit and read names it).
     path: String,
     end_offset: Offset,
+    /// Bytes of frames (the verified prefix, then the commits of this process).
     bytes: u64,
+    /// How far the file holds bytes already written, frames then zeros, as far as this process knows
+    /// (at least `bytes`; it only decides where the next zero fill starts, never what is read).
+    file_bytes: u64,
     index: SparseIndex,
     /// False while the segment's directory entry may not survive a crash (created, dir not synced).
     name_durable: bool,
@@ -447,8 +468,12 @@ struct Segment {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
+    /// Trimming the zero fill off the segment a roll seals.
+    Seal,
     Create,
     Write,
+    /// Extending the zero fill.
+    Fill,
     Sync,
     SyncDir,
     ReadBack,
@@ -472,16 +497,18 @@ struct PendingCommit {
     created: bool,
     position: u64,
     run_bytes: u64,
+    /// The segment's `file_bytes` once the commit lands.
+    file_bytes: u64,
     frames: Vec<FrameMeta>,
     end_offset: Offset,
     committed_at_ms: u64,
     stages: Stages,
 }
 
-/// The stage of each op of a commit request, in op order (at most five ops: no allocation per commit).
+/// The stage of each op of a commit request, in op order (at most seven ops: no allocation per commit).
 #[derive(Clone, Copy, Debug, Default)]
 struct Stages {
-    stages: [Option<Stage>; 5],
+    stages: [Option<Stage>; 7],
     len: usize,
 }
 
@@ -622,6 +649,15 @@ impl PartitionLog {
             high_watermark: self.high_watermark,
             size_bytes: self.segments.values().map(|segment| segment.bytes).sum(),
         }
+    }
+
+    /// Each segment's base and bytes of frames, in order (tests compare them with the files).
+    #[cfg(test)]
+    pub(crate) fn segment_bytes(&self) -> Vec<(Offset, u64)> {
+        self.segments
+            .iter()
+            .map(|(&base, segment)| (base, segment.bytes))
+            .collect()
     }
 
     /// True when `id` belongs to this instance's io id range.
@@ -806,8 +842,15 @@ impl PartitionLog {
             self.verify_crc(),
         );
         let file_len = bytes.len() as u64;
+        // Zeros from where the frames end to the end of the file: the preallocated fill, or an append
+        // whose pages never reached the disk. Neither holds a frame.
+        let mut zero_tail = false;
         // In any segment: a sealed one may hold damage skipped while it was the last.
         while let Some((byte, damage)) = result.damage {
+            if bytes[byte as usize..].iter().all(|&b| b == 0) {
+                zero_tail = true;
+                break;
+            }
             // A tail is a tear unless verified frames lie behind it; then the damaged bytes are
             // skipped and the frames behind them kept (see `verified_frame_behind`).
             let Some((resume, resume_offset)) =
@@ -843,11 +886,15 @@ impl PartitionLog {
             result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
             result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
         }
-        if let (Some((byte, damage)), false) = (result.damage, is_last) {
+        let next_base = scan.bases.get(scan.next + 1).copied();
+        if zero_tail && next_base.is_none_or(|next_base| next_base == result.end_offset) {
+            // The frames end where the next segment (if any) begins: nothing is missing.
+            result.damage = None;
+        }
+        if let (Some((byte, damage)), Some(next_base)) = (result.damage, next_base) {
             // Damage at the end of a sealed segment: the next segment's name proves where this one
             // ended, so its offsets behind the damage are a hole, reported, not a reason to refuse the
             // whole partition (its bytes stay on disk as they are).
-            let next_base = scan.bases[scan.next + 1];
             if next_base < result.end_offset {
                 return self.fail_open(RecoveryError::Corrupt {
                     segment: base,
@@ -875,6 +922,12 @@ impl PartitionLog {
                 path,
                 end_offset: result.end_offset,
                 bytes: result.verified_bytes,
+                // `finalize` cuts the last segment back to its frames.
+                file_bytes: if is_last {
+                    result.verified_bytes
+                } else {
+                    file_len
+                },
                 index: result.index,
                 name_durable: true,
             },
@@ -1000,9 +1053,22 @@ impl PartitionLog {
         };
         let name_durable = !created && self.segments[&segment].name_durable;
         let path = self.segment_path(segment);
-        let mut ops = Vec::with_capacity(5);
+        let mut ops = Vec::with_capacity(7);
         let mut stages = Stages::default();
         if created {
+            if let Some(sealed) = self
+                .segments
+                .values()
+                .next_back()
+                .filter(|last| last.file_bytes > last.bytes)
+            {
+                // Not synced: a crash may keep the zeros, which recovery reads as a clean end.
+                ops.push(IoOp::SetLen {
+                    path: sealed.path.clone(),
+                    len: sealed.bytes,
+                });
+                stages.push(Stage::Seal);
+            }
             ops.push(IoOp::Create { path: path.clone() });
             stages.push(Stage::Create);
         }
@@ -1012,6 +1078,28 @@ impl PartitionLog {
             data: run,
         });
         stages.push(Stage::Write);
+        let write_end = position + run_bytes;
+        let zeroed = if created {
+            0
+        } else {
+            self.segments[&segment].file_bytes
+        };
+        let fill = self
+            .config
+            .preallocate_bytes
+            .min(self.config.segment_bytes_max / 8)
+            .min(self.config.segment_bytes_max.saturating_sub(write_end));
+        let file_bytes = if write_end > zeroed && fill > 0 {
+            ops.push(IoOp::WriteZeros {
+                path: path.clone(),
+                offset: write_end,
+                len: fill,
+            });
+            stages.push(Stage::Fill);
+            write_end + fill
+        } else {
+            zeroed.max(write_end)
+        };
         ops.push(IoOp::SyncData { path: path.clone() });
         stages.push(Stage::Sync);
         if !name_durable {
@@ -1036,6 +1124,7 @@ impl PartitionLog {
             created,
             position,
             run_bytes,
+            file_bytes,
             frames,
             end_offset,
             committed_at_ms,
@@ -1090,8 +1179,8 @@ impl PartitionLog {
                 _ => Err(CommitFault::ReadBackMismatch),
             },
             Err((index, fault)) => Err(match pending.stages.get(index).as_ref() {
-                Some(Stage::Create) => CommitFault::Create(fault),
-                Some(Stage::Write) => CommitFault::Write(fault),
+                Some(Stage::Seal) | Some(Stage::Create) => CommitFault::Create(fault),
+                Some(Stage::Write) | Some(Stage::Fill) => CommitFault::Write(fault),
                 Some(Stage::Sync) | Some(Stage::SyncDir) => CommitFault::Sync(fault),
                 Some(Stage::ReadBack) | None => CommitFault::ReadBack(fault),
             }),
@@ -1111,6 +1200,7 @@ impl PartitionLog {
                 path,
                 end_offset: base,
                 bytes: 0,
+                file_bytes: 0,
                 index: SparseIndex::default(),
                 name_durable: false,
             },
@@ -1132,6 +1222,7 @@ impl PartitionLog {
                 .note_frame(frame.base, pending.position + frame.position, interval);
         }
         segment.bytes = pending.position + pending.run_bytes;
+        segment.file_bytes = pending.file_bytes;
         segment.end_offset = pending.end_offset;
         segment.name_durable = true;
         self.high_watermark = pending.end_offset;
@@ -1156,7 +1247,11 @@ impl PartitionLog {
             result: Err(fault.clone()),
         });
         if matches!(fault, CommitFault::Create(_)) {
-            // Nothing was written; the segment was never ours.
+            // Nothing was written; the segment was never ours. The one it would have sealed may have
+            // lost its zeros: the next commit into it fills again.
+            if let Some(last) = self.segments.values_mut().next_back() {
+                last.file_bytes = last.bytes;
+            }
             self.phase = Phase::Ready;
             return;
         }
@@ -1171,6 +1266,9 @@ impl PartitionLog {
     }
 
     fn repair(&mut self, target: RepairTarget) {
+        if let Some(segment) = self.segments.get_mut(&target.segment) {
+            segment.file_bytes = target.position;
+        }
         let path = self.segment_path(target.segment);
         let io = self.request(
             self.config.commit_lane,
@@ -1252,6 +1350,10 @@ impl PartitionLog {
             assert_eq!(
                 last.end_offset, self.high_watermark,
                 "last segment ends at the high watermark"
+            );
+            assert!(
+                last.file_bytes >= last.bytes,
+                "the zero fill lies past the frames"
             );
         }
         assert!(self.reads.len() <= self.config.reads_in_flight_max);

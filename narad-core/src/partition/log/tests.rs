@@ -10,9 +10,11 @@ use crate::partition::segment::scan_segment;
 const DIR: &str = "topics/orders/p00000";
 const NOW: Instant = Instant::ZERO;
 
+/// Without zero fill: most rules here are about frames and name the files' exact bytes.
 fn config() -> PartitionLogConfig {
     PartitionLogConfig {
         segment_bytes_max: 1024,
+        preallocate_bytes: 0,
         index_interval_bytes: 64,
         ..PartitionLogConfig::new(DIR)
     }
@@ -1328,4 +1330,233 @@ fn too_many_reads_in_flight_are_refused() {
     );
     assert_eq!(log.take_pending_reads(), [ReadId(1)]);
     assert_eq!(log.reads_in_flight(), 0);
+}
+
+/// Zero fill on: 256 bytes ahead (an eighth of a 2 KiB segment would allow 256 too).
+fn filling() -> PartitionLogConfig {
+    PartitionLogConfig {
+        segment_bytes_max: 2048,
+        preallocate_bytes: 256,
+        ..config()
+    }
+}
+
+/// Bytes of a one-record keyless frame: what a commit of one payload writes.
+fn keyless_frame_len(payload: &str) -> u64 {
+    let record = RecordView {
+        key: None,
+        committed_at_ms: 1,
+        payload: payload.as_bytes(),
+    };
+    let mut out = Vec::new();
+    encode_frame(&mut out, Offset(0), &[record]);
+    out.len() as u64
+}
+
+fn fill_ops(request: &IoRequest) -> Vec<(u64, u64)> {
+    request
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            IoOp::WriteZeros { offset, len, .. } => Some((*offset, *len)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Commits `payloads` as one run and returns the fills its request made.
+fn commit_filling(
+    log: &mut PartitionLog,
+    disk: &SimDisk,
+    id: u64,
+    payloads: &[&str],
+) -> Vec<(u64, u64)> {
+    log.handle(NOW, commit_request(id, payloads, 1));
+    let request = next_io(log);
+    let fills = fill_ops(&request);
+    log.handle(NOW, LogInput::Io(crate::disk::execute(disk, &request)));
+    let outputs = run_to_idle(log, NOW, disk, &mut NoHook).unwrap();
+    assert!(
+        matches!(
+            outputs.as_slice(),
+            [LogOutput::CommitDone { result: Ok(_), .. }]
+        ),
+        "{outputs:?}"
+    );
+    fills
+}
+
+#[test]
+fn a_commit_that_ends_past_the_zero_fill_extends_it_and_the_commits_inside_it_write_only_frames() {
+    let disk = SimDisk::new(41);
+    let (mut log, _) = reopened(&disk, filling());
+    let run = keyless_frame_len("a");
+    assert_eq!(commit_filling(&mut log, &disk, 1, &["a"]), [(run, 256)]);
+    assert_eq!(disk.len(&path(0)).unwrap(), run + 256);
+    let mut end = run;
+    let mut id = 2;
+    // Commits inside the fill write their frames over the zeros, and nothing else.
+    while end + run <= run + 256 {
+        assert_eq!(commit_filling(&mut log, &disk, id, &["b"]), []);
+        end += run;
+        id += 1;
+    }
+    assert_eq!(
+        disk.len(&path(0)).unwrap(),
+        run + 256,
+        "the fill is not extended yet"
+    );
+    // The first one past it fills again, from its own end.
+    assert_eq!(
+        commit_filling(&mut log, &disk, id, &["c"]),
+        [(end + run, 256)]
+    );
+    assert_eq!(disk.len(&path(0)).unwrap(), end + run + 256);
+    assert_eq!(
+        disk.durable_image(&path(0)).unwrap().len() as u64,
+        end + run + 256,
+        "in the commit's fsync"
+    );
+    assert_eq!(log.stats().size_bytes, end + run);
+    assert_eq!(served(&mut log, &disk, 0)[..2], ["a", "b"]);
+}
+
+#[test]
+fn the_fill_stops_at_the_segment_limit_and_a_roll_trims_it_off_the_sealed_segment() {
+    let disk = SimDisk::new(42);
+    let (mut log, _) = reopened(&disk, filling());
+    let big = "x".repeat(1900);
+    let fills = commit_filling(&mut log, &disk, 1, &[&big]);
+    let first = log.stats().size_bytes;
+    assert_eq!(
+        fills,
+        [(first, 2048 - first)],
+        "never past segment_bytes_max"
+    );
+    log.handle(NOW, commit_request(2, &[&big], 1));
+    let request = next_io(&mut log);
+    assert_eq!(
+        request.ops[..2],
+        [
+            IoOp::SetLen {
+                path: path(0),
+                len: first
+            },
+            IoOp::Create { path: path(1) },
+        ]
+    );
+    log.handle(NOW, LogInput::Io(crate::disk::execute(&disk, &request)));
+    let _ = run_to_idle(&mut log, NOW, &disk, &mut NoHook).unwrap();
+    assert_eq!(
+        disk.len(&path(0)).unwrap(),
+        first,
+        "the sealed segment ends at its frames"
+    );
+    assert_eq!(log.stats().segments, 2);
+    assert_eq!(served(&mut log, &disk, 1), std::slice::from_ref(&big));
+}
+
+#[test]
+fn recovery_reads_zeros_behind_the_frames_as_a_clean_end_and_cuts_the_last_segment_back() {
+    // A sealed segment that kept its fill (the trim at the roll is not synced) and a last segment
+    // with its fill: both open without damage, and the last one is cut back to its frames.
+    let disk = SimDisk::new(43);
+    let mut sealed = frame_bytes(0, &["a"], 1);
+    let sealed_frames = sealed.len() as u64;
+    sealed.resize(sealed.len() + 300, 0);
+    write_segment(&disk, 0, &sealed);
+    let mut last = frame_bytes(1, &["b"], 2);
+    let last_frames = last.len() as u64;
+    last.resize(last.len() + 200, 0);
+    write_segment(&disk, 1, &last);
+    let (mut log, report) = reopened(&disk, filling());
+    assert_eq!(
+        report,
+        RecoveryReport {
+            segments: 2,
+            oldest_offset: Offset(0),
+            high_watermark: Offset(2),
+            truncated_bytes: 200,
+            damage: None,
+            skipped: Vec::new(),
+        }
+    );
+    assert_eq!(log.stats().size_bytes, sealed_frames + last_frames);
+    assert_eq!(
+        disk.durable_image(&path(1)).unwrap().len() as u64,
+        last_frames
+    );
+    assert_eq!(served(&mut log, &disk, 0), ["a"]);
+    assert_eq!(served(&mut log, &disk, 1), ["b"]);
+    // The next commit fills again behind its frames.
+    let fills = commit_filling(&mut log, &disk, 1, &["c"]);
+    let end = log.stats().size_bytes - sealed_frames;
+    assert_eq!(fills, [(end, 256)]);
+}
+
+#[test]
+fn zeros_where_the_next_segment_proves_offsets_missing_are_still_a_hole() {
+    let disk = SimDisk::new(44);
+    let mut sealed = frame_bytes(0, &["a"], 1);
+    let first = sealed.len() as u64;
+    sealed.resize(sealed.len() + 300, 0);
+    write_segment(&disk, 0, &sealed);
+    write_segment(&disk, 2, &frame_bytes(2, &["c"], 1));
+    let (mut log, report) = reopened(&disk, filling());
+    assert_eq!(report.high_watermark, Offset(3));
+    assert_eq!(
+        report.skipped,
+        [SkippedDamage {
+            segment: Offset(0),
+            byte: first,
+            damage: FrameDamage::Decode(DecodeError::BadMagic),
+            offsets: (Offset(1), Offset(2)),
+        }]
+    );
+    assert_reads_around_a_hole(&mut log, &disk, (0, &["a"]), 1, (2, &["c"]));
+}
+
+#[test]
+fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
+    let mut log = PartitionLog::open(filling());
+    let list = next_io(&mut log);
+    log.handle(
+        NOW,
+        done(list.id, vec![IoReply::Done, IoReply::Names(vec![])]),
+    );
+    let finalize = next_io(&mut log);
+    log.handle(NOW, done(finalize.id, vec![IoReply::Done]));
+    assert!(matches!(log.poll_output(), Some(LogOutput::Opened(_))));
+    log.handle(NOW, commit_request(1, &["a"], 1));
+    let request = next_io(&mut log);
+    let fill = request
+        .ops
+        .iter()
+        .position(|op| matches!(op, IoOp::WriteZeros { .. }))
+        .expect("a fill");
+    log.handle(NOW, failed(request.id, fill, IoFault::NoSpace));
+    assert!(matches!(
+        log.poll_output(),
+        Some(LogOutput::CommitDone {
+            result: Err(CommitFault::Write(IoFault::NoSpace)),
+            ..
+        })
+    ));
+    let repair = next_io(&mut log);
+    assert_eq!(
+        repair.ops,
+        [
+            IoOp::SetLen {
+                path: path(0),
+                len: 0
+            },
+            IoOp::SyncData { path: path(0) }
+        ]
+    );
+    log.handle(NOW, done(repair.id, vec![IoReply::Done, IoReply::Done]));
+    // The next commit starts its fill over from its own end.
+    log.handle(NOW, commit_request(2, &["a"], 1));
+    let request = next_io(&mut log);
+    let run = keyless_frame_len("a");
+    assert_eq!(fill_ops(&request), [(run, 256)]);
 }
