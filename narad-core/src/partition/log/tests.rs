@@ -1560,3 +1560,20 @@ fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
     let run = keyless_frame_len("a");
     assert_eq!(fill_ops(&request), [(run, 256)]);
 }
+
+#[test]
+fn large_commits_write_no_zero_fill_until_the_commits_get_small_again() {
+    let disk = SimDisk::new(45);
+    let config = PartitionLogConfig {
+        segment_bytes_max: 8 << 20,
+        preallocate_bytes: 4096,
+        ..config()
+    };
+    let (mut log, _) = reopened(&disk, config);
+    let large = "x".repeat(PREALLOCATE_RUN_BYTES_MAX as usize + 6000);
+    assert_eq!(commit_filling(&mut log, &disk, 1, &[&large]), []);
+    assert_eq!(commit_filling(&mut log, &disk, 2, &[&large]), []);
+    // The average falls below the bound after one small commit (70 KiB * 7/8 < 64 KiB).
+    let end = log.stats().size_bytes + keyless_frame_len("a");
+    assert_eq!(commit_filling(&mut log, &disk, 3, &["a"]), [(end, 4096)]);
+}
