@@ -584,6 +584,8 @@ pub struct PartitionLog {
     next_io: u64,
     /// Moving average of the bytes of the runs committed (decides the zero fill); 0 before the first.
     run_bytes_avg: u64,
+    /// A fill failed in the last segment: none until a roll.
+    fill_off: bool,
     outputs: VecDeque<LogOutput>,
 }
 
@@ -608,6 +610,7 @@ impl PartitionLog {
             last_committed_at_ms: 0,
             reads: BTreeMap::new(),
             run_bytes_avg: 0,
+            fill_off: false,
             outputs: VecDeque::new(),
         };
         let dir = log.config.dir.clone();
@@ -1099,7 +1102,10 @@ impl PartitionLog {
             0 => run_bytes,
             avg => (avg * 7 + run_bytes) / 8,
         };
-        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX {
+        if created {
+            self.fill_off = false;
+        }
+        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX && !self.fill_off {
             self.config
                 .preallocate_bytes
                 .min(self.config.segment_bytes_max / 8)
@@ -1198,7 +1204,13 @@ impl PartitionLog {
             },
             Err((index, fault)) => Err(match pending.stages.get(index).as_ref() {
                 Some(Stage::Seal) | Some(Stage::Create) => CommitFault::Create(fault),
-                Some(Stage::Write) | Some(Stage::Fill) => CommitFault::Write(fault),
+                Some(Stage::Fill) => {
+                    // A nearly full disk may hold the frames but not the zeros: commits go on
+                    // without a fill until the next segment.
+                    self.fill_off = true;
+                    CommitFault::Write(fault)
+                }
+                Some(Stage::Write) => CommitFault::Write(fault),
                 Some(Stage::Sync) | Some(Stage::SyncDir) => CommitFault::Sync(fault),
                 Some(Stage::ReadBack) | None => CommitFault::ReadBack(fault),
             }),

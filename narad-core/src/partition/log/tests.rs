@@ -1554,11 +1554,48 @@ fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
         ]
     );
     log.handle(NOW, done(repair.id, vec![IoReply::Done, IoReply::Done]));
-    // The next commit starts its fill over from its own end.
+    // A full disk may fit the frames but not the zeros: the retry goes without a fill.
     log.handle(NOW, commit_request(2, &["a"], 1));
     let request = next_io(&mut log);
+    assert_eq!(fill_ops(&request), []);
+}
+
+#[test]
+fn after_a_failed_fill_the_segment_fills_no_more_and_the_next_one_fills_again() {
+    let disk = SimDisk::new(46);
+    let (mut log, _) = reopened(&disk, filling());
     let run = keyless_frame_len("a");
-    assert_eq!(fill_ops(&request), [(run, 256)]);
+    assert_eq!(commit_filling(&mut log, &disk, 1, &["a"]), [(run, 256)]);
+    // A commit that passes the zeros, whose fill fails (the disk is full).
+    let big = "x".repeat(400);
+    log.handle(NOW, commit_request(2, &[&big], 1));
+    let request = next_io(&mut log);
+    let fill = request
+        .ops
+        .iter()
+        .position(|op| matches!(op, IoOp::WriteZeros { .. }))
+        .expect("a fill");
+    log.handle(NOW, failed(request.id, fill, IoFault::NoSpace));
+    let outputs = run_to_idle(&mut log, NOW, &disk, &mut NoHook).unwrap();
+    assert!(
+        matches!(
+            outputs.as_slice(),
+            [LogOutput::CommitDone {
+                result: Err(CommitFault::Write(IoFault::NoSpace)),
+                ..
+            }]
+        ),
+        "{outputs:?}"
+    );
+    // The retry and the commits after it in this segment write their frames only.
+    assert_eq!(commit_filling(&mut log, &disk, 3, &[&big]), []);
+    assert_eq!(commit_filling(&mut log, &disk, 4, &[&big]), []);
+    assert_eq!(log.stats().segments, 1);
+    // The next segment fills again.
+    let huge = "y".repeat(1500);
+    let fills = commit_filling(&mut log, &disk, 5, &[&huge]);
+    assert_eq!(log.stats().segments, 2);
+    assert_eq!(fills, [(keyless_frame_len(&huge), 256)]);
 }
 
 #[test]
