@@ -178,7 +178,11 @@ fn failed(id: IoId, index: usize, fault: IoFault) -> LogInput {
 
 /// Opens an empty log by hand (no disk), returning it ready.
 fn ready_log_by_hand() -> PartitionLog {
-    let mut log = PartitionLog::open(config());
+    ready_by_hand(config())
+}
+
+fn ready_by_hand(config: PartitionLogConfig) -> PartitionLog {
+    let mut log = PartitionLog::open(config);
     let list = next_io(&mut log);
     log.handle(
         NOW,
@@ -1456,19 +1460,22 @@ fn the_fill_stops_at_the_segment_limit_and_a_roll_trims_it_off_the_sealed_segmen
     assert_eq!(served(&mut log, &disk, 1), std::slice::from_ref(&big));
 }
 
+/// Writes a segment of one frame followed by `zeros` zero bytes; returns the frame's length.
+fn write_filled_segment(disk: &SimDisk, base: u64, payload: &str, zeros: usize) -> u64 {
+    let mut bytes = frame_bytes(base, &[payload], 1);
+    let frames = bytes.len() as u64;
+    bytes.resize(bytes.len() + zeros, 0);
+    write_segment(disk, base, &bytes);
+    frames
+}
+
 #[test]
 fn recovery_reads_zeros_behind_the_frames_as_a_clean_end_and_cuts_the_last_segment_back() {
     // A sealed segment that kept its fill (the trim at the roll is not synced) and a last segment
     // with its fill: both open without damage, and the last one is cut back to its frames.
     let disk = SimDisk::new(43);
-    let mut sealed = frame_bytes(0, &["a"], 1);
-    let sealed_frames = sealed.len() as u64;
-    sealed.resize(sealed.len() + 300, 0);
-    write_segment(&disk, 0, &sealed);
-    let mut last = frame_bytes(1, &["b"], 2);
-    let last_frames = last.len() as u64;
-    last.resize(last.len() + 200, 0);
-    write_segment(&disk, 1, &last);
+    let sealed_frames = write_filled_segment(&disk, 0, "a", 300);
+    let last_frames = write_filled_segment(&disk, 1, "b", 200);
     let (mut log, report) = reopened(&disk, filling());
     assert_eq!(
         report,
@@ -1497,10 +1504,7 @@ fn recovery_reads_zeros_behind_the_frames_as_a_clean_end_and_cuts_the_last_segme
 #[test]
 fn zeros_where_the_next_segment_proves_offsets_missing_are_still_a_hole() {
     let disk = SimDisk::new(44);
-    let mut sealed = frame_bytes(0, &["a"], 1);
-    let first = sealed.len() as u64;
-    sealed.resize(sealed.len() + 300, 0);
-    write_segment(&disk, 0, &sealed);
+    let first = write_filled_segment(&disk, 0, "a", 300);
     write_segment(&disk, 2, &frame_bytes(2, &["c"], 1));
     let (mut log, report) = reopened(&disk, filling());
     assert_eq!(report.high_watermark, Offset(3));
@@ -1516,32 +1520,33 @@ fn zeros_where_the_next_segment_proves_offsets_missing_are_still_a_hole() {
     assert_reads_around_a_hole(&mut log, &disk, (0, &["a"]), 1, (2, &["c"]));
 }
 
-#[test]
-fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
-    let mut log = PartitionLog::open(filling());
-    let list = next_io(&mut log);
-    log.handle(
-        NOW,
-        done(list.id, vec![IoReply::Done, IoReply::Names(vec![])]),
-    );
-    let finalize = next_io(&mut log);
-    log.handle(NOW, done(finalize.id, vec![IoReply::Done]));
-    assert!(matches!(log.poll_output(), Some(LogOutput::Opened(_))));
-    log.handle(NOW, commit_request(1, &["a"], 1));
-    let request = next_io(&mut log);
+/// Commits `payloads` as one run whose zero fill fails for want of space: a failed write.
+fn commit_failing_its_fill(log: &mut PartitionLog, id: u64, payloads: &[&str]) {
+    log.handle(NOW, commit_request(id, payloads, 1));
+    let request = next_io(log);
     let fill = request
         .ops
         .iter()
         .position(|op| matches!(op, IoOp::WriteZeros { .. }))
         .expect("a fill");
     log.handle(NOW, failed(request.id, fill, IoFault::NoSpace));
-    assert!(matches!(
-        log.poll_output(),
-        Some(LogOutput::CommitDone {
-            result: Err(CommitFault::Write(IoFault::NoSpace)),
-            ..
-        })
-    ));
+    let output = log.poll_output();
+    assert!(
+        matches!(
+            output,
+            Some(LogOutput::CommitDone {
+                result: Err(CommitFault::Write(IoFault::NoSpace)),
+                ..
+            })
+        ),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
+    let mut log = ready_by_hand(filling());
+    commit_failing_its_fill(&mut log, 1, &["a"]);
     let repair = next_io(&mut log);
     assert_eq!(
         repair.ops,
@@ -1568,25 +1573,9 @@ fn after_a_failed_fill_the_segment_fills_no_more_and_the_next_one_fills_again() 
     assert_eq!(commit_filling(&mut log, &disk, 1, &["a"]), [(run, 256)]);
     // A commit that passes the zeros, whose fill fails (the disk is full).
     let big = "x".repeat(400);
-    log.handle(NOW, commit_request(2, &[&big], 1));
-    let request = next_io(&mut log);
-    let fill = request
-        .ops
-        .iter()
-        .position(|op| matches!(op, IoOp::WriteZeros { .. }))
-        .expect("a fill");
-    log.handle(NOW, failed(request.id, fill, IoFault::NoSpace));
+    commit_failing_its_fill(&mut log, 2, &[&big]);
     let outputs = run_to_idle(&mut log, NOW, &disk, &mut NoHook).unwrap();
-    assert!(
-        matches!(
-            outputs.as_slice(),
-            [LogOutput::CommitDone {
-                result: Err(CommitFault::Write(IoFault::NoSpace)),
-                ..
-            }]
-        ),
-        "{outputs:?}"
-    );
+    assert!(outputs.is_empty(), "the repair: {outputs:?}");
     // The retry and the commits after it in this segment write their frames only.
     assert_eq!(commit_filling(&mut log, &disk, 3, &[&big]), []);
     assert_eq!(commit_filling(&mut log, &disk, 4, &[&big]), []);
