@@ -90,11 +90,11 @@ pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
 /// An fdatasync of an append that grows the file must also make its new size and blocks durable (a
 /// journal commit; on ext4 without a journal, synchronous writes of the inode and the block bitmaps):
 /// more device round trips and CPU per commit. One into bytes already written (the zeros) writes the
-/// data and flushes, nothing else. So a commit
-/// that writes past the zeros extends them by this much in the same fsync, and the commits after it,
-/// until the zeros run out, pay for their own bytes only. 1 MiB is about a thousand 1 KiB records:
-/// one commit in many tens pays the metadata, and a roll, a repair or a recovery trims the zeros off.
-/// Only while commits are small (see [`PREALLOCATE_RUN_BYTES_MAX`]).
+/// data and flushes, nothing else. So a commit that writes past the zeros extends them by this much
+/// in the same fsync, and the commits after it, until the zeros run out, pay for their own bytes
+/// only. 1 MiB is about a thousand 1 KiB records: one commit in many tens pays the metadata, and a
+/// roll, a repair or a recovery trims the zeros off. Only while commits are small (see
+/// [`PREALLOCATE_RUN_BYTES_MAX`]).
 pub const PREALLOCATE_BYTES_DEFAULT: u64 = 1024 * 1024;
 /// The zero fill is extended only while the log's commits average fewer bytes than this.
 ///
