@@ -99,9 +99,10 @@ pub const PREALLOCATE_BYTES_DEFAULT: u64 = 1024 * 1024;
 /// The zero fill is extended only while the log's commits average fewer bytes than this.
 ///
 /// Every byte of fill is written twice (zeros, then frames), which pays for itself when the metadata
-/// an fsync saves costs more than the commit's bytes do: small commits (11 records of 1 KiB: +13%
-/// produces per second on ext4), not large ones, whose disk bandwidth it takes instead (100 records of
-/// 1 KiB: -21% payload MB/s, both measured side by side on the bench machine).
+/// an fsync saves costs more than the commit's bytes do: small commits (11 records of 1 KiB: +9 to
+/// 13% produces per second on ext4; of 4 KiB, about 42 KB: +11%), not large ones, whose disk
+/// bandwidth it takes instead (100 records of 1 KiB: -21% payload MB/s; all measured side by side on
+/// the bench machine).
 pub const PREALLOCATE_RUN_BYTES_MAX: u64 = 64 * 1024;
 /// A run is cut into frames of about this many record bytes (a frame is the unit a read verifies).
 pub const FRAME_RECORDS_BYTES_TARGET_DEFAULT: usize = 1024 * 1024;

@@ -1390,12 +1390,18 @@ fn commit_filling(
     fills
 }
 
-#[test]
-fn a_commit_that_ends_past_the_zero_fill_extends_it_and_the_commits_inside_it_write_only_frames() {
-    let disk = SimDisk::new(41);
+/// A filling log whose first commit (`"a"`, `run` bytes) filled 256 bytes behind it: `(disk, log, run)`.
+fn filled_once(seed: u64) -> (SimDisk, PartitionLog, u64) {
+    let disk = SimDisk::new(seed);
     let (mut log, _) = reopened(&disk, filling());
     let run = keyless_frame_len("a");
     assert_eq!(commit_filling(&mut log, &disk, 1, &["a"]), [(run, 256)]);
+    (disk, log, run)
+}
+
+#[test]
+fn a_commit_that_ends_past_the_zero_fill_extends_it_and_the_commits_inside_it_write_only_frames() {
+    let (disk, mut log, run) = filled_once(41);
     assert_eq!(disk.len(&path(0)).unwrap(), run + 256);
     let mut end = run;
     let mut id = 2;
@@ -1567,10 +1573,7 @@ fn a_failed_fill_fails_the_commit_and_repairs_the_file_like_a_failed_write() {
 
 #[test]
 fn after_a_failed_fill_the_segment_fills_no_more_and_the_next_one_fills_again() {
-    let disk = SimDisk::new(46);
-    let (mut log, _) = reopened(&disk, filling());
-    let run = keyless_frame_len("a");
-    assert_eq!(commit_filling(&mut log, &disk, 1, &["a"]), [(run, 256)]);
+    let (disk, mut log, _) = filled_once(46);
     // A commit that passes the zeros, whose fill fails (the disk is full).
     let big = "x".repeat(400);
     commit_failing_its_fill(&mut log, 2, &[&big]);
