@@ -13,8 +13,8 @@
 
 use narad_core::codec::wal::ProduceRecord;
 use narad_core::dispatcher::{
-    Dispatcher, DispatcherConfig, DispatcherInput, DispatcherOutput, TopicView, READ_BYTES_MAX,
-    READ_RECORDS_MAX,
+    Dispatcher, DispatcherConfig, DispatcherInput, DispatcherOutput, TopicPlacement,
+    READ_BYTES_MAX, READ_RECORDS_MAX,
 };
 use narad_core::routing::partition_for_key;
 use narad_core::{Actor, Instant, NodeId, Seq, TopicId};
@@ -113,7 +113,7 @@ fn run(wal: &Wal, remote: bool) -> Run {
         now,
         DispatcherInput::Topic {
             name: "bench".into(),
-            view: Some(TopicView {
+            view: Some(TopicPlacement {
                 topic_id: Some(TopicId(1)),
                 owners,
             }),

@@ -48,6 +48,13 @@ pub enum CommitOwner {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitRecords(pub(super) Arc<Vec<DispatchRecord>>);
 
+impl From<Vec<DispatchRecord>> for CommitRecords {
+    /// Records for a commit a driver makes itself (an owner's tests, a forwarded batch).
+    fn from(records: Vec<DispatchRecord>) -> CommitRecords {
+        CommitRecords(Arc::new(records))
+    }
+}
+
 impl Deref for CommitRecords {
     type Target = [DispatchRecord];
     fn deref(&self) -> &[DispatchRecord] {
@@ -117,52 +124,88 @@ pub enum DispatcherOutput {
     Warn(DispatchWarning),
 }
 
-/// Why a commit did not land.
+/// Why a commit did not land: an owner's typed answer (the local combiner's, or a remote owner's
+/// over the cluster transport), or the driver giving up. [`CommitFailure::reaction`] is what the
+/// dispatcher does about it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CommitFailure {
-    /// The owner (or the way to it) failed: the destination keeps a probe and retries.
-    Error(CommitError),
-    /// The driver gave up at the commit's deadline.
-    Timeout,
-    /// A remote owner's 412, or the local combiner's `TopicIncarnationMismatch`: the owner holds another
-    /// incarnation under the name. Not a failure of the destination.
-    IncarnationMismatch,
+    /// The node is not (or no longer, or not yet) the partition's owner, or the partition is frozen for
+    /// a handoff: retriable, there once the handoff ends or at the new owner.
+    NotOwner,
+    /// The owner holds another incarnation under the name (a remote owner's 412, the local combiner's
+    /// `TopicIncarnationMismatch`). Not a failure of the destination.
+    IncarnationMismatch {
+        /// The incarnation the batch carried.
+        record_topic_id: TopicId,
+        /// The owner's live incarnation under the name (`None`: none, or one without an id).
+        live_topic_id: Option<TopicId>,
+    },
     /// The owner refused the trailing incarnation section as trailing data (400): an older release.
-    LegacyRefusedIds,
+    RefusedTrailingIds,
+    /// The owner could not take the batch now: unreachable, stopped, overloaded, its log not open.
+    Unavailable(String),
+    /// The owner tried and failed (its storage, or a batch it cannot commit); nothing of it is visible.
+    Failed(String),
+    /// The driver gave up at the commit's deadline (or the owner saw the caller gone).
+    Timeout,
+}
+
+/// What the dispatcher does about a failed commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReaction {
+    /// The records (and the destination's queue) go back to the WAL, checked again at the next
+    /// rescan; the destination is not failing and nothing is rerouted.
+    Refused {
+        /// The owner's live incarnation under the name, for the warning.
+        live_topic_id: Option<TopicId>,
+    },
+    /// Sent again without the incarnation section on the rest of the same budget, and the owner gets
+    /// id-less batches for a while (unless the batch already went without ids, or its budget is
+    /// spent, or its incarnation changed: then it is [`FailureReaction::Failing`]).
+    ResendWithoutIds,
+    /// The destination is failing: the incarnation check runs again, then a probe and, past the
+    /// reroute grace, a reroute.
+    Failing,
+}
+
+impl CommitFailure {
+    /// The dispatcher's reaction to this failure (the rules "Incarnation checks" and "Legacy owner").
+    pub fn reaction(&self) -> FailureReaction {
+        match self {
+            CommitFailure::IncarnationMismatch { live_topic_id, .. } => FailureReaction::Refused {
+                live_topic_id: *live_topic_id,
+            },
+            CommitFailure::RefusedTrailingIds => FailureReaction::ResendWithoutIds,
+            CommitFailure::NotOwner
+            | CommitFailure::Unavailable(_)
+            | CommitFailure::Failed(_)
+            | CommitFailure::Timeout => FailureReaction::Failing,
+        }
+    }
 }
 
 impl fmt::Display for CommitFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CommitFailure::Error(error) => write!(f, "{error}"),
+            CommitFailure::NotOwner => f.write_str("not the partition owner"),
+            CommitFailure::IncarnationMismatch {
+                record_topic_id,
+                live_topic_id,
+            } => write!(
+                f,
+                "topic incarnation mismatch: record {record_topic_id}, live {live_topic_id:?}"
+            ),
+            CommitFailure::RefusedTrailingIds => f.write_str("owner refused topic ids"),
+            CommitFailure::Unavailable(reason) => write!(f, "owner unavailable: {reason}"),
+            CommitFailure::Failed(reason) => write!(f, "commit failed: {reason}"),
             CommitFailure::Timeout => f.write_str("commit timed out"),
-            CommitFailure::IncarnationMismatch => f.write_str("topic incarnation mismatch"),
-            CommitFailure::LegacyRefusedIds => f.write_str("owner refused topic ids"),
         }
     }
 }
 
-/// The error of a failed commit, as the driver classifies it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CommitError {
-    /// The node is not (or no longer, or not yet) the partition's owner, or the partition is frozen for
-    /// a handoff.
-    #[error("not the partition owner")]
-    NotOwner,
-    /// The owner could not be reached, or the stream broke.
-    #[error("owner unreachable")]
-    Unreachable,
-    /// The owner's partition log failed.
-    #[error("partition storage failed: {0}")]
-    Storage(IoFault),
-    /// The owner answered another non-2xx status.
-    #[error("owner answered status {0}")]
-    Status(u16),
-}
-
 /// A topic as the local metastore replica holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicView {
+pub struct TopicPlacement {
     /// The live incarnation, or `None` for a topic created before incarnation ids.
     pub topic_id: Option<TopicId>,
     /// The owner of each partition (`None`: not assigned yet). Its length is the partition count.
@@ -240,7 +283,7 @@ pub enum DispatcherInput {
         /// The topic name.
         name: String,
         /// Its new state.
-        view: Option<TopicView>,
+        view: Option<TopicPlacement>,
     },
     /// The answer to [`DispatcherOutput::ConfirmTopicGone`].
     TopicGoneAnswer {
@@ -311,6 +354,8 @@ pub enum DispatchWarning {
         partition: PartitionId,
         /// The owner that refused.
         owner: CommitOwner,
+        /// The owner's live incarnation under the name.
+        live_topic_id: Option<TopicId>,
         /// Records sent back to the WAL (the batch and what queued behind it).
         records: usize,
     },

@@ -3,7 +3,7 @@
 
 use super::api::{
     CommitFailure, CommitId, CommitOwner, CommitRecords, DispatchWarning, DispatcherOutput,
-    LeaderView, SendCommit,
+    FailureReaction, LeaderView, SendCommit,
 };
 use super::machine::Dispatcher;
 use super::place::{Resolution, Status};
@@ -412,8 +412,8 @@ impl Dispatcher {
         if commit.hung {
             self.want_rescan();
         }
-        match failure {
-            CommitFailure::LegacyRefusedIds if commit.with_ids && now < commit.deadline => {
+        match failure.reaction() {
+            FailureReaction::ResendWithoutIds if commit.with_ids && now < commit.deadline => {
                 // An older owner: keep its batches id-less for 2 minutes, and send this one again
                 // without ids on what is left of the same budget, unless its incarnation was replaced
                 // meanwhile (an id-less batch commits by name: the check must happen here).
@@ -430,8 +430,10 @@ impl Dispatcher {
                     self.after_failure(now, idx, commit, failure);
                 }
             }
-            CommitFailure::IncarnationMismatch => self.on_refused(idx, commit),
-            CommitFailure::Error(_) | CommitFailure::Timeout | CommitFailure::LegacyRefusedIds => {
+            FailureReaction::Refused { live_topic_id } => {
+                self.on_refused(idx, commit, live_topic_id)
+            }
+            FailureReaction::Failing | FailureReaction::ResendWithoutIds => {
                 self.stats.commits_failed += 1;
                 self.after_failure(now, idx, commit, failure);
             }
@@ -441,7 +443,7 @@ impl Dispatcher {
 
     /// 412 (or the local mismatch): the records and what queued behind them go back to the WAL in
     /// order; not a failure, no reroute; they are checked again at the next periodic rescan.
-    fn on_refused(&mut self, idx: DestIdx, commit: InFlight) {
+    fn on_refused(&mut self, idx: DestIdx, commit: InFlight, live_topic_id: Option<TopicId>) {
         self.stats.commits_refused += 1;
         let records = commit.records.len() + self.dest(idx).queue.len();
         let queued = into_queued(commit.records, commit.homes, commit.started);
@@ -463,6 +465,7 @@ impl Dispatcher {
                 topic_id: commit.topic_id,
                 partition: dest.partition,
                 owner: commit.owner,
+                live_topic_id,
                 records,
             },
         ));

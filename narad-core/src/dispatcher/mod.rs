@@ -20,7 +20,7 @@
 //! | output | the driver | answer |
 //! |---|---|---|
 //! | `ReadWal { from, max_records, max_bytes }` | reads durable records `from..`, consecutive, at most `max_records` / `max_bytes` (at least one when one is durable) | `WalFrames { frames }` (possibly empty) or `WalReadFailed { fault }` (a WAL read error other than an I/O fault as `IoFault::Other`) |
-//! | `SendCommit(..)` | local owner: the partition's combiner; remote: `CommitProduceBatch` over the cluster transport, with the incarnation section iff `with_ids` and `topic_id` is set; gives up at `deadline` | exactly one `CommitDone` or `CommitFailed { failure }` per `commit_id` (a 412 or `TopicIncarnationMismatch` → `IncarnationMismatch`; a 400 for trailing data → `LegacyRefusedIds`; giving up → `Timeout`) |
+//! | `SendCommit(..)` | local owner: the partition's combiner; remote: `CommitProduceBatch` over the cluster transport, with the incarnation section iff `with_ids` and `topic_id` is set; gives up at `deadline` | exactly one `CommitDone` or `CommitFailed { failure }` per `commit_id` (the owner's typed answer: a 412 or the combiner's `TopicIncarnationMismatch` → `IncarnationMismatch`, a 400 for trailing data → `RefusedTrailingIds`, giving up → `Timeout`; `From<partition::CommitError>` maps the local combiner's refusals) |
 //! | `StoreCheckpoint { seq }` | hands it to the Checkpointer (in-place store, synced within 250 ms) | `CheckpointStored` or `CheckpointStoreFailed` |
 //! | `ConfirmTopicGone { topic }` | asks the metastore leader (a barrier first when this node leads) what the name holds | exactly one `TopicGoneAnswer` (`Unconfirmed` when the leader cannot be reached) |
 //! | `Warn(w)` | logs `w.message()` at warning level with `w`'s fields | — |
@@ -83,6 +83,7 @@
 mod api;
 mod commit;
 mod machine;
+mod outcome;
 mod place;
 mod read;
 mod record;
@@ -93,9 +94,9 @@ mod tables;
 mod tests;
 
 pub use self::api::{
-    CommitError, CommitFailure, CommitId, CommitOwner, CommitRecords, DispatchWarning,
-    DispatcherConfig, DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit,
-    TopicView, WARN_DISCARD_DELETED_TOPIC, WARN_DISCARD_QUEUE_DELETED_TOPIC,
+    CommitFailure, CommitId, CommitOwner, CommitRecords, DispatchWarning, DispatcherConfig,
+    DispatcherInput, DispatcherOutput, FailureReaction, LeaderView, ReadWal, SendCommit,
+    TopicPlacement, WARN_DISCARD_DELETED_TOPIC, WARN_DISCARD_QUEUE_DELETED_TOPIC,
     WARN_DISCARD_STALE_INCARNATION, WARN_INCARNATION_REFUSED, WARN_UNDECODABLE_RECORD,
 };
 pub use self::machine::{Dispatcher, Stats};

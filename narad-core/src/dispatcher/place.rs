@@ -1,7 +1,7 @@
 //! Placement: each record read (or read again) is checked against its topic incarnation, then held
 //! on its destination's queue, skipped (left in the WAL), or discarded after the leader confirmed it.
 
-use super::api::{CommitOwner, DispatchWarning, DispatcherOutput, TopicView};
+use super::api::{CommitOwner, DispatchWarning, DispatcherOutput, TopicPlacement};
 use super::machine::Dispatcher;
 use super::record::DispatchRecord;
 use super::strip::Mark;
@@ -153,7 +153,7 @@ impl Dispatcher {
 
     // ----- owners and routes -----
 
-    fn view_of(&self, idx: DestIdx) -> Option<&TopicView> {
+    fn view_of(&self, idx: DestIdx) -> Option<&TopicPlacement> {
         self.topic(self.dest(idx).topic).local.as_ref()
     }
 
@@ -492,7 +492,7 @@ impl Dispatcher {
         self.want_rescan();
     }
 
-    pub(super) fn on_topic(&mut self, name: String, view: Option<TopicView>) {
+    pub(super) fn on_topic(&mut self, name: String, view: Option<TopicPlacement>) {
         let idx = match (self.find_topic(&name), &view) {
             (Some(idx), _) => idx,
             (None, None) => return,

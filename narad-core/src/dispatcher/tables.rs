@@ -1,7 +1,7 @@
 //! The dispatcher's tables: topics (with the local replica's view and the deletion questions) and
 //! destinations (a partition's queue, its commit in flight, its failure state).
 
-use super::api::{CommitFailure, CommitId, CommitOwner, CommitRecords, TopicView};
+use super::api::{CommitFailure, CommitId, CommitOwner, CommitRecords, TopicPlacement};
 use super::record::DispatchRecord;
 use crate::ids::{PartitionId, Seq, TopicId};
 use crate::routing::FnvBuildHasher;
@@ -157,7 +157,7 @@ impl PartitionMap {
 pub(super) struct TopicEntry {
     pub(super) name: Arc<str>,
     /// The local replica's view; `None` while the name is absent locally.
-    pub(super) local: Option<TopicView>,
+    pub(super) local: Option<TopicPlacement>,
     /// Destinations of this topic, by partition.
     pub(super) dests: PartitionMap,
     /// A [`super::DispatcherOutput::ConfirmTopicGone`] is outstanding.

@@ -50,7 +50,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::log::{
-    AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
+    AppendRecord, CommitFault, CommitRequest, CommittedRun, LogCommitId, LogInput, LogOutput,
     LogStatus, PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId, ReadRequest,
     RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
 };
@@ -323,7 +323,7 @@ struct Cycle {
     batches: Vec<Queued>,
     resolutions: u32,
     /// The commit in flight and each batch's record count, in run order.
-    committing: Option<(CommitId, Vec<(BatchId, u64)>)>,
+    committing: Option<(LogCommitId, Vec<(BatchId, u64)>)>,
 }
 
 enum Step {
@@ -346,7 +346,7 @@ pub struct Combiner {
     /// The last cycle's (emptied) batch list, reused by the next cycle.
     spare_batches: Vec<Queued>,
     /// The (emptied) list of commit outcomes one drain of the log collects, reused by the next.
-    spare_outcomes: Vec<(CommitId, Result<CommittedRun, CommitFault>)>,
+    spare_outcomes: Vec<(LogCommitId, Result<CommittedRun, CommitFault>)>,
     next_commit: u64,
     hwm_queries: Vec<QueryId>,
     outputs: VecDeque<CombinerOutput>,
@@ -734,7 +734,7 @@ impl Combiner {
 
     fn start_commit(&mut self, now: Instant) {
         let cycle = self.cycle.as_mut().expect("committing a cycle");
-        let id = CommitId(self.next_commit);
+        let id = LogCommitId(self.next_commit);
         self.next_commit += 1;
         let mut records = Vec::new();
         let mut counts = Vec::with_capacity(cycle.batches.len());
@@ -757,7 +757,7 @@ impl Combiner {
 
     fn on_commit_done(
         &mut self,
-        id: CommitId,
+        id: LogCommitId,
         result: Result<super::log::CommittedRun, CommitFault>,
     ) {
         let Some(cycle) = self.cycle.as_mut() else {

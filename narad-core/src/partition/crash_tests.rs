@@ -189,7 +189,7 @@ impl Run {
         log.handle(
             NOW,
             LogInput::Commit(CommitRequest {
-                id: CommitId(base),
+                id: LogCommitId(base),
                 records: records.clone(),
                 committed_at_ms: requested_ms,
             }),

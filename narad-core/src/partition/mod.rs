@@ -22,7 +22,7 @@ pub use combiner::{
     CommitError, CommittedRange, LiveTopic, QueryId, TopicView,
 };
 pub use log::{
-    AppendRecord, CommitFault, CommitId, CommitRequest, CommittedRun, LogInput, LogOutput,
+    AppendRecord, CommitFault, CommitRequest, CommittedRun, LogCommitId, LogInput, LogOutput,
     LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,
     ReadId, ReadRequest, RecoveryError, RecoveryReport, PREALLOCATE_BYTES_DEFAULT,
 };

@@ -4,12 +4,10 @@
 //! - `ReadWal` → a read of the WAL host, answered `WalFrames` / `WalReadFailed`; a read from the WAL's
 //!   published durable frontier on (the idle backstop's, mostly) is answered an empty `WalFrames` at
 //!   once, without asking the WAL host (unless the WAL latched).
-//! - `SendCommit` to the local owner → the partition host's combiner, giving up at the commit's
-//!   deadline (`Timeout`; the combiner is told the caller left). The host's own wake-up timer keeps
-//!   the deadlines of the commits in flight (no timer per commit) and aborts a commit once its
-//!   deadline passed. Combiner errors map to [`CommitFailure`]: `TopicIncarnationMismatch` →
-//!   `IncarnationMismatch`, a caller that gave up → `Timeout`, everything else → `Error`. A remote owner cannot occur on a single node: it is answered
-//!   `Error(Unreachable)` at once.
+//! - `SendCommit` → the node's one [`CommitTransport`], whatever the owner, giving up at the commit's
+//!   deadline (`Timeout`; dropping the transport's future tells the owner the caller left). The
+//!   host's own wake-up timer keeps the deadlines of the commits in flight (no timer per commit) and
+//!   aborts a commit once its deadline passed. The transport's typed answer is fed as it is.
 //! - `StoreCheckpoint` → the checkpointer (through the WAL host), answered once written in place.
 //! - `ConfirmTopicGone` → the local replica once it is caught up: on a single voter (the leader) a read
 //!   after its applied index is the barrier.
@@ -48,19 +46,17 @@ use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use narad_core::dispatcher::{
-    CommitError, CommitFailure, CommitId, CommitOwner, DispatchWarning, Dispatcher,
-    DispatcherConfig, DispatcherInput, DispatcherOutput, LeaderView, ReadWal, SendCommit,
-    TopicView,
+    CommitFailure, CommitId, DispatchWarning, Dispatcher, DispatcherConfig, DispatcherInput,
+    DispatcherOutput, LeaderView, ReadWal, SendCommit, TopicPlacement,
 };
 use narad_core::ids::{NodeId, PartitionId};
-use narad_core::partition::{self, BatchRecord, CommitFault};
 use narad_core::routing::FnvBuildHasher;
 use narad_core::wal::ReadError as WalReadFailure;
 use narad_core::{Actor, Instant, IoFault, Seq};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
-use super::partitions::{PartitionCommitError, PartitionHost};
+use super::transport::CommitTransport;
 use super::NodeHooks;
 use crate::clock::{self, Clock};
 use crate::metastore::{MetaView, Metastore};
@@ -80,7 +76,7 @@ impl DispatchHost {
     pub fn spawn(
         node: NodeId,
         wal: WalHost,
-        partitions: PartitionHost,
+        transport: Arc<dyn CommitTransport>,
         metastore: Metastore,
         clock: Clock,
         metrics: Arc<Metrics>,
@@ -106,7 +102,7 @@ impl DispatchHost {
             node,
             dispatcher: Dispatcher::new(config),
             wal,
-            partitions,
+            transport,
             metastore,
             clock,
             metrics,
@@ -201,7 +197,8 @@ struct Host {
     node: NodeId,
     dispatcher: Dispatcher,
     wal: WalHost,
-    partitions: PartitionHost,
+    /// The one way to every owner, this node's included.
+    transport: Arc<dyn CommitTransport>,
     metastore: Metastore,
     clock: Clock,
     metrics: Arc<Metrics>,
@@ -217,7 +214,7 @@ struct Host {
     /// Whether the WAL was latched at the status last followed.
     wal_latched: bool,
     /// The topic views last fed, by name.
-    topics: BTreeMap<String, TopicView>,
+    topics: BTreeMap<String, TopicPlacement>,
     /// Members last fed alive.
     members: BTreeSet<NodeId>,
     reroutes_published: u64,
@@ -434,11 +431,11 @@ impl Host {
     /// Feeds every topic whose view changed, and every member not fed yet.
     fn on_meta(&mut self, view: Arc<MetaView>) {
         let (records, _) = view.state.topics_after("", usize::MAX);
-        let mut current: BTreeMap<String, TopicView> = BTreeMap::new();
+        let mut current: BTreeMap<String, TopicPlacement> = BTreeMap::new();
         for topic in records {
             current.insert(
                 topic.name.clone(),
-                TopicView {
+                TopicPlacement {
                     topic_id: Some(topic.id),
                     owners: topic.owners.clone(),
                 },
@@ -606,16 +603,10 @@ impl Host {
     }
 
     fn send_commit(&mut self, commit: SendCommit) {
-        let SendCommit {
-            commit_id,
-            topic,
-            topic_id: _,
-            partition,
-            owner,
-            records,
-            with_ids,
-            deadline,
-        } = commit;
+        let commit_id = commit.commit_id;
+        let topic = Arc::clone(&commit.topic);
+        let partition = commit.partition;
+        let count = commit.records.len() as u64;
         self.probe.event_fields(
             "dispatch",
             &[
@@ -623,48 +614,30 @@ impl Host {
                 TraceField::U64(commit_id.0),
                 TraceField::Str(&topic),
                 TraceField::U64(u64::from(partition.0)),
-                TraceField::U64(records.len() as u64),
+                TraceField::U64(count),
             ],
             format_args!(
-                "commit #{} {topic}/{partition} records={}",
-                commit_id.0,
-                records.len()
+                "commit #{} {topic}/{partition} records={count}",
+                commit_id.0
             ),
         );
-        if let CommitOwner::Remote(node) = owner {
-            tracing::error!(%node, %topic, %partition, "a remote owner on a single node: no cluster transport");
-            self.answer_later(async move {
-                DispatcherInput::CommitFailed {
-                    commit_id,
-                    failure: CommitFailure::Error(CommitError::Unreachable),
-                }
-            });
-            return;
-        }
-        let partitions = self.partitions.clone();
+        let bytes: u64 = commit
+            .records
+            .iter()
+            .map(|record| record.payload().len() as u64)
+            .sum();
+        // This share of the records is kept until the answer, for the accept→visible observation.
+        let records = commit.records.clone();
         let clock = self.clock.clone();
         let metrics = self.metrics.clone();
         let accept_times = Arc::clone(self.wal.accept_times());
         let produced = Arc::clone(&self.produced);
-        let give_up = self.deadlines.start(commit_id, deadline);
+        let give_up = self.deadlines.start(commit_id, commit.deadline);
+        let committing = self.transport.commit(commit);
         self.answer_later(async move {
             let started = clock.now();
-            let count = records.len() as u64;
-            let bytes: u64 = records
-                .iter()
-                .map(|record| record.payload().len() as u64)
-                .sum();
-            let batch: Vec<BatchRecord> = records
-                .iter()
-                .map(|record| BatchRecord {
-                    topic_id: if with_ids { record.topic_id() } else { None },
-                    key: record.key().map(<[u8]>::to_vec),
-                    payload: record.payload().to_vec(),
-                })
-                .collect();
-            let committing = partitions.commit(topic.clone(), partition, batch, Some(deadline));
             // Aborted by the host at the deadline (`Deadlines::expire`); dropping `committing` tells the
-            // combiner the caller left.
+            // owner the caller left.
             let outcome = Abortable::new(committing, give_up).await;
             let answered = clock.now();
             let elapsed = answered.saturating_duration_since(started);
@@ -682,13 +655,13 @@ impl Host {
                     });
                     return DispatcherInput::CommitDone { commit_id };
                 }
-                Ok(Err(error)) => commit_failure(error),
+                Ok(Err(failure)) => failure,
                 Err(_aborted) => CommitFailure::Timeout,
             };
             // The dispatcher takes a failed commit's records back, without a copy once this share of
             // them is gone (before the answer; a success drops it on return, also before).
             drop(records);
-            if !matches!(failure, CommitFailure::IncarnationMismatch) {
+            if !matches!(failure, CommitFailure::IncarnationMismatch { .. }) {
                 metrics.error("ingress", "dispatch_commit").inc();
             }
             DispatcherInput::CommitFailed { commit_id, failure }
@@ -788,38 +761,6 @@ impl Deadlines {
     }
 }
 
-/// How a combiner's refusal reads to the dispatcher.
-fn commit_failure(error: PartitionCommitError) -> CommitFailure {
-    use partition::CommitError as Combiner;
-    let combiner = match error {
-        PartitionCommitError::Combiner(error) => error,
-        PartitionCommitError::Stopped => return CommitFailure::Error(CommitError::Unreachable),
-    };
-    match combiner {
-        Combiner::TopicIncarnationMismatch { .. } => CommitFailure::IncarnationMismatch,
-        Combiner::CallerGone => CommitFailure::Timeout,
-        Combiner::NotOwner => CommitFailure::Error(CommitError::NotOwner),
-        Combiner::TopicNotFound => CommitFailure::Error(CommitError::Status(404)),
-        Combiner::Overloaded => CommitFailure::Error(CommitError::Status(503)),
-        Combiner::RecordTooLarge | Combiner::EmptyBatch => {
-            CommitFailure::Error(CommitError::Status(400))
-        }
-        Combiner::LogUnavailable(status) => CommitFailure::Error(CommitError::Storage(
-            IoFault::Other(format!("partition log unavailable ({status:?})")),
-        )),
-        Combiner::Storage(fault) => CommitFailure::Error(CommitError::Storage(match fault {
-            CommitFault::Create(fault)
-            | CommitFault::Write(fault)
-            | CommitFault::Sync(fault)
-            | CommitFault::ReadBack(fault) => fault,
-            other @ (CommitFault::NotReady(_)
-            | CommitFault::Empty
-            | CommitFault::RecordTooLarge
-            | CommitFault::ReadBackMismatch) => IoFault::Other(other.to_string()),
-        })),
-    }
-}
-
 /// Logs a dispatcher warning with the spec's text and its fields.
 fn log_warning(warning: &DispatchWarning) {
     let message = warning.message();
@@ -854,8 +795,11 @@ fn log_warning(warning: &DispatchWarning) {
             topic_id,
             partition,
             owner,
+            live_topic_id,
             records,
-        } => tracing::warn!(topic, ?topic_id, %partition, ?owner, records, "{message}"),
+        } => {
+            tracing::warn!(topic, ?topic_id, %partition, ?owner, ?live_topic_id, records, "{message}")
+        }
         DispatchWarning::UndecodableRecord { seq, error } => {
             tracing::warn!(%seq, %error, "{message}")
         }
@@ -865,8 +809,6 @@ fn log_warning(warning: &DispatchWarning) {
 #[cfg(test)]
 mod tests {
     use futures_util::FutureExt;
-    use narad_core::ids::TopicId;
-    use narad_core::partition::{CommitError as Combiner, LogStatus};
 
     use super::*;
 
@@ -961,41 +903,5 @@ mod tests {
         assert_eq!(count(&metrics.bytes_produced, "1"), 15);
         assert_eq!(count(&metrics.messages_produced, "2"), 1);
         assert_eq!(count(&metrics.bytes_produced, "2"), 7);
-    }
-
-    fn mapped(error: Combiner) -> CommitFailure {
-        commit_failure(PartitionCommitError::Combiner(error))
-    }
-
-    #[test]
-    fn combiner_refusals_map_to_the_dispatcher_s_failures() {
-        let mismatch = Combiner::TopicIncarnationMismatch {
-            record_topic_id: TopicId(1),
-            live_topic_id: Some(TopicId(2)),
-        };
-        assert_eq!(mapped(mismatch), CommitFailure::IncarnationMismatch);
-        assert_eq!(mapped(Combiner::CallerGone), CommitFailure::Timeout);
-        assert_eq!(
-            mapped(Combiner::NotOwner),
-            CommitFailure::Error(CommitError::NotOwner)
-        );
-        assert_eq!(
-            mapped(Combiner::Storage(CommitFault::Sync(IoFault::Eio))),
-            CommitFailure::Error(CommitError::Storage(IoFault::Eio))
-        );
-        assert_eq!(
-            mapped(Combiner::LogUnavailable(LogStatus::Latched)),
-            CommitFailure::Error(CommitError::Storage(IoFault::Other(
-                "partition log unavailable (Latched)".to_string()
-            )))
-        );
-        assert_eq!(
-            mapped(Combiner::Overloaded),
-            CommitFailure::Error(CommitError::Status(503))
-        );
-        assert_eq!(
-            commit_failure(PartitionCommitError::Stopped),
-            CommitFailure::Error(CommitError::Unreachable)
-        );
     }
 }

@@ -26,6 +26,7 @@ pub mod dispatch;
 pub mod metered_disk;
 pub mod partitions;
 pub mod sink;
+pub mod transport;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ use self::dispatch::DispatchHost;
 use self::metered_disk::MeteredDisk;
 use self::partitions::PartitionHost;
 use self::sink::WalSink;
+use self::transport::LocalTransport;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::App;
@@ -310,10 +312,11 @@ async fn recover(
             "partition logs failed to open; their partitions refuse commits and reads"
         );
     }
+    let transport = Arc::new(LocalTransport::new(inner.partitions.clone()));
     let dispatcher = DispatchHost::spawn(
         node_id,
         wal,
-        inner.partitions.clone(),
+        transport,
         inner.metastore.clone(),
         clock,
         inner.metrics.clone(),

@@ -3,9 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use narad_core::codec::wal::ProduceRecord;
 use narad_core::disk::sim::SimDisk;
-use narad_core::ids::{Offset, PartitionId};
+use narad_core::dispatcher::{
+    CommitFailure, CommitId, CommitOwner, CommitRecords, DispatchRecord, SendCommit,
+};
+use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
+use narad_core::Seq;
 
+use super::transport::{CommitTransport, LocalTransport};
 use super::*;
 use crate::http::{consume, produce, topics, Body, Reply};
 
@@ -317,5 +323,100 @@ async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay
     }
     assert_ne!(consume_at(&node, "t", 0, 1).await.status, 200);
     assert_eq!(consume_at(&node, "t", 0, 4).await.status, 204);
+    stop(node).await;
+}
+
+/// A commit of `payloads` for `topic`/0 accepted under `topic_id`, as the dispatcher would send it.
+fn send_commit(
+    topic: &str,
+    topic_id: Option<TopicId>,
+    owner: CommitOwner,
+    payloads: &[&str],
+) -> SendCommit {
+    let records: Vec<DispatchRecord> = payloads
+        .iter()
+        .enumerate()
+        .map(|(seq, payload)| {
+            let record = ProduceRecord {
+                topic: topic.to_string(),
+                topic_id,
+                key: None,
+                partition: PartitionId(0),
+                timestamp_ms: 1_700_000_000_000,
+                payload: payload.as_bytes().to_vec(),
+            };
+            DispatchRecord::decode(Seq(seq as u64), record.to_bytes()).expect("decodes")
+        })
+        .collect();
+    SendCommit {
+        commit_id: CommitId(1),
+        topic: Arc::from(topic),
+        topic_id,
+        partition: PartitionId(0),
+        owner,
+        records: CommitRecords::from(records),
+        with_ids: true,
+        deadline: narad_core::Instant::from_nanos(u64::MAX),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_transport_answers_with_the_owner_s_typed_outcome() {
+    let disk = SimDisk::new(1);
+    let node = started(&disk, 1).await;
+    create_topic(&node, "t", 3).await;
+    let live = node
+        .metastore()
+        .view()
+        .state
+        .topic("t")
+        .expect("created")
+        .id;
+    let transport = LocalTransport::new(node.partitions().clone());
+
+    let landed = transport
+        .commit(send_commit(
+            "t",
+            Some(live),
+            CommitOwner::Local,
+            &["a", "b"],
+        ))
+        .await
+        .expect("committed");
+    assert_eq!((landed.base, landed.count), (Offset(0), 2));
+    assert_eq!(consume_at(&node, "t", 0, 1).await.status, 200);
+
+    let stale = TopicId(live.0 + 100);
+    assert_eq!(
+        transport
+            .commit(send_commit("t", Some(stale), CommitOwner::Local, &["c"]))
+            .await,
+        Err(CommitFailure::IncarnationMismatch {
+            record_topic_id: stale,
+            live_topic_id: Some(live),
+        })
+    );
+    assert_eq!(
+        transport
+            .commit(send_commit("absent", None, CommitOwner::Local, &["d"]))
+            .await,
+        Err(CommitFailure::Failed("topic not found".to_string()))
+    );
+    assert!(matches!(
+        transport
+            .commit(send_commit(
+                "t",
+                Some(live),
+                CommitOwner::Remote(NodeId(2)),
+                &["e"]
+            ))
+            .await,
+        Err(CommitFailure::Unavailable(_))
+    ));
+    assert_eq!(
+        consume_at(&node, "t", 0, 2).await.status,
+        204,
+        "nothing else landed"
+    );
     stop(node).await;
 }

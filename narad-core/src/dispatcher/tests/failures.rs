@@ -167,7 +167,7 @@ fn an_owner_that_does_not_resolve_is_looked_up_again_every_10ms() {
     let mut h = Harness::new();
     h.input(DispatcherInput::Topic {
         name: "t".into(),
-        view: Some(TopicView {
+        view: Some(TopicPlacement {
             topic_id: Some(TopicId(1)),
             owners: vec![None],
         }),
@@ -249,7 +249,7 @@ fn a_rescan_runs_at_least_once_a_second() {
     h.append_n(0, 2);
     let first = h.take_commits().remove(0);
     h.advance_to(at(300));
-    h.fail(&first, CommitFailure::IncarnationMismatch);
+    h.fail(&first, Harness::mismatch(&first));
     h.take();
     h.advance_to(just_before(at(1000)));
     assert!(h.take().is_empty());

@@ -41,7 +41,7 @@ fn a_412_returns_the_records_and_their_queue_to_the_wal_without_failing() {
     let first = h.take_commits().remove(0);
     h.append_n(0, 1); // queued behind it
     h.advance_to(at(200));
-    h.fail(&first, CommitFailure::IncarnationMismatch);
+    h.fail(&first, Harness::mismatch(&first));
     let outputs = h.take();
     assert_eq!(
         outputs,
@@ -51,6 +51,7 @@ fn a_412_returns_the_records_and_their_queue_to_the_wal_without_failing() {
                 topic_id: Some(TopicId(1)),
                 partition: PartitionId(0),
                 owner: CommitOwner::Remote(NodeId(1)),
+                live_topic_id: None,
                 records: 3,
             }
         )]
@@ -282,7 +283,7 @@ fn after_a_failed_commit_a_deleted_topic_is_confirmed_and_its_records_discarded_
     h.append(&[rec("t", Some(1), 1, None)]);
     let other = h.take_commits().remove(0);
     delete(&mut h, "t");
-    h.fail(&first, CommitFailure::Error(CommitError::NotOwner));
+    h.fail(&first, CommitFailure::NotOwner);
     assert_eq!(
         h.take(),
         vec![confirm("t")],
@@ -297,7 +298,7 @@ fn after_a_failed_commit_a_deleted_topic_is_confirmed_and_its_records_discarded_
             topic_id: Some(TopicId(1)),
             partition: PartitionId(0),
             seq: Seq(seq),
-            error: CommitFailure::Error(CommitError::NotOwner),
+            error: CommitFailure::NotOwner,
         })
     };
     assert_eq!(h.take(), vec![discarded(0), discarded(1)]);
@@ -368,7 +369,7 @@ fn a_legacy_owner_gets_the_batch_again_without_ids_and_id_less_batches_for_2_min
     let first = h.take_commits().remove(0);
     assert!(first.with_ids);
     h.advance_to(at(100));
-    h.fail(&first, CommitFailure::LegacyRefusedIds);
+    h.fail(&first, CommitFailure::RefusedTrailingIds);
     let resent = h.take_commits().remove(0);
     assert_eq!(
         (
@@ -419,7 +420,7 @@ fn a_legacy_refusal_past_the_deadline_is_an_ordinary_failure() {
     h.append_n(0, 2);
     let first = h.take_commits().remove(0);
     h.advance_to(first.deadline);
-    h.fail(&first, CommitFailure::LegacyRefusedIds);
+    h.fail(&first, CommitFailure::RefusedTrailingIds);
     assert!(h.take().is_empty());
     assert_eq!((h.d.held_records(), h.d.skipped_records()), (1, 1));
 }

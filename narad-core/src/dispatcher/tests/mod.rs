@@ -91,7 +91,7 @@ impl Harness {
     pub(super) fn topic(&mut self, name: &str, id: Option<u64>, owners: &[u32]) {
         self.input(DispatcherInput::Topic {
             name: name.to_string(),
-            view: Some(TopicView {
+            view: Some(TopicPlacement {
                 topic_id: id.map(TopicId),
                 owners: owners.iter().map(|&n| Some(NodeId(n))).collect(),
             }),
@@ -203,6 +203,14 @@ impl Harness {
         });
     }
 
+    /// A 412 for `commit`: the owner holds no incarnation under the name.
+    pub(super) fn mismatch(commit: &SendCommit) -> CommitFailure {
+        CommitFailure::IncarnationMismatch {
+            record_topic_id: commit.topic_id.unwrap_or(TopicId(0)),
+            live_topic_id: None,
+        }
+    }
+
     pub(super) fn fail(&mut self, commit: &SendCommit, failure: CommitFailure) {
         self.input(DispatcherInput::CommitFailed {
             commit_id: commit.commit_id,
@@ -211,7 +219,10 @@ impl Harness {
     }
 
     pub(super) fn error(&mut self, commit: &SendCommit) {
-        self.fail(commit, CommitFailure::Error(CommitError::Unreachable));
+        self.fail(
+            commit,
+            CommitFailure::Unavailable("unreachable".to_string()),
+        );
     }
 }
 

@@ -129,7 +129,7 @@ struct World {
     durable: usize,
     truth: BTreeMap<String, TruthTopic>,
     /// The local replica as fed to the dispatcher (it lags the truth).
-    fed: BTreeMap<String, TopicView>,
+    fed: BTreeMap<String, TopicPlacement>,
     deleted: BTreeMap<String, BTreeSet<u64>>,
     confirmed_gone: BTreeSet<u64>,
     alive: Vec<bool>,
@@ -398,7 +398,7 @@ impl World {
 
     fn feed_topic(&mut self, name: &str, lag: Duration, assigned: bool) {
         let topic = self.truth[name].clone();
-        let view = TopicView {
+        let view = TopicPlacement {
             topic_id: topic.id.map(TopicId),
             owners: topic
                 .owners
@@ -520,19 +520,19 @@ impl World {
         let truth = self.truth.get(&*commit.topic).cloned();
         let legacy = self.legacy_node == Some(owner);
         let failure = if legacy && commit.with_ids && commit.topic_id.is_some() {
-            Some(CommitFailure::LegacyRefusedIds)
+            Some(CommitFailure::RefusedTrailingIds)
         } else if !self.alive[owner as usize] {
             Some(match mode {
                 Mode::Hang { .. } => CommitFailure::Timeout,
-                _ => CommitFailure::Error(CommitError::Unreachable),
+                _ => CommitFailure::Unavailable("unreachable".to_string()),
             })
         } else {
             match mode {
-                Mode::Fail => Some(CommitFailure::Error(CommitError::Status(503))),
+                Mode::Fail => Some(CommitFailure::Unavailable("503".to_string())),
                 Mode::Hang { success: false } => Some(CommitFailure::Timeout),
-                Mode::Spurious412 => Some(CommitFailure::IncarnationMismatch),
+                Mode::Spurious412 => Some(Harness::mismatch(&commit)),
                 Mode::Commit | Mode::Hang { success: true } | Mode::AnswerLost => match &truth {
-                    None => Some(CommitFailure::Error(CommitError::NotOwner)),
+                    None => Some(CommitFailure::NotOwner),
                     // The owner checks the incarnation under its produce lock (ids sent or not: a
                     // legacy owner commits by name, which the model counts only when it matches).
                     Some(truth)
@@ -540,13 +540,16 @@ impl World {
                             && commit.topic_id != truth.id.map(TopicId) =>
                     {
                         Some(if commit.with_ids {
-                            CommitFailure::IncarnationMismatch
+                            CommitFailure::IncarnationMismatch {
+                                record_topic_id: commit.topic_id.unwrap_or(TopicId(0)),
+                                live_topic_id: truth.id.map(TopicId),
+                            }
                         } else {
-                            CommitFailure::Error(CommitError::NotOwner)
+                            CommitFailure::NotOwner
                         })
                     }
                     Some(truth) if commit.partition.0 as usize >= truth.owners.len() => {
-                        Some(CommitFailure::Error(CommitError::NotOwner))
+                        Some(CommitFailure::NotOwner)
                     }
                     Some(_) => None,
                 },
@@ -573,7 +576,7 @@ impl World {
                 drop(commit);
                 if matches!(mode, Mode::AnswerLost) {
                     self.totals.failed += 1;
-                    let failure = CommitFailure::Error(CommitError::Unreachable);
+                    let failure = CommitFailure::Unavailable("unreachable".to_string());
                     self.input(DispatcherInput::CommitFailed { commit_id, failure });
                 } else {
                     self.input(DispatcherInput::CommitDone { commit_id });
@@ -581,10 +584,12 @@ impl World {
             }
             Some(failure) => {
                 match failure {
-                    CommitFailure::IncarnationMismatch => self.totals.refused += 1,
-                    CommitFailure::LegacyRefusedIds => self.totals.legacy_resends += 1,
-                    CommitFailure::Timeout => self.totals.failed += 1,
-                    CommitFailure::Error(_) => self.totals.failed += 1,
+                    CommitFailure::IncarnationMismatch { .. } => self.totals.refused += 1,
+                    CommitFailure::RefusedTrailingIds => self.totals.legacy_resends += 1,
+                    CommitFailure::Timeout
+                    | CommitFailure::NotOwner
+                    | CommitFailure::Unavailable(_)
+                    | CommitFailure::Failed(_) => self.totals.failed += 1,
                 }
                 drop(commit);
                 self.input(DispatcherInput::CommitFailed { commit_id, failure });

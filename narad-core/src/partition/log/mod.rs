@@ -166,7 +166,7 @@ impl PartitionLogConfig {
 
 /// Identifies a commit so its outcome can be matched to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CommitId(pub u64);
+pub struct LogCommitId(pub u64);
 
 /// Identifies a read so its outcome can be matched to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -185,7 +185,7 @@ pub struct AppendRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitRequest {
     /// Echoed in [`LogOutput::CommitDone`].
-    pub id: CommitId,
+    pub id: LogCommitId,
     /// The run, in offset order.
     pub records: Vec<AppendRecord>,
     /// The commit time wanted (Unix ms); the log uses `max(this, last committed)`.
@@ -430,7 +430,7 @@ pub enum LogOutput {
     /// A commit's outcome.
     CommitDone {
         /// The commit.
-        id: CommitId,
+        id: LogCommitId,
         /// Its offsets, or why nothing of it is visible.
         result: Result<CommittedRun, CommitFault>,
     },
@@ -500,7 +500,7 @@ struct FrameMeta {
 
 #[derive(Clone, Debug)]
 struct PendingCommit {
-    id: CommitId,
+    id: LogCommitId,
     io: IoId,
     segment: Offset,
     created: bool,

@@ -51,7 +51,7 @@ fn records(payloads: &[&str]) -> Vec<AppendRecord> {
 
 fn commit_request(id: u64, payloads: &[&str], at_ms: u64) -> LogInput {
     LogInput::Commit(CommitRequest {
-        id: CommitId(id),
+        id: LogCommitId(id),
         records: records(payloads),
         committed_at_ms: at_ms,
     })
@@ -291,7 +291,7 @@ fn commit_durable_is_one_request_write_sync_then_read_back() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(1),
+            id: LogCommitId(1),
             result: Ok(CommittedRun {
                 base: Offset(0),
                 count: 2,
@@ -353,7 +353,7 @@ fn a_read_back_mismatch_discards_the_run_and_truncates_before_the_next_commit() 
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(1),
+            id: LogCommitId(1),
             result: Err(CommitFault::ReadBackMismatch)
         })
     );
@@ -375,7 +375,7 @@ fn a_read_back_mismatch_discards_the_run_and_truncates_before_the_next_commit() 
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(2),
+            id: LogCommitId(2),
             result: Err(CommitFault::NotReady(LogStatus::Repairing)),
         })
     );
@@ -408,7 +408,7 @@ fn a_failed_sync_is_never_retried_the_tail_is_truncated_and_synced_first() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(2),
+            id: LogCommitId(2),
             result: Err(CommitFault::Sync(IoFault::Eio))
         })
     );
@@ -433,7 +433,7 @@ fn a_failed_sync_is_never_retried_the_tail_is_truncated_and_synced_first() {
     assert_eq!(
         outputs,
         [LogOutput::CommitDone {
-            id: CommitId(3),
+            id: LogCommitId(3),
             result: Ok(CommittedRun {
                 base: Offset(1),
                 count: 1,
@@ -459,7 +459,7 @@ fn a_failed_repair_latches_the_log_until_a_retried_truncation_succeeds() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(1),
+            id: LogCommitId(1),
             result: Err(CommitFault::Write(IoFault::NoSpace))
         })
     );
@@ -472,7 +472,7 @@ fn a_failed_repair_latches_the_log_until_a_retried_truncation_succeeds() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(2),
+            id: LogCommitId(2),
             result: Err(CommitFault::NotReady(LogStatus::Latched)),
         })
     );
@@ -514,7 +514,7 @@ fn a_failed_create_needs_no_repair() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(1),
+            id: LogCommitId(1),
             result: Err(CommitFault::Create(IoFault::NoSpace))
         })
     );
@@ -1269,7 +1269,7 @@ fn a_commit_of_nothing_is_refused() {
     log.handle(
         NOW,
         LogInput::Commit(CommitRequest {
-            id: CommitId(1),
+            id: LogCommitId(1),
             records: vec![],
             committed_at_ms: 0,
         }),
@@ -1277,7 +1277,7 @@ fn a_commit_of_nothing_is_refused() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::CommitDone {
-            id: CommitId(1),
+            id: LogCommitId(1),
             result: Err(CommitFault::Empty)
         })
     );
