@@ -6,12 +6,15 @@
 //!   watermark.
 //! - [`combiner::Combiner`]: one per partition; queues commit batches and runs one cycle at a time
 //!   (re-checks under the produce lock, one run, one `CommitDurable`, one outcome per batch).
+//! - [`owner::Owner`]: every partition log of a node, one combiner each, kept in step with the
+//!   metastore replica (ownership views, parked reads, removal of retired logs).
 //! - [`segment`]: segment names, the sparse offset index and the pure recovery scan.
 //! - [`driver`]: a small synchronous driver that runs the actors' I/O on a `&dyn Disk` (tests, simulator).
 
 pub mod combiner;
 pub mod driver;
 pub mod log;
+pub mod owner;
 pub mod segment;
 
 #[cfg(test)]

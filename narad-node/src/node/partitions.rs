@@ -1,45 +1,39 @@
-//! The partition host: one [`Combiner`] per partition of every topic, hosted in one task, with their
-//! I/O on a keyed [`IoExecutor`] (each combiner's lanes are its own ordering domains).
+//! The partition host (the owner host): drives the [`Owner`] (`narad_core::partition::owner`: one
+//! combiner per partition, ownership views, parked reads, removal of retired logs) in one task, with
+//! its I/O on a keyed [`IoExecutor`] (each combiner's lanes are its own ordering domains). It decides
+//! nothing: it feeds the owner the local metastore replica, the callers' commits and reads and the I/O
+//! completions, and carries out what comes out.
 //!
-//! # What it does (and decides nothing)
-//! - **Views.** Each combiner's [`TopicView`] (owned, frozen, the live incarnation and its log
-//!   directory) is computed from the local metastore replica and sent again on every metastore change.
-//!   A combiner exists for every partition of every topic the replica holds (so every log is opened at
-//!   once, and at start-up before the node turns ready), and on demand for a commit, read or figure
-//!   asking about any other (topic, partition): its view then says the topic is absent, and the combiner
-//!   answers accordingly. A name the replica does not hold is *owned* here (a single node owns every
-//!   partition): the combiner's answer is then the incarnation refusal or "topic not found", which the
-//!   dispatcher turns into a leader confirmation and a discard — never a "not owner" that would reroute.
-//!   Before handling any command the host applies a pending metastore change, so its views are never
-//!   older than the replica state the caller looked at.
-//! - **Logs.** The directory of a partition's log names the incarnation
-//!   (`topics/<name>/<id>/p<05 partition>`), so a recreated topic starts empty. When a combiner lets a
-//!   log go ([`CombinerOutput::LogRetired`]), the host removes the log's files on that combiner's own
-//!   commit lane (behind anything the log still had queued there), then syncs the directory. Empty
-//!   directories are left behind (the `Disk` seam has no directory removal).
-//! - **Reads** wait while the partition's log is still opening (a topic created a moment ago, or
-//!   start-up) and go to the combiner once it is open.
-//! - **Idle combiners** of a name the replica no longer holds are dropped once they hold nothing.
+//! - **Replica.** The owner is fed the replica's state at start and after every change; before handling
+//!   any command the host feeds a pending change first, so the owner's views are never older than the
+//!   replica state the caller looked at.
+//! - **Commits** arrive from the dispatcher through [`super::transport::LocalTransport`] (and, in a
+//!   cluster, from peers); dropping a commit's future before its answer tells the owner the caller
+//!   gave up.
+//! - **Log events** become log lines and counters (damage found by recovery is an error an operator
+//!   must hear of, one count per damaged range).
 //!
 //! Polling order: the host task handles one input per turn, an I/O completion first, else a
 //! metastore change, else a command, and publishes its status after each; it polls its sources
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
-//! After every input to a combiner its outputs are drained at once (I/O to the executor, outcomes to
-//! their callers, log events to the log and the metrics).
+//! After every input its outputs are drained at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use narad_core::disk::{join, Disk, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
+use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
+pub use narad_core::partition::owner::{partition_dir, PARKED_READS_MAX, TOPICS_DIR};
+use narad_core::partition::owner::{
+    LogEvent, LogKey, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead, OwnerReadError,
+};
 use narad_core::partition::{
-    BatchId, BatchRecord, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch,
-    CommitError, CommittedRange, LiveTopic, LogStatus, ReadBatch, ReadError, ReadId, ReadRequest,
-    RecoveryError, TopicView,
+    BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, ReadBatch,
+    ReadError, ReadId,
 };
 use narad_core::{Actor, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -57,15 +51,9 @@ use narad_core::codec::partition::verify_frame_checked;
 pub const MAILBOX_CAPACITY: usize = 4096;
 /// Completions the executor may queue for the host.
 pub const COMPLETIONS_CAPACITY: usize = 1024;
-/// Reads parked behind one opening log, at most (more are refused as busy).
-pub const PARKED_READS_MAX: usize = 1024;
 /// The most record bytes one replay read asks for (a read always returns at least one record).
 pub const REPLAY_READ_BYTES_MAX: u32 = 1024 * 1024;
-/// The directory of every topic's partition logs.
-pub const TOPICS_DIR: &str = "topics";
-/// Io ids at and above this are the host's own (removing retired logs), never a log's.
-const JANITOR_IO_BASE: u64 = 1 << 63;
-/// The lane a combiner's logs run recovery and commits on (the janitor joins it).
+/// The lane a combiner's logs run recovery and commits on (the owner's removals join it).
 const COMMIT_LANE: IoLane = IoLane(0);
 
 /// For the probe: whether the data a completed request read back decodes as whole frames with valid
@@ -94,11 +82,6 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
     verified
 }
 
-/// The directory of one partition's log of one topic incarnation.
-pub fn partition_dir(topic: &str, topic_id: TopicId, partition: PartitionId) -> String {
-    format!("{TOPICS_DIR}/{topic}/{topic_id}/p{:05}", partition.0)
-}
-
 /// Why a replay read returned nothing.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PartitionReadError {
@@ -111,6 +94,15 @@ pub enum PartitionReadError {
     /// The host stopped.
     #[error("the partition host has stopped")]
     Stopped,
+}
+
+impl From<OwnerReadError> for PartitionReadError {
+    fn from(error: OwnerReadError) -> PartitionReadError {
+        match error {
+            OwnerReadError::Log(error) => PartitionReadError::Log(error),
+            OwnerReadError::NotLive(topic_id) => PartitionReadError::NotLive(topic_id),
+        }
+    }
 }
 
 /// Why a commit was not made.
@@ -240,10 +232,13 @@ impl PartitionHost {
         if let Some(segment_bytes_max) = hooks.sizes.partition_segment_bytes_max {
             template.log.segment_bytes_max = segment_bytes_max;
         }
-        let host = Host {
+        let owner = Owner::new(OwnerConfig {
             node,
+            combiner: template,
+        });
+        let host = Host {
+            owner,
             clock,
-            template,
             meta,
             view,
             executor: IoExecutor::new_keyed(disk, io_sender, |actor, request, completion| {
@@ -253,18 +248,9 @@ impl PartitionHost {
                     completion,
                 }
             }),
-            by_name: BTreeMap::new(),
-            slots: BTreeMap::new(),
-            next_actor: 1,
             commits: BTreeMap::new(),
             reads: BTreeMap::new(),
-            parked: BTreeMap::new(),
             next_read: 0,
-            next_janitor: JANITOR_IO_BASE,
-            janitor: BTreeMap::new(),
-            opening: BTreeSet::new(),
-            open_failed: BTreeSet::new(),
-            restart_needed: BTreeSet::new(),
             status: status_sender,
             metrics,
             probe: hooks.probe.clone(),
@@ -418,45 +404,17 @@ impl http::PartitionStats for PartitionHost {
     }
 }
 
-/// One hosted combiner.
-struct Slot {
-    topic: Arc<str>,
-    partition: PartitionId,
-    combiner: Combiner,
-}
-
-/// A read waiting for its log to finish opening.
-struct Parked {
-    topic_id: TopicId,
-    offset: Offset,
-    records_max: u32,
-    reply: ReadReply,
-}
-
 /// The host task's state.
 struct Host {
-    node: NodeId,
+    owner: Owner,
     clock: Clock,
-    template: CombinerConfig,
     meta: watch::Receiver<Arc<MetaView>>,
-    /// The replica state the views were computed from.
+    /// The replica state last fed to the owner.
     view: Arc<MetaView>,
     executor: IoExecutor<IoEvent>,
-    by_name: BTreeMap<(Arc<str>, PartitionId), ActorKey>,
-    slots: BTreeMap<ActorKey, Slot>,
-    next_actor: u64,
     commits: BTreeMap<BatchId, oneshot::Sender<Result<CommittedRange, CommitError>>>,
     reads: BTreeMap<ReadId, ReadReply>,
-    parked: BTreeMap<ActorKey, Vec<Parked>>,
     next_read: u64,
-    next_janitor: u64,
-    /// Janitor requests in flight: io id → the combiner whose lane runs it, and the retired log's
-    /// directory.
-    janitor: BTreeMap<IoId, (ActorKey, String)>,
-    opening: BTreeSet<ActorKey>,
-    open_failed: BTreeSet<ActorKey>,
-    /// The failed opens that only a restart clears.
-    restart_needed: BTreeSet<ActorKey>,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
     /// Events and broken invariants go here (see [`crate::probe`]).
@@ -534,12 +492,13 @@ impl Host {
     }
 
     fn publish(&self) {
+        let owner = self.owner.status();
         let status = PartitionStatus {
             applied_index: self.view.applied_index,
             caught_up: self.view.caught_up,
-            opening: self.opening.len(),
-            open_failed: self.open_failed.len(),
-            restart_needed: self.restart_needed.len(),
+            opening: owner.opening,
+            open_failed: owner.open_failed,
+            restart_needed: owner.restart_needed,
         };
         self.status.send_if_modified(|current| {
             let changed = *current != status;
@@ -548,90 +507,12 @@ impl Host {
         });
     }
 
-    // ---- views ----
-
-    /// Takes the replica's latest state: every topic's partitions get a combiner and its view; the
-    /// other combiners learn their name is gone.
+    /// Feeds the owner the replica's latest state.
     fn apply_view(&mut self) {
         self.view = self.meta.borrow_and_update().clone();
-        let view = self.view.clone();
-        let mut wanted = Vec::new();
-        let (topics, _) = view.state.topics_after("", usize::MAX);
-        for topic in topics {
-            let name: Arc<str> = Arc::from(topic.name.as_str());
-            for index in 0..topic.partitions() {
-                wanted.push((name.clone(), PartitionId(index)));
-            }
-        }
-        for (topic, partition) in wanted {
-            self.ensure(&topic, partition);
-        }
-        let actors: Vec<ActorKey> = self.slots.keys().copied().collect();
-        for actor in actors {
-            let (topic, partition) = {
-                let slot = &self.slots[&actor];
-                (slot.topic.clone(), slot.partition)
-            };
-            let view = self.view_for(&topic, partition);
-            if *self.slots[&actor].combiner.view() != view {
-                self.feed(actor, CombinerInput::View(view));
-            }
-        }
+        let state = Arc::new(self.view.state.clone());
+        self.feed(OwnerInput::Replica(state));
     }
-
-    /// What the replica says about one partition.
-    fn view_for(&self, topic: &str, partition: PartitionId) -> TopicView {
-        match self.view.state.topic(topic) {
-            Some(record) if partition.0 < record.partitions() => TopicView {
-                version: record.metadata_version,
-                owned: record.owner_of(partition) == Some(self.node),
-                frozen: false,
-                live: Some(LiveTopic {
-                    topic_id: Some(record.id),
-                    log_dir: partition_dir(topic, record.id, partition),
-                }),
-            },
-            // A partition the topic does not have (yet): not ours to commit.
-            Some(record) => TopicView {
-                version: record.metadata_version,
-                owned: false,
-                frozen: false,
-                live: None,
-            },
-            // No topic: this single node owns the name, so the combiner answers the incarnation
-            // refusal (or "topic not found") rather than "not owner".
-            None => TopicView {
-                version: 0,
-                owned: true,
-                frozen: false,
-                live: None,
-            },
-        }
-    }
-
-    /// The combiner of `(topic, partition)`, created (and its log opened) if missing.
-    fn ensure(&mut self, topic: &Arc<str>, partition: PartitionId) -> ActorKey {
-        if let Some(actor) = self.by_name.get(&(topic.clone(), partition)) {
-            return *actor;
-        }
-        let actor = ActorKey(self.next_actor);
-        self.next_actor += 1;
-        let view = self.view_for(topic, partition);
-        let combiner = Combiner::new(self.template.clone(), view);
-        self.by_name.insert((topic.clone(), partition), actor);
-        self.slots.insert(
-            actor,
-            Slot {
-                topic: topic.clone(),
-                partition,
-                combiner,
-            },
-        );
-        self.drain(actor);
-        actor
-    }
-
-    // ---- commands ----
 
     fn on_command(&mut self, command: Command) {
         match command {
@@ -641,19 +522,22 @@ impl Host {
                 batch,
                 reply,
             } => {
-                let actor = self.ensure(&topic, partition);
                 self.commits.insert(batch.id, reply);
-                self.feed(actor, CombinerInput::Submit(batch));
+                self.feed(OwnerInput::Commit {
+                    topic,
+                    partition,
+                    batch,
+                });
             }
             Command::Abandon {
                 topic,
                 partition,
                 id,
-            } => {
-                if let Some(actor) = self.by_name.get(&(topic, partition)).copied() {
-                    self.feed(actor, CombinerInput::Abandon(id));
-                }
-            }
+            } => self.feed(OwnerInput::Abandon {
+                topic,
+                partition,
+                id,
+            }),
             Command::Read {
                 topic,
                 partition,
@@ -661,108 +545,39 @@ impl Host {
                 records_max,
                 reply,
             } => {
-                let name: Arc<str> = Arc::from(topic.name.as_str());
-                let actor = self.ensure(&name, partition);
-                let parked = Parked {
+                let id = ReadId(self.next_read);
+                self.next_read += 1;
+                self.reads.insert(id, reply);
+                self.feed(OwnerInput::Read(OwnerRead {
+                    id,
+                    topic: Arc::from(topic.name.as_str()),
                     topic_id: topic.id,
+                    partition,
                     offset,
                     records_max,
-                    reply,
-                };
-                self.read(actor, parked);
+                    bytes_max: REPLAY_READ_BYTES_MAX,
+                }));
             }
             Command::Stat {
                 topic,
                 partition,
                 reply,
             } => {
-                let stat = self.stat(&topic, partition);
+                let stat = self
+                    .owner
+                    .stats(&topic.name, topic.id, partition)
+                    .map_or_else(PartitionStat::default, |stats| PartitionStat {
+                        segments: stats.segments as u64,
+                        oldest_offset: stats.oldest_offset,
+                        next_offset: stats.next_offset,
+                        high_watermark: stats.high_watermark,
+                        size_bytes: stats.size_bytes,
+                        oldest_segment_at_s: None,
+                    });
                 let _ = reply.send(stat);
             }
         }
     }
-
-    fn stat(&self, topic: &TopicKey, partition: PartitionId) -> PartitionStat {
-        let Some(actor) = self
-            .by_name
-            .get(&(Arc::from(topic.name.as_str()), partition))
-        else {
-            return PartitionStat::default();
-        };
-        let combiner = &self.slots[actor].combiner;
-        match (combiner.log_topic_id(), combiner.log()) {
-            (Some(Some(id)), Some(log))
-                if id == topic.id
-                    && !matches!(log.status(), LogStatus::Opening | LogStatus::OpenFailed) =>
-            {
-                let stats = log.stats();
-                PartitionStat {
-                    segments: stats.segments as u64,
-                    oldest_offset: stats.oldest_offset,
-                    next_offset: stats.next_offset,
-                    high_watermark: stats.high_watermark,
-                    size_bytes: stats.size_bytes,
-                    oldest_segment_at_s: None,
-                }
-            }
-            _ => PartitionStat::default(),
-        }
-    }
-
-    /// Sends a read to the combiner, or parks it while the log opens.
-    fn read(&mut self, actor: ActorKey, read: Parked) {
-        let combiner = &self.slots[&actor].combiner;
-        let live = combiner.view().live.as_ref().and_then(|live| live.topic_id);
-        if live != Some(read.topic_id) {
-            let _ = read
-                .reply
-                .send(Err(PartitionReadError::NotLive(read.topic_id)));
-            return;
-        }
-        let opening = combiner.log_topic_id() != Some(live)
-            || combiner
-                .log()
-                .is_some_and(|log| log.status() == LogStatus::Opening);
-        if opening {
-            let parked = self.parked.entry(actor).or_default();
-            if parked.len() >= PARKED_READS_MAX {
-                let _ = read
-                    .reply
-                    .send(Err(PartitionReadError::Log(ReadError::Busy)));
-            } else {
-                parked.push(read);
-            }
-            return;
-        }
-        let id = ReadId(self.next_read);
-        self.next_read += 1;
-        self.reads.insert(id, read.reply);
-        let request = ReadRequest {
-            id,
-            offset: read.offset,
-            records_max: read.records_max,
-            bytes_max: REPLAY_READ_BYTES_MAX,
-        };
-        self.feed(actor, CombinerInput::Read(request));
-    }
-
-    /// Sends the reads parked behind `actor`'s log again (it finished opening, or went away).
-    fn unpark(&mut self, actor: ActorKey) {
-        let Some(parked) = self.parked.remove(&actor) else {
-            return;
-        };
-        for read in parked {
-            if self.slots.contains_key(&actor) {
-                self.read(actor, read);
-            } else {
-                let _ = read
-                    .reply
-                    .send(Err(PartitionReadError::NotLive(read.topic_id)));
-            }
-        }
-    }
-
-    // ---- I/O ----
 
     fn on_io(&mut self, event: IoEvent) {
         let IoEvent {
@@ -770,263 +585,116 @@ impl Host {
             request,
             completion,
         } = event;
-        if completion.id.0 >= JANITOR_IO_BASE {
-            return self.on_janitor(actor, request, completion);
-        }
-        if self.slots.contains_key(&actor) {
-            // A commit's request writes its run, syncs it and reads it back (recovery reads whole
-            // segments, torn tails included, and writes nothing in the same request).
-            let commit = request
+        let key = LogKey(actor.0);
+        // A commit's request writes its run, syncs it and reads it back (recovery reads whole
+        // segments, torn tails included, and writes nothing in the same request).
+        let commit = !Owner::is_removal(&completion)
+            && request
                 .ops
                 .iter()
                 .any(|op| matches!(op, IoOp::WriteAt { .. }));
-            let audit = (commit && self.probe.is_watched()).then(|| {
-                let verified = read_back_verifies(&completion);
-                (self.high_watermark(actor), verified)
-            });
-            self.feed(actor, CombinerInput::Io(completion));
-            if let Some((before, Some(false))) = audit {
-                let after = self.high_watermark(actor);
-                if after > before {
-                    let topic = self.slots.get(&actor).map(|slot| slot.topic.clone());
-                    self.probe.violation(
-                        Invariant::HighWatermarkAboveVerified,
-                        format_args!(
-                            "{topic:?} high watermark {before:?} -> {after:?} over a read-back that fails its checks"
-                        ),
-                    );
-                }
+        let audit = (commit && self.probe.is_watched()).then(|| {
+            let verified = read_back_verifies(&completion);
+            (self.owner.high_watermark(key), verified)
+        });
+        self.feed(OwnerInput::IoDone { key, completion });
+        if let Some((before, Some(false))) = audit {
+            let after = self.owner.high_watermark(key);
+            if after > before {
+                let topic = self.owner.partition_of(key).map(|(topic, _)| topic.clone());
+                self.probe.violation(
+                    Invariant::HighWatermarkAboveVerified,
+                    format_args!(
+                        "{topic:?} high watermark {before:?} -> {after:?} over a read-back that fails its checks"
+                    ),
+                );
             }
         }
-        // Otherwise the combiner is gone, and with it whoever waited for this request.
     }
 
-    /// The high watermark of `actor`'s log, if it has one open.
-    fn high_watermark(&self, actor: ActorKey) -> Option<Offset> {
-        self.slots
-            .get(&actor)
-            .and_then(|slot| slot.combiner.log())
-            .map(|log| log.high_watermark())
-    }
-
-    // ---- the combiners ----
-
-    fn feed(&mut self, actor: ActorKey, input: CombinerInput) {
-        let now = self.clock.now();
-        let Some(slot) = self.slots.get_mut(&actor) else {
-            return;
-        };
-        slot.combiner.handle(now, input);
-        self.drain(actor);
-        self.drop_if_idle(actor);
-    }
-
-    /// Routes every output of one combiner, then notes its log's state and drops it if idle and gone.
-    fn drain(&mut self, actor: ActorKey) {
-        let mut retired = Vec::new();
-        let mut log_events = false;
-        // One lookup for the whole drain (outputs touch other fields only).
-        let mut slot = self.slots.get_mut(&actor);
-        while let Some(output) = slot.as_mut().and_then(|slot| slot.combiner.poll_output()) {
-            let slot = slot.as_deref().expect("polled above");
+    /// Feeds the owner one input and carries out everything it asks for.
+    fn feed(&mut self, input: OwnerInput) {
+        self.owner.handle(self.clock.now(), input);
+        while let Some(output) = self.owner.poll_output() {
             match output {
-                CombinerOutput::Io(request) => self.executor.submit_for(actor, request),
-                CombinerOutput::Committed { id, result } => {
+                OwnerOutput::Io { key, request } => {
+                    self.executor.submit_for(ActorKey(key.0), request)
+                }
+                OwnerOutput::Forget { key } => self.executor.forget(ActorKey(key.0)),
+                OwnerOutput::Committed { id, result } => {
                     if let Some(reply) = self.commits.remove(&id) {
                         let _ = reply.send(result);
                     }
                 }
-                CombinerOutput::ReadDone { id, result } => {
+                OwnerOutput::ReadDone { id, result } => {
                     if let Some(reply) = self.reads.remove(&id) {
-                        let _ = reply.send(result.map_err(PartitionReadError::Log));
+                        let _ = reply.send(result.map_err(PartitionReadError::from));
                     }
                 }
-                CombinerOutput::HighWatermark { id, high_watermark } => {
-                    // Only a handoff asks; nothing here does yet.
-                    tracing::debug!(?id, ?high_watermark, "partition high watermark");
-                }
-                CombinerOutput::LogOpened { topic_id, report } => {
-                    log_events = true;
-                    tracing::info!(
-                        topic = %slot.topic,
-                        partition = %slot.partition,
-                        ?topic_id,
-                        segments = report.segments,
-                        high_watermark = %report.high_watermark,
-                        truncated_bytes = report.truncated_bytes,
-                        "partition log opened"
-                    );
-                    // Rot inside acknowledged data: the offsets in it are gone for good (one copy), the
-                    // frames behind it were kept. An operator must hear of it, loudly and countably.
-                    for skipped in &report.skipped {
-                        tracing::error!(
-                            topic = %slot.topic,
-                            partition = %slot.partition,
-                            segment = %skipped.segment,
-                            byte = skipped.byte,
-                            damage = ?skipped.damage,
-                            first_offset = %skipped.offsets.0,
-                            end_offset = %skipped.offsets.1,
-                            "partition log damaged: acknowledged records in these offsets are unreadable; \
-                             the records behind them were kept"
-                        );
-                        self.metrics.error("storage", "partition_damaged").inc();
-                    }
-                }
-                CombinerOutput::LogOpenFailed { topic_id, error } => {
-                    log_events = true;
-                    tracing::error!(
-                        topic = %slot.topic,
-                        partition = %slot.partition,
-                        ?topic_id,
-                        %error,
-                        "partition log open failed"
-                    );
-                    self.metrics.error("storage", "partition_open").inc();
-                }
-                CombinerOutput::LogLatched { topic_id, fault } => {
-                    tracing::error!(
-                        topic = %slot.topic,
-                        partition = %slot.partition,
-                        ?topic_id,
-                        %fault,
-                        "partition log latched: commits refused until its repair succeeds"
-                    );
-                    self.metrics.error("storage", "partition_latched").inc();
-                }
-                CombinerOutput::LogRetired { topic_id, dir } => {
-                    log_events = true;
-                    tracing::info!(
-                        topic = %slot.topic,
-                        partition = %slot.partition,
-                        ?topic_id,
-                        dir,
-                        "partition log retired; removing its files"
-                    );
-                    retired.push(dir);
-                }
-            }
-        }
-        for dir in retired {
-            self.janitor_list(actor, dir);
-        }
-        self.note_log_state(actor);
-        if log_events {
-            self.unpark(actor);
-        }
-    }
-
-    fn note_log_state(&mut self, actor: ActorKey) {
-        let log = self.slots.get(&actor).and_then(|slot| slot.combiner.log());
-        let status = log.map(|log| log.status());
-        let sync_failed = log
-            .and_then(|log| log.open_error())
-            .is_some_and(|error| matches!(error, RecoveryError::Sync(_)));
-        if status == Some(LogStatus::OpenFailed) && sync_failed {
-            self.restart_needed.insert(actor);
-        } else {
-            self.restart_needed.remove(&actor);
-        }
-        if status == Some(LogStatus::Opening) {
-            self.opening.insert(actor);
-        } else {
-            self.opening.remove(&actor);
-        }
-        if status == Some(LogStatus::OpenFailed) {
-            self.open_failed.insert(actor);
-        } else {
-            self.open_failed.remove(&actor);
-        }
-    }
-
-    /// Drops a combiner whose name the replica no longer holds once it holds nothing.
-    fn drop_if_idle(&mut self, actor: ActorKey) {
-        let Some(slot) = self.slots.get(&actor) else {
-            return;
-        };
-        let combiner = &slot.combiner;
-        let idle = combiner.view().live.is_none()
-            && combiner.log().is_none()
-            && combiner.queued_batches() == 0
-            && !combiner.cycle_running()
-            && !self.parked.contains_key(&actor)
-            && self.view.state.topic(&slot.topic).is_none();
-        if idle {
-            let slot = self.slots.remove(&actor).expect("checked above");
-            self.by_name.remove(&(slot.topic, slot.partition));
-            self.opening.remove(&actor);
-            self.open_failed.remove(&actor);
-            self.restart_needed.remove(&actor);
-            // Lanes still running janitor work are let go once it is done.
-            if !self.janitor_pending(actor) {
-                self.executor.forget(actor);
+                OwnerOutput::Log {
+                    topic,
+                    partition,
+                    event,
+                } => self.log_event(&topic, partition, event),
             }
         }
     }
 
-    // ---- removing retired logs ----
-
-    fn janitor_pending(&self, actor: ActorKey) -> bool {
-        self.janitor.values().any(|(owner, _)| *owner == actor)
-    }
-
-    fn janitor_id(&mut self) -> IoId {
-        let id = IoId(self.next_janitor);
-        self.next_janitor += 1;
-        id
-    }
-
-    /// Lists a retired log's directory on the combiner's commit lane (after its queued requests).
-    fn janitor_list(&mut self, actor: ActorKey, dir: String) {
-        let id = self.janitor_id();
-        self.janitor.insert(id, (actor, dir.clone()));
-        self.executor.submit_for(
-            actor,
-            IoRequest {
-                id,
-                lane: COMMIT_LANE,
-                ops: vec![IoOp::List { dir }],
-            },
-        );
-    }
-
-    fn on_janitor(&mut self, actor: ActorKey, request: IoRequest, completion: IoCompletion) {
-        let Some((_, dir)) = self.janitor.remove(&completion.id) else {
-            return;
-        };
-        let listing = matches!(request.ops.first(), Some(IoOp::List { .. }));
-        match (listing, completion.result) {
-            (true, Ok(replies)) => {
-                let names = match replies.into_iter().next() {
-                    Some(IoReply::Names(names)) => names,
-                    _ => Vec::new(),
-                };
-                let mut ops: Vec<IoOp> = names
-                    .iter()
-                    .map(|name| IoOp::Remove {
-                        path: join(&dir, name),
-                    })
-                    .collect();
-                ops.push(IoOp::SyncDir { dir: dir.clone() });
-                let id = self.janitor_id();
-                self.janitor.insert(id, (actor, dir));
-                self.executor.submit_for(
-                    actor,
-                    IoRequest {
-                        id,
-                        lane: COMMIT_LANE,
-                        ops,
-                    },
+    fn log_event(&self, topic: &str, partition: PartitionId, event: LogEvent) {
+        match event {
+            LogEvent::Opened { topic_id, report } => {
+                tracing::info!(
+                    topic,
+                    %partition,
+                    ?topic_id,
+                    segments = report.segments,
+                    high_watermark = %report.high_watermark,
+                    truncated_bytes = report.truncated_bytes,
+                    "partition log opened"
                 );
+                // Rot inside acknowledged data: the offsets in it are gone for good (one copy), the
+                // frames behind it were kept. An operator must hear of it, loudly and countably.
+                for skipped in &report.skipped {
+                    tracing::error!(
+                        topic,
+                        %partition,
+                        segment = %skipped.segment,
+                        byte = skipped.byte,
+                        damage = ?skipped.damage,
+                        first_offset = %skipped.offsets.0,
+                        end_offset = %skipped.offsets.1,
+                        "partition log damaged: acknowledged records in these offsets are unreadable; \
+                         the records behind them were kept"
+                    );
+                    self.metrics.error("storage", "partition_damaged").inc();
+                }
             }
-            (false, Ok(_)) => tracing::info!(dir, "retired partition log removed"),
-            (_, Err((index, fault))) => {
-                tracing::warn!(dir, op = index, %fault, "removing a retired partition log failed; its files stay");
+            LogEvent::OpenFailed { topic_id, error } => {
+                tracing::error!(topic, %partition, ?topic_id, %error, "partition log open failed");
+                self.metrics.error("storage", "partition_open").inc();
+            }
+            LogEvent::Latched { topic_id, fault } => {
+                tracing::error!(
+                    topic,
+                    %partition,
+                    ?topic_id,
+                    %fault,
+                    "partition log latched: commits refused until its repair succeeds"
+                );
+                self.metrics.error("storage", "partition_latched").inc();
+            }
+            LogEvent::Retired { topic_id, dir } => tracing::info!(
+                topic,
+                %partition,
+                ?topic_id,
+                dir,
+                "partition log retired; removing its files"
+            ),
+            LogEvent::Removed { dir } => tracing::info!(dir, "retired partition log removed"),
+            LogEvent::RemoveFailed { dir, op, fault } => {
+                tracing::warn!(dir, op, %fault, "removing a retired partition log failed; its files stay");
                 self.metrics.error("storage", "retired_log_remove").inc();
             }
-        }
-        if !self.slots.contains_key(&actor) && !self.janitor_pending(actor) {
-            self.executor.forget(actor);
         }
     }
 }

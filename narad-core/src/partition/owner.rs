@@ -1,0 +1,735 @@
+//! The owner: every partition log this node holds, one [`Combiner`] each, kept in step with the
+//! local metastore replica. It is the owner side of a commit: whatever carried a batch here (this
+//! node's dispatcher, or a peer's over the cluster transport), the batch meets the same combiner and
+//! the same checks under its produce lock.
+//!
+//! # Contract
+//! - **Views.** Each combiner's [`TopicView`] is [`owner_view`] of the replica state last fed
+//!   ([`OwnerInput::Replica`]). A combiner exists for every partition of every topic the replica holds
+//!   (so every log opens at once, and at start-up before the node turns ready), and on demand for a
+//!   commit or read naming any other (topic, partition), whose view then says the name is absent.
+//! - **Commits** go to their partition's combiner and are answered [`OwnerOutput::Committed`] with
+//!   the combiner's outcome; an abandoned batch is left out if its cycle has not started.
+//! - **Reads** of an incarnation that is not the live one here are answered
+//!   [`OwnerReadError::NotLive`]. A read whose log is still opening is parked (at most
+//!   [`PARKED_READS_MAX`] per log; more are refused as busy) and sent on once the log opened, failed
+//!   or went away.
+//! - **Retired logs.** When a combiner lets a log go ([`CombinerOutput::LogRetired`]), its directory
+//!   is listed, then every file in it removed and the directory synced, on that combiner's commit
+//!   lane (behind anything the log still had queued there). Empty directories stay (the `Disk` seam
+//!   has no directory removal).
+//! - **Idle combiners** of a name the replica no longer holds are dropped once they hold nothing;
+//!   [`OwnerOutput::Forget`] then tells the driver their lanes may go, once no removal runs on them.
+//!
+//! # Driver protocol
+//! Feed [`OwnerInput::Replica`] first and again on every change of the replica (before any request
+//! that was made against the newer state); after every `handle`, drain `poll_output`: run each
+//! [`OwnerOutput::Io`] on the lanes of its [`LogKey`] (requests of one key and lane in order) and feed
+//! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. The owner
+//! has no timer of its own (`poll_timeout` is always `None`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use super::combiner::{
+    BatchId, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch, CommitError,
+    CommittedRange, LiveTopic, TopicView,
+};
+use super::log::{
+    LogStatus, PartitionStats, ReadBatch, ReadError, ReadId, ReadRequest, RecoveryError,
+    RecoveryReport,
+};
+use crate::actor::Actor;
+use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
+use crate::error::IoFault;
+use crate::ids::{NodeId, Offset, PartitionId, TopicId};
+use crate::metastore::MetaState;
+use crate::time::Instant;
+
+/// The directory of every topic's partition logs (relative to the data directory).
+pub const TOPICS_DIR: &str = "topics";
+/// Reads parked behind one opening log, at most (more are refused as busy).
+pub const PARKED_READS_MAX: usize = 1024;
+/// Io ids at and above this are the owner's own (removing retired logs), never a log's.
+const JANITOR_IO_BASE: u64 = 1 << 63;
+
+/// The directory of one partition's log: the incarnation is part of it, so a recreated topic starts
+/// empty.
+pub fn partition_dir(topic: &str, topic_id: TopicId, partition: PartitionId) -> String {
+    format!("{TOPICS_DIR}/{topic}/{topic_id}/p{:05}", partition.0)
+}
+
+/// What the replica `state` says about `(topic, partition)` to the combiner on `node`.
+///
+/// A name the replica does not hold is *owned*: the combiner then answers the incarnation refusal
+/// (or "topic not found"), which the dispatcher turns into a leader confirmation and a discard,
+/// never a "not owner" that would reroute records of a deleted topic by name. A partition the
+/// topic does not have (yet) is not owned.
+pub fn owner_view(
+    state: &MetaState,
+    node: NodeId,
+    topic: &str,
+    partition: PartitionId,
+) -> TopicView {
+    match state.topic(topic) {
+        Some(record) if partition.0 < record.partitions() => TopicView {
+            version: record.metadata_version,
+            owned: record.owner_of(partition) == Some(node),
+            frozen: false,
+            live: Some(LiveTopic {
+                topic_id: Some(record.id),
+                log_dir: partition_dir(topic, record.id, partition),
+            }),
+        },
+        Some(record) => TopicView {
+            version: record.metadata_version,
+            owned: false,
+            frozen: false,
+            live: None,
+        },
+        None => TopicView {
+            version: 0,
+            owned: true,
+            frozen: false,
+            live: None,
+        },
+    }
+}
+
+/// Settings of an [`Owner`].
+#[derive(Clone, Debug)]
+pub struct OwnerConfig {
+    /// This node: the owner assignments are compared with it.
+    pub node: NodeId,
+    /// Every combiner's settings (its log's included).
+    pub combiner: CombinerConfig,
+}
+
+/// Names one hosted combiner for as long as it lives; its I/O lanes are ordered by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogKey(pub u64);
+
+/// A replay read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerRead {
+    /// Names the read in its answer; unique among the reads outstanding.
+    pub id: ReadId,
+    /// The topic name.
+    pub topic: Arc<str>,
+    /// The incarnation the caller looked up.
+    pub topic_id: TopicId,
+    /// The partition.
+    pub partition: PartitionId,
+    /// The first offset wanted.
+    pub offset: Offset,
+    /// At most this many records.
+    pub records_max: u32,
+    /// At most this many record bytes (always the first record).
+    pub bytes_max: u32,
+}
+
+/// Why a read returned nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OwnerReadError {
+    /// The log refused or failed the read.
+    #[error(transparent)]
+    Log(#[from] ReadError),
+    /// The topic was deleted or recreated since the caller looked it up.
+    #[error("topic incarnation {0} is no longer live")]
+    NotLive(TopicId),
+}
+
+/// The events an [`Owner`] consumes.
+#[derive(Clone, Debug)]
+pub enum OwnerInput {
+    /// The local metastore replica's state (at start, and after every change).
+    Replica(Arc<MetaState>),
+    /// Commit a batch of one partition's records.
+    Commit {
+        /// The topic name.
+        topic: Arc<str>,
+        /// The partition.
+        partition: PartitionId,
+        /// The batch (its id is unique among the batches outstanding).
+        batch: CommitBatch,
+    },
+    /// The caller of a batch gave up.
+    Abandon {
+        /// The topic name.
+        topic: Arc<str>,
+        /// The partition.
+        partition: PartitionId,
+        /// The batch.
+        id: BatchId,
+    },
+    /// A replay read.
+    Read(OwnerRead),
+    /// A request of [`OwnerOutput::Io`] finished.
+    IoDone {
+        /// The key it was run for.
+        key: LogKey,
+        /// Its completion.
+        completion: IoCompletion,
+    },
+}
+
+/// What happened to a log, for the driver's log lines and counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogEvent {
+    /// The log finished opening.
+    Opened {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// What recovery found (its `skipped` damage is what an operator must hear of).
+        report: RecoveryReport,
+    },
+    /// The log failed to open.
+    OpenFailed {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// Why.
+        error: RecoveryError,
+    },
+    /// The log latched after a failed commit could not be truncated.
+    Latched {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// The fault.
+        fault: IoFault,
+    },
+    /// The log was let go; its files are being removed.
+    Retired {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// Its directory.
+        dir: String,
+    },
+    /// A retired log's files are gone.
+    Removed {
+        /// Its directory.
+        dir: String,
+    },
+    /// Removing a retired log failed; its files stay.
+    RemoveFailed {
+        /// Its directory.
+        dir: String,
+        /// The index of the failed op in its request.
+        op: usize,
+        /// The fault.
+        fault: IoFault,
+    },
+}
+
+/// The commands an [`Owner`] emits.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OwnerOutput {
+    /// Run `request` on the lanes of `key`; feed back [`OwnerInput::IoDone`].
+    Io {
+        /// Orders the request with the others of its key and lane.
+        key: LogKey,
+        /// The request.
+        request: IoRequest,
+    },
+    /// Nothing runs for `key` any more: its lanes may go.
+    Forget {
+        /// The key.
+        key: LogKey,
+    },
+    /// A batch's outcome.
+    Committed {
+        /// The batch.
+        id: BatchId,
+        /// Its offsets, or why it was not committed.
+        result: Result<CommittedRange, CommitError>,
+    },
+    /// A read's outcome.
+    ReadDone {
+        /// The read.
+        id: ReadId,
+        /// Records, or why none.
+        result: Result<ReadBatch, OwnerReadError>,
+    },
+    /// Something happened to a log.
+    Log {
+        /// The topic name.
+        topic: Arc<str>,
+        /// The partition.
+        partition: PartitionId,
+        /// What.
+        event: LogEvent,
+    },
+}
+
+/// How many logs are in each state the node reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerStatus {
+    /// Logs still opening (recovering).
+    pub opening: usize,
+    /// Logs whose open failed (their combiner retries those that may be retried).
+    pub open_failed: usize,
+    /// Logs whose open failed in a way only a restart of the process clears (the final sync of
+    /// recovery failed: see [`RecoveryError::Sync`]).
+    pub restart_needed: usize,
+}
+
+/// One hosted combiner.
+#[derive(Debug)]
+struct Slot {
+    topic: Arc<str>,
+    partition: PartitionId,
+    combiner: Combiner,
+}
+
+/// A removal step running on a combiner's commit lane.
+#[derive(Debug)]
+struct Removal {
+    key: LogKey,
+    dir: String,
+    /// The listing (then the removes and the directory sync follow); else the removes.
+    listing: bool,
+}
+
+/// Every partition log of this node; see the module documentation.
+#[derive(Debug)]
+pub struct Owner {
+    config: OwnerConfig,
+    state: Arc<MetaState>,
+    by_name: BTreeMap<(Arc<str>, PartitionId), LogKey>,
+    slots: BTreeMap<LogKey, Slot>,
+    next_key: u64,
+    parked: BTreeMap<LogKey, Vec<OwnerRead>>,
+    removals: BTreeMap<IoId, Removal>,
+    next_removal: u64,
+    opening: BTreeSet<LogKey>,
+    open_failed: BTreeSet<LogKey>,
+    restart_needed: BTreeSet<LogKey>,
+    /// The instant of the input being handled (the combiners are fed it).
+    now: Instant,
+    outputs: VecDeque<OwnerOutput>,
+}
+
+impl Owner {
+    /// An owner holding nothing until the first [`OwnerInput::Replica`].
+    pub fn new(config: OwnerConfig) -> Owner {
+        Owner {
+            config,
+            state: Arc::new(MetaState::new()),
+            by_name: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            next_key: 1,
+            parked: BTreeMap::new(),
+            removals: BTreeMap::new(),
+            next_removal: JANITOR_IO_BASE,
+            opening: BTreeSet::new(),
+            open_failed: BTreeSet::new(),
+            restart_needed: BTreeSet::new(),
+            now: Instant::default(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    // ---- getters ----
+
+    /// How many logs are opening, failed to open, or need a restart.
+    pub fn status(&self) -> OwnerStatus {
+        OwnerStatus {
+            opening: self.opening.len(),
+            open_failed: self.open_failed.len(),
+            restart_needed: self.restart_needed.len(),
+        }
+    }
+
+    /// The figures of the log of `topic_id`'s `partition`, when it is open.
+    pub fn stats(
+        &self,
+        topic: &str,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> Option<PartitionStats> {
+        let key = self.by_name.get(&(Arc::from(topic), partition))?;
+        let combiner = &self.slots[key].combiner;
+        match (combiner.log_topic_id(), combiner.log()) {
+            (Some(Some(id)), Some(log))
+                if id == topic_id
+                    && !matches!(log.status(), LogStatus::Opening | LogStatus::OpenFailed) =>
+            {
+                Some(log.stats())
+            }
+            _ => None,
+        }
+    }
+
+    /// The high watermark of `key`'s log, if it has one open.
+    pub fn high_watermark(&self, key: LogKey) -> Option<Offset> {
+        self.slots
+            .get(&key)
+            .and_then(|slot| slot.combiner.log())
+            .map(|log| log.high_watermark())
+    }
+
+    /// The (topic, partition) `key` hosts, while it lives.
+    pub fn partition_of(&self, key: LogKey) -> Option<(&Arc<str>, PartitionId)> {
+        self.slots
+            .get(&key)
+            .map(|slot| (&slot.topic, slot.partition))
+    }
+
+    /// Whether `completion` belongs to one of the owner's own removals (not to a log).
+    pub fn is_removal(completion: &IoCompletion) -> bool {
+        completion.id.0 >= JANITOR_IO_BASE
+    }
+
+    // ---- handlers ----
+
+    fn on_replica(&mut self, state: Arc<MetaState>) {
+        self.state = state;
+        let state = Arc::clone(&self.state);
+        let (topics, _) = state.topics_after("", usize::MAX);
+        for topic in topics {
+            let name: Arc<str> = Arc::from(topic.name.as_str());
+            for index in 0..topic.partitions() {
+                self.ensure(&name, PartitionId(index));
+            }
+        }
+        let keys: Vec<LogKey> = self.slots.keys().copied().collect();
+        for key in keys {
+            let slot = &self.slots[&key];
+            let view = owner_view(&self.state, self.config.node, &slot.topic, slot.partition);
+            if *slot.combiner.view() != view {
+                self.feed(key, CombinerInput::View(view));
+            }
+        }
+    }
+
+    /// The combiner of `(topic, partition)`, created (and its log opened) if missing.
+    fn ensure(&mut self, topic: &Arc<str>, partition: PartitionId) -> LogKey {
+        if let Some(key) = self.by_name.get(&(topic.clone(), partition)) {
+            return *key;
+        }
+        let key = LogKey(self.next_key);
+        self.next_key += 1;
+        let view = owner_view(&self.state, self.config.node, topic, partition);
+        let combiner = Combiner::new(self.config.combiner.clone(), view);
+        self.by_name.insert((topic.clone(), partition), key);
+        self.slots.insert(
+            key,
+            Slot {
+                topic: topic.clone(),
+                partition,
+                combiner,
+            },
+        );
+        self.drain(key);
+        key
+    }
+
+    fn on_read(&mut self, read: OwnerRead) {
+        let key = self.ensure(&read.topic.clone(), read.partition);
+        self.read(key, read);
+    }
+
+    /// Sends a read to its combiner, or parks it while the log opens.
+    fn read(&mut self, key: LogKey, read: OwnerRead) {
+        let combiner = &self.slots[&key].combiner;
+        let live = combiner.view().live.as_ref().and_then(|live| live.topic_id);
+        if live != Some(read.topic_id) {
+            let error = OwnerReadError::NotLive(read.topic_id);
+            self.outputs.push_back(OwnerOutput::ReadDone {
+                id: read.id,
+                result: Err(error),
+            });
+            return;
+        }
+        let opening = combiner.log_topic_id() != Some(live)
+            || combiner
+                .log()
+                .is_some_and(|log| log.status() == LogStatus::Opening);
+        if opening {
+            let parked = self.parked.entry(key).or_default();
+            if parked.len() >= PARKED_READS_MAX {
+                self.outputs.push_back(OwnerOutput::ReadDone {
+                    id: read.id,
+                    result: Err(OwnerReadError::Log(ReadError::Busy)),
+                });
+            } else {
+                parked.push(read);
+            }
+            return;
+        }
+        let request = ReadRequest {
+            id: read.id,
+            offset: read.offset,
+            records_max: read.records_max,
+            bytes_max: read.bytes_max,
+        };
+        self.feed(key, CombinerInput::Read(request));
+    }
+
+    /// Sends the reads parked behind `key`'s log again (it finished opening, or went away).
+    fn unpark(&mut self, key: LogKey) {
+        let Some(parked) = self.parked.remove(&key) else {
+            return;
+        };
+        for read in parked {
+            if self.slots.contains_key(&key) {
+                self.read(key, read);
+            } else {
+                self.outputs.push_back(OwnerOutput::ReadDone {
+                    id: read.id,
+                    result: Err(OwnerReadError::NotLive(read.topic_id)),
+                });
+            }
+        }
+    }
+
+    fn on_io(&mut self, key: LogKey, completion: IoCompletion) {
+        if Owner::is_removal(&completion) {
+            return self.on_removal(key, completion);
+        }
+        // Otherwise the combiner may be gone, and with it whoever waited for this request.
+        if self.slots.contains_key(&key) {
+            self.feed(key, CombinerInput::Io(completion));
+        }
+    }
+
+    // ---- the combiners ----
+
+    fn feed(&mut self, key: LogKey, input: CombinerInput) {
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        slot.combiner.handle(self.now, input);
+        self.drain(key);
+        self.drop_if_idle(key);
+    }
+
+    /// Routes every output of one combiner, then notes its log's state and sends on the reads parked
+    /// behind it once its log opened, failed or was let go.
+    fn drain(&mut self, key: LogKey) {
+        let mut retired = Vec::new();
+        let mut log_events = false;
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        while let Some(output) = slot.combiner.poll_output() {
+            let event = match output {
+                CombinerOutput::Io(request) => {
+                    self.outputs.push_back(OwnerOutput::Io { key, request });
+                    continue;
+                }
+                CombinerOutput::Committed { id, result } => {
+                    self.outputs
+                        .push_back(OwnerOutput::Committed { id, result });
+                    continue;
+                }
+                CombinerOutput::ReadDone { id, result } => {
+                    let result = result.map_err(OwnerReadError::Log);
+                    self.outputs.push_back(OwnerOutput::ReadDone { id, result });
+                    continue;
+                }
+                // Only a handoff asks for it, and nothing asks yet.
+                CombinerOutput::HighWatermark { .. } => continue,
+                CombinerOutput::LogOpened { topic_id, report } => {
+                    log_events = true;
+                    LogEvent::Opened { topic_id, report }
+                }
+                CombinerOutput::LogOpenFailed { topic_id, error } => {
+                    log_events = true;
+                    LogEvent::OpenFailed { topic_id, error }
+                }
+                CombinerOutput::LogLatched { topic_id, fault } => {
+                    LogEvent::Latched { topic_id, fault }
+                }
+                CombinerOutput::LogRetired { topic_id, dir } => {
+                    log_events = true;
+                    retired.push(dir.clone());
+                    LogEvent::Retired { topic_id, dir }
+                }
+            };
+            self.outputs.push_back(OwnerOutput::Log {
+                topic: slot.topic.clone(),
+                partition: slot.partition,
+                event,
+            });
+        }
+        for dir in retired {
+            self.list_retired(key, dir);
+        }
+        self.note_log_state(key);
+        if log_events {
+            self.unpark(key);
+        }
+    }
+
+    fn note_log_state(&mut self, key: LogKey) {
+        let log = self.slots.get(&key).and_then(|slot| slot.combiner.log());
+        let status = log.map(|log| log.status());
+        let sync_failed = log
+            .and_then(|log| log.open_error())
+            .is_some_and(|error| matches!(error, RecoveryError::Sync(_)));
+        let mark = |set: &mut BTreeSet<LogKey>, on: bool| {
+            if on {
+                set.insert(key);
+            } else {
+                set.remove(&key);
+            }
+        };
+        mark(
+            &mut self.restart_needed,
+            status == Some(LogStatus::OpenFailed) && sync_failed,
+        );
+        mark(&mut self.opening, status == Some(LogStatus::Opening));
+        mark(&mut self.open_failed, status == Some(LogStatus::OpenFailed));
+    }
+
+    /// Drops a combiner whose name the replica no longer holds once it holds nothing.
+    fn drop_if_idle(&mut self, key: LogKey) {
+        let Some(slot) = self.slots.get(&key) else {
+            return;
+        };
+        let combiner = &slot.combiner;
+        let idle = combiner.view().live.is_none()
+            && combiner.log().is_none()
+            && combiner.queued_batches() == 0
+            && !combiner.cycle_running()
+            && !self.parked.contains_key(&key)
+            && self.state.topic(&slot.topic).is_none();
+        if !idle {
+            return;
+        }
+        let slot = self.slots.remove(&key).expect("checked above");
+        self.by_name.remove(&(slot.topic, slot.partition));
+        self.opening.remove(&key);
+        self.open_failed.remove(&key);
+        self.restart_needed.remove(&key);
+        // Lanes still running a removal are let go once it is done.
+        if !self.removal_pending(key) {
+            self.outputs.push_back(OwnerOutput::Forget { key });
+        }
+    }
+
+    // ---- removing retired logs ----
+
+    fn removal_pending(&self, key: LogKey) -> bool {
+        self.removals.values().any(|removal| removal.key == key)
+    }
+
+    /// Submits one removal step on the combiner's commit lane (after its queued requests).
+    fn remove_step(&mut self, key: LogKey, dir: String, listing: bool, ops: Vec<IoOp>) {
+        let id = IoId(self.next_removal);
+        self.next_removal += 1;
+        self.removals.insert(id, Removal { key, dir, listing });
+        let lane: IoLane = self.config.combiner.log.commit_lane;
+        self.outputs.push_back(OwnerOutput::Io {
+            key,
+            request: IoRequest { id, lane, ops },
+        });
+    }
+
+    fn list_retired(&mut self, key: LogKey, dir: String) {
+        let ops = vec![IoOp::List { dir: dir.clone() }];
+        self.remove_step(key, dir, true, ops);
+    }
+
+    fn on_removal(&mut self, key: LogKey, completion: IoCompletion) {
+        let Some(Removal { dir, listing, .. }) = self.removals.remove(&completion.id) else {
+            return;
+        };
+        match (listing, completion.result) {
+            (true, Ok(replies)) => {
+                let names = match replies.into_iter().next() {
+                    Some(IoReply::Names(names)) => names,
+                    _ => Vec::new(),
+                };
+                let mut ops: Vec<IoOp> = names
+                    .iter()
+                    .map(|name| IoOp::Remove {
+                        path: join(&dir, name),
+                    })
+                    .collect();
+                ops.push(IoOp::SyncDir { dir: dir.clone() });
+                self.remove_step(key, dir, false, ops);
+            }
+            (false, Ok(_)) => self.log_removal(key, LogEvent::Removed { dir }),
+            (_, Err((op, fault))) => {
+                self.log_removal(key, LogEvent::RemoveFailed { dir, op, fault });
+            }
+        }
+        if !self.slots.contains_key(&key) && !self.removal_pending(key) {
+            self.outputs.push_back(OwnerOutput::Forget { key });
+        }
+    }
+
+    fn log_removal(&mut self, key: LogKey, event: LogEvent) {
+        // The combiner may be gone by now: its name went with it, so the event names none.
+        let (topic, partition) = match self.slots.get(&key) {
+            Some(slot) => (slot.topic.clone(), slot.partition),
+            None => (Arc::from(""), PartitionId(0)),
+        };
+        self.outputs.push_back(OwnerOutput::Log {
+            topic,
+            partition,
+            event,
+        });
+    }
+
+    /// Every hosted combiner is named once, by both maps; the state sets name only hosted ones.
+    fn check_invariants(&self) {
+        assert_eq!(self.by_name.len(), self.slots.len());
+        for ((topic, partition), key) in &self.by_name {
+            let slot = &self.slots[key];
+            assert!(slot.topic == *topic && slot.partition == *partition);
+        }
+        for set in [&self.opening, &self.open_failed, &self.restart_needed] {
+            assert!(set.iter().all(|key| self.slots.contains_key(key)));
+        }
+        // Each combiner checks its own invariants after every input it is fed.
+        for (key, parked) in &self.parked {
+            assert!(self.slots.contains_key(key) && parked.len() <= PARKED_READS_MAX);
+        }
+    }
+}
+
+impl Actor for Owner {
+    type Input = OwnerInput;
+    type Output = OwnerOutput;
+
+    fn handle(&mut self, now: Instant, input: OwnerInput) {
+        self.now = now;
+        match input {
+            OwnerInput::Replica(state) => self.on_replica(state),
+            OwnerInput::Commit {
+                topic,
+                partition,
+                batch,
+            } => {
+                let key = self.ensure(&topic, partition);
+                self.feed(key, CombinerInput::Submit(batch));
+            }
+            OwnerInput::Abandon {
+                topic,
+                partition,
+                id,
+            } => {
+                if let Some(key) = self.by_name.get(&(topic, partition)).copied() {
+                    self.feed(key, CombinerInput::Abandon(id));
+                }
+            }
+            OwnerInput::Read(read) => self.on_read(read),
+            OwnerInput::IoDone { key, completion } => self.on_io(key, completion),
+        }
+        self.check_invariants();
+    }
+
+    fn poll_output(&mut self) -> Option<OwnerOutput> {
+        self.outputs.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests;
