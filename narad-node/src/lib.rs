@@ -9,7 +9,8 @@
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
 //! - [`wal_host`]: the ingress WAL and the checkpointer on tokio; [`accept_times`]: when each record
 //!   earned its 202 (for the accept→visible histogram).
-//! - [`mailbox`]: sending into a host's bounded mailbox.
+//! - [`host`]: the one generic host loop every actor runs on; [`mailbox`]: sending into a host's
+//!   bounded mailbox.
 //! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
 //!   partition host and the dispatcher host live there.
 //! - `server` (not under madsim): wires it all to a real listener.
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod failpoints;
 pub mod fs_disk;
+pub mod host;
 pub mod http;
 pub mod io;
 pub mod logging;

@@ -18,12 +18,9 @@
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
 //! After every input its outputs are drained at once.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
@@ -40,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::NodeHooks;
 use crate::clock::Clock;
+use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, TopicKey};
 use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
@@ -144,11 +142,20 @@ enum Command {
 
 type ReadReply = oneshot::Sender<Result<ReadBatch, PartitionReadError>>;
 
-/// A finished request of one combiner (or of the host's janitor work on its lanes).
-struct IoEvent {
-    actor: ActorKey,
-    request: IoRequest,
-    completion: IoCompletion,
+/// What comes back to the host.
+enum Event {
+    /// A finished request of one combiner (or of the owner's removals on its lanes).
+    Io {
+        actor: ActorKey,
+        request: IoRequest,
+        completion: IoCompletion,
+    },
+    /// The metastore replica changed (`open`), or the metastore stopped; the receiver comes back to
+    /// wait for the next change.
+    Meta {
+        receiver: watch::Receiver<Arc<MetaView>>,
+        open: bool,
+    },
 }
 
 /// What the host publishes.
@@ -217,8 +224,6 @@ impl PartitionHost {
         prealloc_bytes: u64,
         hooks: &NodeHooks,
     ) -> PartitionHost {
-        let (commands, mailbox) = mpsc::channel(MAILBOX_CAPACITY);
-        let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
         let (status_sender, status) = watch::channel(PartitionStatus::default());
         let unix_epoch_ms =
             crate::clock::unix_ms().saturating_sub(clock.now().as_nanos() / 1_000_000);
@@ -236,13 +241,18 @@ impl PartitionHost {
             node,
             combiner: template,
         });
-        let host = Host {
+        let config = HostConfig {
+            mailbox_capacity: MAILBOX_CAPACITY,
+            completions_capacity: COMPLETIONS_CAPACITY,
+        };
+        let probe = hooks.probe.clone();
+        let commands = host::spawn(config, clock.clone(), move |completions| Host {
             owner,
             clock,
             meta,
             view,
-            executor: IoExecutor::new_keyed(disk, io_sender, |actor, request, completion| {
-                IoEvent {
+            executor: IoExecutor::new_keyed(disk, completions, |actor, request, completion| {
+                Event::Io {
                     actor,
                     request,
                     completion,
@@ -253,9 +263,9 @@ impl PartitionHost {
             next_read: 0,
             status: status_sender,
             metrics,
-            probe: hooks.probe.clone(),
-        };
-        tokio::spawn(host.run(mailbox, io_receiver));
+            probe,
+            stopped: false,
+        });
         PartitionHost {
             commands,
             status,
@@ -411,7 +421,7 @@ struct Host {
     meta: watch::Receiver<Arc<MetaView>>,
     /// The replica state last fed to the owner.
     view: Arc<MetaView>,
-    executor: IoExecutor<IoEvent>,
+    executor: IoExecutor<Event>,
     commits: BTreeMap<BatchId, oneshot::Sender<Result<CommittedRange, CommitError>>>,
     reads: BTreeMap<ReadId, ReadReply>,
     next_read: u64,
@@ -419,78 +429,75 @@ struct Host {
     metrics: Arc<Metrics>,
     /// Events and broken invariants go here (see [`crate::probe`]).
     probe: Probe,
+    /// Every handle on the mailbox is gone.
+    stopped: bool,
 }
-
-/// The host's wait for the next metastore change: resolves with its receiver (a clone of the host's,
-/// which tracks what was seen on its own) and whether the metastore is still there.
-type MetaChange = Pin<
-    Box<
-        dyn Future<
-                Output = (
-                    watch::Receiver<Arc<MetaView>>,
-                    Result<(), watch::error::RecvError>,
-                ),
-            > + Send,
-    >,
->;
 
 /// Waits for the next change `receiver` has not seen.
-fn wait_meta_change(mut receiver: watch::Receiver<Arc<MetaView>>) -> MetaChange {
-    Box::pin(async move {
-        let changed = receiver.changed().await;
-        (receiver, changed)
-    })
+async fn meta_change(mut receiver: watch::Receiver<Arc<MetaView>>) -> Event {
+    let open = receiver.changed().await.is_ok();
+    Event::Meta { receiver, open }
 }
 
-impl Host {
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>, mut io: mpsc::Receiver<IoEvent>) {
+/// Turns: a completion (the commands waiting fed first), a metastore change, or the commands waiting
+/// (before each, a pending metastore change is fed first); the status is published after each input.
+impl Hosted for Host {
+    type Command = Command;
+    type Completion = Event;
+
+    fn on_start(&mut self, turn: &mut Turn<'_, Event>) {
         self.apply_view();
         self.publish();
-        // `None` once the metastore stopped: the last view stays.
-        let mut meta_change = Some(wait_meta_change(self.meta.clone()));
-        std::future::poll_fn(|cx| self.poll_turns(cx, &mut commands, &mut io, &mut meta_change))
-            .await;
+        turn.answer_later(meta_change(self.meta.clone()));
     }
 
-    /// Runs turns until no input is ready; `Ready` once the command mailbox closed. A turn handles one
-    /// input, in this order: an I/O completion, else a metastore change, else a command; then
-    /// publishes the status. The metastore change is one future kept across turns (no waiter
-    /// registered and dropped per turn).
-    fn poll_turns(
-        &mut self,
-        cx: &mut Context<'_>,
-        commands: &mut mpsc::Receiver<Command>,
-        io: &mut mpsc::Receiver<IoEvent>,
-        meta_change: &mut Option<MetaChange>,
-    ) -> Poll<()> {
-        loop {
-            if let Poll::Ready(Some(event)) = io.poll_recv(cx) {
-                self.on_io(event);
-            } else if let Some(Poll::Ready((receiver, changed))) =
-                meta_change.as_mut().map(|change| change.as_mut().poll(cx))
-            {
-                // Applied already if a command came first and took it (`has_changed` below).
-                if self.meta.borrow().has_changed() {
-                    self.apply_view();
-                }
-                // The metastore stopped: the last view stays.
-                *meta_change = changed.is_ok().then(|| wait_meta_change(receiver));
-            } else {
-                match commands.poll_recv(cx) {
-                    Poll::Ready(Some(command)) => {
-                        if self.meta.has_changed().unwrap_or(false) {
-                            self.apply_view();
-                        }
-                        self.on_command(command);
-                    }
-                    Poll::Ready(None) => return Poll::Ready(()),
-                    Poll::Pending => return Poll::Pending,
-                }
+    fn on_commands(&mut self, _turn: &mut Turn<'_, Event>, commands: &mut VecDeque<Command>) {
+        for command in commands.drain(..) {
+            if self.meta.has_changed().unwrap_or(false) {
+                self.apply_view();
             }
+            self.on_command(command);
             self.publish();
         }
     }
 
+    fn on_mailbox_closed(&mut self, _turn: &mut Turn<'_, Event>) {
+        self.stopped = true;
+    }
+
+    fn on_completion(&mut self, turn: &mut Turn<'_, Event>, event: Event) {
+        match event {
+            Event::Io {
+                actor,
+                request,
+                completion,
+            } => self.on_io(actor, request, completion),
+            Event::Meta { receiver, open } => {
+                // Applied already if a command came first and took it.
+                if self.meta.borrow().has_changed() {
+                    self.apply_view();
+                }
+                // The metastore stopped: the last view stays.
+                if open {
+                    turn.answer_later(meta_change(receiver));
+                }
+            }
+        }
+        self.publish();
+    }
+
+    fn on_timeout(&mut self, _turn: &mut Turn<'_, Event>) {}
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.owner.poll_timeout()
+    }
+
+    fn finished(&self) -> bool {
+        self.stopped
+    }
+}
+
+impl Host {
     fn publish(&self) {
         let owner = self.owner.status();
         let status = PartitionStatus {
@@ -579,12 +586,7 @@ impl Host {
         }
     }
 
-    fn on_io(&mut self, event: IoEvent) {
-        let IoEvent {
-            actor,
-            request,
-            completion,
-        } = event;
+    fn on_io(&mut self, actor: ActorKey, request: IoRequest, completion: IoCompletion) {
         let key = LogKey(actor.0);
         // A commit's request writes its run, syncs it and reads it back (recovery reads whole
         // segments, torn tails included, and writes nothing in the same request).
