@@ -1,5 +1,7 @@
-//! The WAL host: runs the [`IngressWal`] and the [`Checkpointer`] over a [`Disk`] on tokio, so async
-//! callers can append records and await their durable outcome.
+//! The ingress host: runs the [`IngressWal`], the [`Checkpointer`] and (once recovery starts it) the
+//! dispatcher (`crate::node::dispatch`) in one task on the generic [`crate::host`], over a [`Disk`], so
+//! async callers can append records and await their durable outcome, and the dispatcher gets its
+//! `Durable`, its reads and its checkpoint stores without a channel round trip.
 //!
 //! # What it does (and decides nothing)
 //! - **Open** ([`WalHost::open`]): reads `<checkpoint dir>/checkpoint`, opens the checkpointer and runs its
@@ -8,18 +10,21 @@
 //!   directory, read every segment, run the pure recovery) and starts one actor task. The WAL's first
 //!   output is its repair request, which the task runs like any other; `open` returns once it ran
 //!   (the WAL then reports its durable frontier) or failed (the WAL latches).
-//! - **The actor task** owns both actors. Its inputs come from a bounded command mailbox
+//! - **The task** owns the actors. Its inputs come from a bounded command mailbox
 //!   ([`WalHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
-//!   (one per actor, [`crate::io::IoExecutor`]) and from one timer set to the earlier of the actors'
-//!   `poll_timeout`s. When a completion arrives, the commands already waiting are fed first (so the
-//!   flush the completion may start carries them), then the completion. After every input it drains both
-//!   actors' outputs and routes them: I/O to the executor, the WAL's durable frontier and latch into
-//!   [`WalStatus`], checkpoint stores into the checkpointer, the checkpointer's *synced* value into the
-//!   WAL (the only value compaction trails), warnings and failures to the log, and last the answers to
-//!   the waiting callers (so an answered caller already sees the status its answer implies).
+//!   (one per actor, [`crate::io::IoExecutor`]), from the dispatcher's answers on their way, and from one
+//!   timer set to the earliest of the actors' `poll_timeout`s. The appends a turn hands over reach the
+//!   WAL as one [`WalInput::Batch`] (one group commit for all of them, even when no flush was running).
+//!   After every input it drains the WAL's and the checkpointer's outputs and routes them: I/O to the
+//!   executor, the WAL's durable frontier and latch into [`WalStatus`], checkpoint stores into the
+//!   checkpointer, the checkpointer's *synced* value into the WAL (the only value compaction trails),
+//!   warnings and failures to the log, and then the answers to the waiting callers (so an answered
+//!   caller already sees the status its answer implies, and a 202 never waits for the dispatcher).
+//!   Only then is the dispatcher fed what the WAL answered it (`Durable`, its read, its store), and the
+//!   WAL what the dispatcher asked, until neither has more.
 //! - **Accept instants**: each group commit's durable frontier and the instant its callers are
 //!   answered go to [`AcceptTimes`] ([`WalHost::accept_times`]), forgotten once below the written
-//!   checkpoint; the dispatcher host reads them for `narad_accept_to_visible_seconds`.
+//!   checkpoint; the dispatcher reads them for `narad_accept_to_visible_seconds`.
 //! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
@@ -30,18 +35,16 @@
 //! has millisecond resolution, so a sub-millisecond deadline fires at the runtime's next tick; under
 //! load the wait usually ends sooner, when the cohort is back or an append arrives past the deadline.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use narad_core::checkpoint::{
     read_checkpoint_file, CheckpointFailure, CheckpointInput, CheckpointOpenError,
     CheckpointOutput, Checkpointer, CheckpointerConfig,
 };
 use narad_core::disk::{Disk, IoCompletion, IoOp, IoRequest};
+use narad_core::dispatcher::{DispatcherInput, ReadWal};
 use narad_core::wal::driver::open_wal;
 use narad_core::wal::{
     AppendError, AppendId, FillFn, IngressWal, OpenError, ReadError, ReadId, RecoveryReport,
@@ -52,15 +55,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
+use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::io::IoExecutor;
+use crate::node::dispatch::{DispatchEvent, DispatchPart, WalPort};
 use crate::probe::{Invariant, Probe, TraceField};
 
 /// Commands the mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
 /// Completions each actor's executor may queue for the task.
 pub const COMPLETIONS_CAPACITY: usize = 256;
-/// Commands the actor task takes from the mailbox ahead of one I/O completion.
-pub const COMMANDS_PER_TURN_MAX: usize = 1024;
 /// Checkpointer I/O rounds [`WalHost::open`] runs before it gives up on the startup sync.
 pub const STARTUP_CHECKPOINT_ROUNDS_MAX: usize = 16;
 
@@ -189,6 +192,15 @@ enum Command {
     Shutdown {
         reply: oneshot::Sender<Result<Seq, CheckpointFailure>>,
     },
+    /// The dispatcher joins the task (once recovery is far enough along).
+    StartDispatch {
+        part: Box<DispatchPart>,
+        reply: oneshot::Sender<()>,
+    },
+    /// The dispatcher stops: nothing more is fed to it.
+    StopDispatch {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// Who waits for a checkpoint store: answered once the value is written in place, or at the next failure.
@@ -208,10 +220,18 @@ pub enum StoreError {
     Stopped,
 }
 
-/// A finished request of one of the two actors.
-enum IoEvent {
+/// What comes back to the host: a finished request of one of the two actors, or the dispatcher's
+/// answers.
+enum Event {
     Wal(IoRequest, IoCompletion),
     Checkpoint(IoCompletion),
+    Dispatch(DispatchEvent),
+}
+
+impl From<DispatchEvent> for Event {
+    fn from(event: DispatchEvent) -> Event {
+        Event::Dispatch(event)
+    }
 }
 
 /// A handle on the running WAL host; clones share it.
@@ -261,42 +281,61 @@ impl WalHost {
             checkpoint_failure: None,
         };
         let (status_sender, status_receiver) = watch::channel(status);
-        let (command_sender, command_receiver) = mpsc::channel(config.mailbox_capacity.max(1));
-        let (io_sender, io_receiver) = mpsc::channel(COMPLETIONS_CAPACITY);
         let accept_times = Arc::new(AcceptTimes::new(wal.durable_next_seq()));
-        let runner = Runner {
-            wal,
-            checkpointer,
-            wal_io: IoExecutor::new(Arc::clone(&disk), io_sender.clone(), IoEvent::Wal),
-            checkpoint_io: IoExecutor::new(disk, io_sender, |_, completion| {
-                IoEvent::Checkpoint(completion)
-            }),
-            clock,
-            status: status_sender,
-            appends: BTreeMap::new(),
-            answers: Vec::new(),
-            reads: BTreeMap::new(),
-            stores: Vec::new(),
-            observer,
-            next_id: 0,
-            io_in_flight: 0,
-            stopping: false,
-            shutdown_replies: Vec::new(),
-            flushed: None,
-            audit: WalAudit::new(config.probe.clone()),
-            accept_times: Arc::clone(&accept_times),
-        };
         config.probe.event(
             "wal",
             format_args!(
                 "open: next_seq {} checkpoint {} dispatch_start {} segments {}",
-                runner.wal.next_seq(),
+                wal.next_seq(),
                 recovered,
-                runner.wal.dispatch_start(),
-                runner.wal.segment_count()
+                wal.dispatch_start(),
+                wal.segment_count()
             ),
         );
-        tokio::spawn(runner.run(command_receiver, io_receiver));
+        let host_config = HostConfig {
+            mailbox_capacity: config.mailbox_capacity.max(1),
+            completions_capacity: COMPLETIONS_CAPACITY,
+        };
+        let times = Arc::clone(&accept_times);
+        let audit = WalAudit::new(config.probe.clone());
+        let (durable_next, latched) = (wal.durable_next_seq(), wal.latch_fault().is_some());
+        let command_sender = host::spawn(host_config, clock.clone(), move |completions| {
+            let runner = Runner {
+                wal,
+                checkpointer,
+                wal_io: IoExecutor::new(Arc::clone(&disk), completions.clone(), Event::Wal),
+                checkpoint_io: IoExecutor::new(disk, completions, |_, completion| {
+                    Event::Checkpoint(completion)
+                }),
+                clock,
+                status: status_sender,
+                appends: BTreeMap::new(),
+                answers: Vec::new(),
+                reads: BTreeMap::new(),
+                stores: Vec::new(),
+                observer,
+                next_id: 0,
+                io_in_flight: 0,
+                stopping: false,
+                shutdown_replies: Vec::new(),
+                flushed: None,
+                audit,
+                accept_times: times,
+                appending: Vec::new(),
+                durable_next,
+                latched,
+                dispatch_read: None,
+                dispatch_read_id: None,
+                dispatch_store: None,
+                dispatch_store_waiting: None,
+                dispatch_inputs: VecDeque::new(),
+            };
+            Ingress {
+                runner,
+                dispatch: None,
+                finished: false,
+            }
+        });
         let mut status = status_receiver;
         // The WAL serves reads and reports its durable frontier once its open-time repair ran; a failed
         // repair latches it instead (the WAL's decision; the host only reports it).
@@ -433,6 +472,19 @@ impl WalHost {
         self.status.borrow().latched.is_some()
     }
 
+    /// Hands the dispatcher to the host's task; returns once it runs there.
+    pub(crate) async fn start_dispatch(&self, part: Box<DispatchPart>) {
+        // A host that stopped has no dispatcher to run: nothing to wait for.
+        let _ = self
+            .ask(|reply| Command::StartDispatch { part, reply })
+            .await;
+    }
+
+    /// Stops the dispatcher in the host's task; returns once nothing more is fed to it.
+    pub(crate) async fn stop_dispatch(&self) {
+        let _ = self.ask(|reply| Command::StopDispatch { reply }).await;
+    }
+
     /// Stops the host: no new commands, appends in flight finish, the checkpoint is synced now.
     /// Returns the durable checkpoint.
     pub async fn shutdown(&self) -> Result<Seq, ShutdownError> {
@@ -497,8 +549,8 @@ type AppendReply = oneshot::Sender<Result<SeqRange, AppendError>>;
 struct Runner {
     wal: IngressWal,
     checkpointer: Checkpointer,
-    wal_io: IoExecutor<IoEvent>,
-    checkpoint_io: IoExecutor<IoEvent>,
+    wal_io: IoExecutor<Event>,
+    checkpoint_io: IoExecutor<Event>,
     clock: Clock,
     status: watch::Sender<WalStatus>,
     appends: BTreeMap<AppendId, AppendReply>,
@@ -519,6 +571,21 @@ struct Runner {
     audit: WalAudit,
     /// Each group commit's answer instant, kept until its records are below the written checkpoint.
     accept_times: Arc<AcceptTimes>,
+    /// The appends of the commands being handed over, fed to the WAL as one batch.
+    appending: Vec<WalInput>,
+    /// The WAL's durable frontier and latch, as last routed (the dispatcher follows them).
+    durable_next: Seq,
+    latched: bool,
+    /// The dispatcher's read, to be fed to the WAL at the start of the next drain.
+    dispatch_read: Option<ReadWal>,
+    /// The WAL's id of the dispatcher's read in flight.
+    dispatch_read_id: Option<ReadId>,
+    /// The dispatcher's checkpoint store, to be fed to the checkpointer at the start of the next drain.
+    dispatch_store: Option<Seq>,
+    /// The dispatcher's store waiting for its in-place write.
+    dispatch_store_waiting: Option<Seq>,
+    /// Answers for the dispatcher, fed by the ingress host after each drain.
+    dispatch_inputs: VecDeque<DispatcherInput>,
 }
 
 /// The WAL's invariants as the host sees them (see [`crate::probe`]): what its requests did to the
@@ -616,155 +683,54 @@ impl WalAudit {
 }
 
 impl Runner {
-    async fn run(
-        mut self,
-        mut commands: mpsc::Receiver<Command>,
-        mut completions: mpsc::Receiver<IoEvent>,
-    ) {
-        self.drain();
-        // One timer, moved only when the earliest wake-up changes (not re-registered per command).
-        let mut timer = crate::clock::WakeTimer::at(self.clock.to_tokio(Instant(0)));
-        let mut armed: Option<Instant> = None;
-        std::future::poll_fn(|cx| {
-            self.poll_turns(cx, &mut commands, &mut completions, &mut timer, &mut armed)
-        })
-        .await;
-    }
-
-    /// Runs turns until no source is ready; `Ready` once stopped. A turn takes a completion (with the
-    /// commands already waiting staged before it, so the flush it may start carries them instead of
-    /// leaving them for the one after), else the waiting commands, else the timer; then drains.
-    ///
-    /// A source that answered `Pending` holds the task's waker, so it is not polled again in the
-    /// same poll (a completion or command arriving meanwhile wakes the task): one event costs one
-    /// poll of each idle source, not one per turn.
-    fn poll_turns(
-        &mut self,
-        cx: &mut Context<'_>,
-        commands: &mut mpsc::Receiver<Command>,
-        completions: &mut mpsc::Receiver<IoEvent>,
-        timer: &mut crate::clock::WakeTimer,
-        armed: &mut Option<Instant>,
-    ) -> Poll<()> {
-        let mut completions_waiting = false;
-        let mut commands_waiting = false;
-        loop {
-            let wake = earliest(self.wal.poll_timeout(), self.checkpointer.poll_timeout());
-            if wake != *armed {
-                if let Some(at) = wake {
-                    timer.reset(self.clock.to_tokio(at));
-                }
-                *armed = wake;
-            }
-            let mut progressed = false;
-            if !completions_waiting {
-                match completions.poll_recv(cx) {
-                    Poll::Ready(Some(event)) => {
-                        commands_waiting = self.take_ready_commands(cx, commands).waiting;
-                        self.on_io(event);
-                        progressed = true;
-                    }
-                    Poll::Ready(None) | Poll::Pending => completions_waiting = true,
-                }
-            }
-            if !progressed && !commands_waiting && !self.stopping {
-                let taken = self.take_ready_commands(cx, commands);
-                commands_waiting = taken.waiting;
-                progressed = taken.handled;
-                if !taken.waiting && !self.stopping {
-                    // Cut off at the bound: the completions get their turn before more commands.
-                    completions_waiting = false;
-                }
-            }
-            if !progressed && armed.is_some() && Future::poll(Pin::new(&mut *timer), cx).is_ready()
-            {
-                *armed = None;
-                self.on_tick();
-                progressed = true;
-            }
-            if !progressed {
-                return Poll::Pending;
-            }
-            self.drain();
-            // Stop only once nothing is outstanding: no caller waits and no request of either actor
-            // runs, so a WAL reopened on the same disk right after never races an old request.
-            if self.stopping
-                && self.appends.is_empty()
-                && self.reads.is_empty()
-                && self.io_in_flight == 0
-            {
-                if let Some(flushed) = self.flushed.clone() {
-                    for reply in self.shutdown_replies.drain(..) {
-                        // A caller that gave up waiting does not need the answer.
-                        let _ = reply.send(flushed.clone());
-                    }
-                    return Poll::Ready(());
-                }
-            }
-        }
-    }
-
-    /// Handles the commands already in the mailbox, at most [`COMMANDS_PER_TURN_MAX`]. Their outputs
-    /// are routed by the turn's one drain after them: routing feeds nothing back that a command
-    /// reads, and nobody runs in between to see an answer sooner. A closed mailbox begins the stop.
-    fn take_ready_commands(
-        &mut self,
-        cx: &mut Context<'_>,
-        commands: &mut mpsc::Receiver<Command>,
-    ) -> Taken {
-        let mut handled = false;
-        for _ in 0..COMMANDS_PER_TURN_MAX {
-            if self.stopping {
-                return Taken {
-                    handled,
-                    waiting: false,
-                };
-            }
-            match commands.poll_recv(cx) {
-                Poll::Ready(Some(command)) => {
-                    self.on_command(command);
-                    handled = true;
-                }
-                Poll::Ready(None) => {
-                    self.begin_stop();
-                    return Taken {
-                        handled: true,
-                        waiting: false,
-                    };
-                }
-                Poll::Pending => {
-                    return Taken {
-                        handled,
-                        waiting: true,
-                    }
-                }
-            }
-        }
-        Taken {
-            handled,
-            waiting: false,
-        }
-    }
-
     fn next_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         id
     }
 
-    fn on_command(&mut self, command: Command) {
-        let now = self.clock.now();
+    /// Stages an append for the batch [`Runner::feed_appends`] hands the WAL.
+    fn stage_append(&mut self, command: Command) {
         match command {
             Command::Append { record, reply } => {
                 let id = AppendId(self.next_id());
                 self.appends.insert(id, reply);
-                self.wal.handle(now, WalInput::Append { id, record });
+                self.appending.push(WalInput::Append { id, record });
             }
             Command::AppendMany { sizes, fill, reply } => {
                 let id = AppendId(self.next_id());
                 self.appends.insert(id, reply);
-                self.wal
-                    .handle(now, WalInput::AppendMany { id, sizes, fill });
+                self.appending
+                    .push(WalInput::AppendMany { id, sizes, fill });
+            }
+            other => self.on_command(other),
+        }
+    }
+
+    /// Feeds the staged appends to the WAL as one input: one group commit for all of them.
+    fn feed_appends(&mut self) {
+        match self.appending.len() {
+            0 => {}
+            1 => {
+                let input = self.appending.pop().expect("one");
+                self.wal.handle(self.clock.now(), input);
+            }
+            _ => {
+                let inputs = std::mem::take(&mut self.appending);
+                self.wal.handle(self.clock.now(), WalInput::Batch(inputs));
+            }
+        }
+    }
+
+    fn on_command(&mut self, command: Command) {
+        let now = self.clock.now();
+        match command {
+            Command::Append { .. } | Command::AppendMany { .. } => {
+                self.stage_append(command);
+                self.feed_appends();
+            }
+            Command::StartDispatch { .. } | Command::StopDispatch { .. } => {
+                unreachable!("the ingress host handles the dispatcher's commands")
             }
             Command::Read {
                 from,
@@ -785,14 +751,7 @@ impl Runner {
                 );
             }
             Command::StoreCheckpoint { seq, reply } => {
-                self.checkpointer.handle(now, CheckpointInput::Store(seq));
-                let stored = self.checkpointer.stored();
-                // Silent (see `WalHost::subscribe`): one store per dispatched batch would wake the
-                // dispatcher, the only one waiting, for a value it does not read.
-                self.status.send_if_modified(|status| {
-                    status.checkpoint_stored = stored;
-                    false
-                });
+                self.store_checkpoint_now(now, seq);
                 if let Some(reply) = reply {
                     self.stores.push((seq, reply));
                 }
@@ -804,6 +763,37 @@ impl Runner {
         }
     }
 
+    fn store_checkpoint_now(&mut self, now: Instant, seq: Seq) {
+        self.checkpointer.handle(now, CheckpointInput::Store(seq));
+        let stored = self.checkpointer.stored();
+        // Silent (see `WalHost::subscribe`): one store per dispatched batch would wake every
+        // subscriber for a value none of them follows.
+        self.status.send_if_modified(|status| {
+            status.checkpoint_stored = stored;
+            false
+        });
+    }
+
+    /// Ends the host once nothing is outstanding: no caller waits and no request of either actor
+    /// runs, so a WAL reopened on the same disk right after never races an old request.
+    fn try_finish(&mut self) -> bool {
+        if !self.stopping
+            || !self.appends.is_empty()
+            || !self.reads.is_empty()
+            || self.io_in_flight > 0
+        {
+            return false;
+        }
+        let Some(flushed) = self.flushed.clone() else {
+            return false;
+        };
+        for reply in self.shutdown_replies.drain(..) {
+            // A caller that gave up waiting does not need the answer.
+            let _ = reply.send(flushed.clone());
+        }
+        true
+    }
+
     fn begin_stop(&mut self) {
         if !self.stopping {
             self.stopping = true;
@@ -812,11 +802,12 @@ impl Runner {
         }
     }
 
-    fn on_io(&mut self, event: IoEvent) {
+    fn on_io(&mut self, event: Event) {
         self.io_in_flight -= 1;
         let now = self.clock.now();
         match event {
-            IoEvent::Wal(request, completion) => {
+            Event::Dispatch(_) => unreachable!("the ingress host hands these to the dispatcher"),
+            Event::Wal(request, completion) => {
                 self.audit.on_completed(&request, &completion);
                 self.wal.handle(
                     now,
@@ -826,7 +817,7 @@ impl Runner {
                     },
                 )
             }
-            IoEvent::Checkpoint(completion) => self
+            Event::Checkpoint(completion) => self
                 .checkpointer
                 .handle(now, CheckpointInput::Io(completion)),
         }
@@ -846,6 +837,29 @@ impl Runner {
     /// Routes both actors' outputs until neither has any (a synced checkpoint feeds the WAL), then
     /// answers the appends, so a caller that is answered already sees the status that answer implies.
     fn drain(&mut self) {
+        let now = self.clock.now();
+        if let Some(read) = self.dispatch_read.take() {
+            let id = ReadId(self.next_id());
+            self.dispatch_read_id = Some(id);
+            let ReadWal {
+                from,
+                max_records,
+                max_bytes,
+            } = read;
+            self.wal.handle(
+                now,
+                WalInput::Read {
+                    id,
+                    from,
+                    max_records,
+                    max_bytes,
+                },
+            );
+        }
+        if let Some(seq) = self.dispatch_store.take() {
+            self.store_checkpoint_now(now, seq);
+            self.dispatch_store_waiting = Some(seq);
+        }
         self.route_all();
         for (reply, result) in self.answers.drain(..) {
             // A caller that stopped waiting still had its record handled truthfully.
@@ -860,6 +874,13 @@ impl Runner {
             });
             // Everything below a written checkpoint is visible: its accept instants are not needed.
             self.accept_times.forget_below(written);
+        }
+        if let Some(seq) = self.dispatch_store_waiting {
+            if seq <= written {
+                self.dispatch_store_waiting = None;
+                self.dispatch_inputs
+                    .push_back(DispatcherInput::CheckpointStored { seq });
+            }
         }
         // Most drains answer no store (one waits for the write in flight): look before rebuilding.
         if self.stores.iter().any(|(seq, _)| *seq <= written) {
@@ -937,9 +958,25 @@ impl Runner {
                     status.repaired = true;
                     status.durable_next_seq = next_seq;
                 });
+                self.durable_next = next_seq;
             }
             WalOutput::ReadDone { id, result } => {
-                if let Some(reply) = self.reads.remove(&id) {
+                if self.dispatch_read_id == Some(id) {
+                    self.dispatch_read_id = None;
+                    let input = match result {
+                        Ok(frames) => DispatcherInput::WalFrames {
+                            frames: frames
+                                .into_iter()
+                                .map(|frame| (frame.seq, frame.payload))
+                                .collect(),
+                        },
+                        Err(ReadError::Io(fault)) => DispatcherInput::WalReadFailed { fault },
+                        Err(error) => DispatcherInput::WalReadFailed {
+                            fault: IoFault::Other(error.to_string()),
+                        },
+                    };
+                    self.dispatch_inputs.push_back(input);
+                } else if let Some(reply) = self.reads.remove(&id) {
                     let _ = reply.send(result);
                 }
             }
@@ -950,6 +987,7 @@ impl Runner {
                     .event("wal", format_args!("latched: {fault}"));
                 self.status
                     .send_modify(|status| status.latched = Some(fault));
+                self.latched = true;
             }
             WalOutput::Warning(warning) => {
                 tracing::warn!(?warning, "{}", warning.message());
@@ -976,6 +1014,11 @@ impl Runner {
                 for (_, reply) in self.stores.drain(..) {
                     let _ = reply.send(Err(failure.clone()));
                 }
+                if let Some(seq) = self.dispatch_store_waiting.take() {
+                    let fault = failure.fault.clone();
+                    self.dispatch_inputs
+                        .push_back(DispatcherInput::CheckpointStoreFailed { seq, fault });
+                }
                 self.status
                     .send_modify(|status| status.checkpoint_failure = Some(failure));
             }
@@ -988,12 +1031,148 @@ impl Runner {
     }
 }
 
-/// What [`Runner::take_ready_commands`] did.
-struct Taken {
-    /// It handled a command (or began the stop).
-    handled: bool,
-    /// The mailbox answered `Pending`: it holds the task's waker.
-    waiting: bool,
+impl WalPort for Runner {
+    fn read(&mut self, read: ReadWal) {
+        assert!(
+            self.dispatch_read.is_none() && self.dispatch_read_id.is_none(),
+            "at most one dispatcher read is outstanding"
+        );
+        self.dispatch_read = Some(read);
+    }
+
+    fn store_checkpoint(&mut self, seq: Seq) {
+        assert!(
+            self.dispatch_store.is_none() && self.dispatch_store_waiting.is_none(),
+            "at most one dispatcher store is outstanding"
+        );
+        self.dispatch_store = Some(seq);
+    }
+
+    fn accept_times(&self) -> &AcceptTimes {
+        &self.accept_times
+    }
+}
+
+/// The ingress host: the WAL, the checkpointer and (once started) the dispatcher in one task.
+///
+/// After every input the WAL's and the checkpointer's outputs are routed first (a flush's I/O leaves,
+/// its callers are answered), then the dispatcher is fed what the WAL answered it (`Durable`, its
+/// read, its checkpoint store), and the WAL again what the dispatcher asked, until neither has more.
+struct Ingress {
+    runner: Runner,
+    dispatch: Option<Box<DispatchPart>>,
+    finished: bool,
+}
+
+impl Ingress {
+    /// Routes both ways until quiet; see [`Ingress`].
+    fn settle(&mut self, turn: &mut Turn<'_, Event>) {
+        self.runner.drain();
+        match self.dispatch.as_deref_mut() {
+            None => self.runner.dispatch_inputs.clear(),
+            Some(dispatch) => {
+                loop {
+                    let (durable_next, latched) = (self.runner.durable_next, self.runner.latched);
+                    let fed = dispatch.on_wal(turn, &mut self.runner, durable_next, latched);
+                    match self.runner.dispatch_inputs.pop_front() {
+                        Some(input) => dispatch.feed(turn, &mut self.runner, input),
+                        None if !fed => break,
+                        None => {}
+                    }
+                    self.runner.drain();
+                }
+                dispatch.publish();
+            }
+        }
+        self.finished = self.runner.try_finish();
+    }
+}
+
+impl Hosted for Ingress {
+    type Command = Command;
+    type Completion = Event;
+
+    fn on_start(&mut self, turn: &mut Turn<'_, Event>) {
+        self.settle(turn);
+    }
+
+    fn on_commands(&mut self, turn: &mut Turn<'_, Event>, commands: &mut VecDeque<Command>) {
+        for command in commands.drain(..) {
+            if self.runner.stopping {
+                // No command is taken once stopping; its caller sees the host stopped.
+                continue;
+            }
+            match command {
+                Command::Append { .. } | Command::AppendMany { .. } => {
+                    self.runner.stage_append(command);
+                    continue;
+                }
+                Command::StartDispatch { mut part, reply } => {
+                    self.runner.feed_appends();
+                    self.settle(turn);
+                    let status = self.runner.status.borrow().clone();
+                    part.start(turn, &mut self.runner, &status);
+                    self.dispatch = Some(part);
+                    let _ = reply.send(());
+                }
+                Command::StopDispatch { reply } => {
+                    if let Some(dispatch) = self.dispatch.as_deref_mut() {
+                        dispatch.stop();
+                    }
+                    let _ = reply.send(());
+                }
+                other => {
+                    self.runner.feed_appends();
+                    self.settle(turn);
+                    self.runner.on_command(other);
+                }
+            }
+        }
+        self.runner.feed_appends();
+        self.settle(turn);
+    }
+
+    fn on_mailbox_closed(&mut self, turn: &mut Turn<'_, Event>) {
+        self.runner.begin_stop();
+        self.settle(turn);
+    }
+
+    fn on_completion(&mut self, turn: &mut Turn<'_, Event>, event: Event) {
+        match event {
+            Event::Dispatch(event) => {
+                if let Some(dispatch) = self.dispatch.as_deref_mut() {
+                    dispatch.on_event(turn, &mut self.runner, event);
+                }
+            }
+            io => self.runner.on_io(io),
+        }
+        self.settle(turn);
+    }
+
+    fn on_timeout(&mut self, turn: &mut Turn<'_, Event>) {
+        self.runner.on_tick();
+        if let Some(dispatch) = self.dispatch.as_deref_mut() {
+            dispatch.on_timeout(turn, &mut self.runner);
+        }
+        self.settle(turn);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let wal = earliest(
+            self.runner.wal.poll_timeout(),
+            self.runner.checkpointer.poll_timeout(),
+        );
+        earliest(
+            wal,
+            self.dispatch
+                .as_deref()
+                .and_then(DispatchPart::poll_timeout),
+        )
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
 }
 
 fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {

@@ -231,6 +231,10 @@ pub enum WalInput {
     },
     /// [`crate::Actor::poll_timeout`] has passed.
     Tick,
+    /// Several inputs at once, handled in order as one event: the next flush starts only after the
+    /// last of them, so appends that arrived together share one group commit even when no flush was
+    /// running (a driver hands over what its mailbox held in one turn). A batch holds no batch.
+    Batch(Vec<WalInput>),
 }
 
 impl WalInput {
@@ -252,6 +256,7 @@ impl WalInput {
 impl fmt::Debug for WalInput {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            WalInput::Batch(inputs) => f.debug_tuple("Batch").field(inputs).finish(),
             WalInput::Append { id, record } => f
                 .debug_struct("Append")
                 .field("id", id)

@@ -290,6 +290,8 @@ pub struct IngressWal {
     next_io_id: u64,
     pending: BTreeMap<IoId, Pending>,
     outputs: VecDeque<WalOutput>,
+    /// A [`WalInput::Batch`] is being handled: no flush starts before its last input.
+    batching: bool,
 }
 
 /// What recovery hands the actor.
@@ -356,6 +358,7 @@ impl IngressWal {
             next_io_id: 0,
             pending: BTreeMap::new(),
             outputs: VecDeque::new(),
+            batching: false,
         };
         if let Some(warning) = recovered.warning {
             wal.outputs.push_back(WalOutput::Warning(warning));
@@ -570,6 +573,40 @@ impl Actor for IngressWal {
 
     fn handle(&mut self, now: Instant, input: WalInput) {
         match input {
+            WalInput::Batch(inputs) => {
+                self.batching = true;
+                for input in inputs {
+                    assert!(
+                        !matches!(input, WalInput::Batch(_)),
+                        "a batch holds no batch"
+                    );
+                    self.handle_one(now, input);
+                }
+                self.batching = false;
+                self.start_next(now);
+            }
+            input => self.handle_one(now, input),
+        }
+        self.rearm_backstop(now);
+        self.check_invariants();
+    }
+
+    fn poll_output(&mut self) -> Option<WalOutput> {
+        self.outputs.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match (self.backstop_at, self.cohort_deadline()) {
+            (Some(backstop), Some(cohort)) => Some(backstop.min(cohort)),
+            (backstop, cohort) => backstop.or(cohort),
+        }
+    }
+}
+
+impl IngressWal {
+    fn handle_one(&mut self, now: Instant, input: WalInput) {
+        match input {
+            WalInput::Batch(_) => unreachable!("handled by `handle`"),
             WalInput::Append { id, record } => {
                 let mut copy = |_: usize, out: &mut [u8]| {
                     out.copy_from_slice(&record);
@@ -595,23 +632,8 @@ impl Actor for IngressWal {
             WalInput::CheckpointSynced { seq } => self.on_checkpoint_synced(now, seq),
             WalInput::Tick => self.on_tick(now),
         }
-        self.rearm_backstop(now);
-        self.check_invariants();
     }
 
-    fn poll_output(&mut self) -> Option<WalOutput> {
-        self.outputs.pop_front()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        match (self.backstop_at, self.cohort_deadline()) {
-            (Some(backstop), Some(cohort)) => Some(backstop.min(cohort)),
-            (backstop, cohort) => backstop.or(cohort),
-        }
-    }
-}
-
-impl IngressWal {
     fn on_io_done(
         &mut self,
         now: Instant,

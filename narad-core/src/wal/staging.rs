@@ -280,7 +280,7 @@ impl IngressWal {
     /// Starts the next step on the append lane when it is free: a queued step, else the open batch.
     /// The open batch waits while a cohort is expected (see the module doc); queued steps never do.
     pub(super) fn start_next(&mut self, now: Instant) {
-        if self.latched.is_some() || self.append_in_flight.is_some() {
+        if self.batching || self.latched.is_some() || self.append_in_flight.is_some() {
             return;
         }
         let mut step = match self.queue.pop_front() {

@@ -321,7 +321,8 @@ async fn recover(
         clock,
         inner.metrics.clone(),
         &hooks,
-    );
+    )
+    .await;
     let _ = inner.dispatcher.set(dispatcher);
     Ok(())
 }

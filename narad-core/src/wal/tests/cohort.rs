@@ -308,3 +308,41 @@ fn a_flush_of_at_least_commit_delay_flush_bytes_max_sets_no_cohort_wait() {
         "one byte more: it waits"
     );
 }
+
+#[test]
+fn appends_handed_over_as_one_batch_share_one_flush_even_when_none_was_running() {
+    let mut h = Harness::ready(small_config());
+    let batch = WalInput::Batch(vec![
+        WalInput::Append {
+            id: AppendId(1),
+            record: b"aaaa".to_vec(),
+        },
+        WalInput::Append {
+            id: AppendId(2),
+            record: b"bbbb".to_vec(),
+        },
+        WalInput::append_many_bytes(AppendId(3), vec![b"cccc".to_vec(), b"dddd".to_vec()]),
+    ]);
+    let outputs = h.at_us(0).input(batch);
+    let flush = request(
+        1,
+        0,
+        flush_ops(SEG0, 0, frames(0, &[b"aaaa", b"bbbb", b"cccc", b"dddd"])),
+    );
+    assert_eq!(outputs, vec![WalOutput::Io(flush.clone())]);
+    assert_eq!(
+        h.at_us(1_000).complete(&flush),
+        vec![done(1, 0, 1), done(2, 1, 2), done(3, 2, 4), durable(4)]
+    );
+    // One by one, the first append leaves alone: what the batch input is for.
+    let mut single = Harness::ready(small_config());
+    let first = single.at_us(0).append(1, b"aaaa");
+    assert_eq!(
+        first,
+        vec![WalOutput::Io(request(
+            1,
+            0,
+            flush_ops(SEG0, 0, frames(0, &[b"aaaa"]))
+        ))]
+    );
+}
