@@ -23,9 +23,8 @@
 //!   request. Should the OS refuse the thread, the lane falls back to the async task below.
 //! - **A keyed executor** ([`IoExecutor::new_keyed`]: one instance per partition, thousands on a big
 //!   node) runs each `(instance, lane)` as an async task that runs each request with
-//!   `spawn_blocking`, so an idle partition holds no thread. (Sharing one thread per lane number
-//!   between the instances was measured: it serialized every partition's commits and tripled the
-//!   accept→visible p99 on a busy machine.)
+//!   `spawn_blocking`, so an idle partition holds no thread (why not one thread per lane number:
+//!   `docs/decisions.md`).
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
 //! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it (and a

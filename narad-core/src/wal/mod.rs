@@ -26,15 +26,10 @@
 //!   the open batch waits: steps queued by a roll start at once, a tick at the backstop starts the
 //!   flush whatever the cohort, and the wait ends at its deadline by [`Actor::poll_timeout`].
 //!   This deviates from the spec's "group commit fires on every append" by default (see
-//!   [`config::COMMIT_DELAY_US_MAX_DEFAULT`]); 0 restores it exactly. *Values, by measurement*
-//!   (`ci/bench-before-after`, 1 KiB single produces, this 2-core machine, fsync p50 ≈ 0.35 ms): at 64
-//!   workers group commits grow from ≈ 20 to ≈ 33 records (fsyncs per record 0.051 → 0.030) and at 8
-//!   workers from 3.9 to 7.6 (the whole cohort; +13% msgs/s, p50 0.76 → 0.64 ms); at 1 worker no flush
-//!   answers 4 appends, so nothing ever waits. The wait is bounded by two and a half flushes (250%;
-//!   one flush kept 64 workers' groups at ≈ 34 records: the cohort needs longer to come back when the
-//!   node and its clients share the cores, and 250% grows them to ≈ 56, +17% msgs/s, −18% CPU per
-//!   record, see [`config::COMMIT_DELAY_FLUSH_PERCENT_DEFAULT`]). The 1 ms cap bounds it on slow
-//!   disks, far below the 10 ms backstop and the 10 ms accept→visible target. `siblings_min` 4: below it the load is too light for a wait to pay.
+//!   [`config::COMMIT_DELAY_US_MAX_DEFAULT`]); 0 restores it exactly. The wait is bounded by
+//!   [`config::COMMIT_DELAY_FLUSH_PERCENT_DEFAULT`] of the last flush and by the 1 ms cap (far below
+//!   the 10 ms backstop and the 10 ms accept→visible target); below `siblings_min` appends the load is
+//!   too light for a wait to pay. How the values were chosen: `docs/decisions.md`.
 //! - **Batches** ([`WalInput::AppendMany`]): every size is checked before anything is staged; the records
 //!   take consecutive sequence numbers with nothing interleaved and one answer once the last is durable.
 //!   A batch that outgrows the active segment rolls it between two records: the records staged so far
