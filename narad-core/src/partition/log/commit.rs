@@ -1,0 +1,350 @@
+//! CommitDurable of [`PartitionLog`]: encode, write, sync, read back and verify a run, then advance
+//! the high watermark; a failed commit is discarded and the file repaired (see the module
+//! documentation of `log`).
+
+use super::*;
+
+impl PartitionLog {
+    pub(super) fn on_commit(&mut self, request: CommitRequest) {
+        if let Err(fault) = self.begin_commit(&request) {
+            self.outputs.push_back(LogOutput::CommitDone {
+                id: request.id,
+                result: Err(fault),
+            });
+        }
+    }
+
+    pub(super) fn begin_commit(&mut self, request: &CommitRequest) -> Result<(), CommitFault> {
+        if !matches!(self.phase, Phase::Ready) {
+            return Err(CommitFault::NotReady(self.status()));
+        }
+        if request.records.is_empty() {
+            return Err(CommitFault::Empty);
+        }
+        let committed_at_ms = request.committed_at_ms.max(self.last_committed_at_ms);
+        let views: Vec<RecordView<'_>> = request
+            .records
+            .iter()
+            .map(|record| RecordView {
+                key: record.key.as_deref().filter(|key| !key.is_empty()),
+                committed_at_ms,
+                payload: &record.payload,
+            })
+            .collect();
+        if views
+            .iter()
+            .any(|view| view.framed_len() > FRAME_RECORDS_BYTES_MAX)
+        {
+            return Err(CommitFault::RecordTooLarge);
+        }
+        let (run, frames) = self.encode_run(&views);
+        let run_bytes = run.len() as u64;
+        let (segment, created) = match self.segments.iter().next_back() {
+            Some((&base, last))
+                if last.bytes == 0 || last.bytes + run_bytes <= self.config.segment_bytes_max =>
+            {
+                (base, false)
+            }
+            _ => (self.high_watermark, true),
+        };
+        let position = if created {
+            0
+        } else {
+            self.segments[&segment].bytes
+        };
+        let name_durable = !created && self.segments[&segment].name_durable;
+        let path = self.segment_path(segment);
+        let mut ops = Vec::with_capacity(7);
+        let mut stages = Stages::default();
+        if created {
+            if let Some(sealed) = self
+                .segments
+                .values()
+                .next_back()
+                .filter(|last| last.file_bytes > last.bytes)
+            {
+                // Not synced: a crash may keep the zeros, which recovery reads as a clean end.
+                ops.push(IoOp::SetLen {
+                    path: sealed.path.clone(),
+                    len: sealed.bytes,
+                });
+                stages.push(Stage::Seal);
+            }
+            ops.push(IoOp::Create { path: path.clone() });
+            stages.push(Stage::Create);
+        }
+        ops.push(IoOp::WriteAt {
+            path: path.clone(),
+            offset: position,
+            data: run,
+        });
+        stages.push(Stage::Write);
+        let write_end = position + run_bytes;
+        let zeroed = if created {
+            0
+        } else {
+            self.segments[&segment].file_bytes
+        };
+        self.run_bytes_avg = match self.run_bytes_avg {
+            0 => run_bytes,
+            avg => (avg * 7 + run_bytes) / 8,
+        };
+        if created {
+            self.fill_off = false;
+        }
+        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX && !self.fill_off {
+            self.config
+                .preallocate_bytes
+                .min(self.config.segment_bytes_max / 8)
+                .min(self.config.segment_bytes_max.saturating_sub(write_end))
+        } else {
+            0
+        };
+        let file_bytes = if write_end > zeroed && fill > 0 {
+            ops.push(IoOp::WriteZeros {
+                path: path.clone(),
+                offset: write_end,
+                len: fill,
+            });
+            stages.push(Stage::Fill);
+            write_end + fill
+        } else {
+            zeroed.max(write_end)
+        };
+        ops.push(IoOp::SyncData { path: path.clone() });
+        stages.push(Stage::Sync);
+        if !name_durable {
+            ops.push(IoOp::SyncDir {
+                dir: self.config.dir.clone(),
+            });
+            stages.push(Stage::SyncDir);
+        }
+        ops.push(IoOp::ReadAt {
+            path,
+            offset: position,
+            len: run_bytes as usize,
+        });
+        stages.push(Stage::ReadBack);
+        let end_offset = Offset(self.high_watermark.0 + request.records.len() as u64);
+        let io = self.request(self.config.commit_lane, ops);
+        self.next_offset = end_offset;
+        self.phase = Phase::Committing(Box::new(PendingCommit {
+            id: request.id,
+            io,
+            segment,
+            created,
+            position,
+            run_bytes,
+            file_bytes,
+            frames,
+            end_offset,
+            committed_at_ms,
+            stages,
+        }));
+        Ok(())
+    }
+
+    /// Encodes a run as frames of about `frame_records_bytes_target` record bytes each.
+    pub(super) fn encode_run(&self, views: &[RecordView<'_>]) -> (Vec<u8>, Vec<FrameMeta>) {
+        let total: usize = views.iter().map(RecordView::framed_len).sum();
+        let mut run = Vec::with_capacity(total + FRAME_HEADER_BYTES * (1 + total / 4096));
+        let mut frames = Vec::new();
+        let mut start = 0;
+        let mut base = self.high_watermark;
+        while start < views.len() {
+            let mut end = start + 1;
+            let mut bytes = views[start].framed_len();
+            while end < views.len() {
+                let next = views[end].framed_len();
+                if bytes + next > self.config.frame_records_bytes_target
+                    || bytes + next > FRAME_RECORDS_BYTES_MAX
+                    || end - start >= i32::MAX as usize
+                {
+                    break;
+                }
+                bytes += next;
+                end += 1;
+            }
+            let position = run.len();
+            encode_frame(&mut run, base, &views[start..end]);
+            let crc_bytes = &run[position + 23..position + FRAME_HEADER_BYTES];
+            frames.push(FrameMeta {
+                base,
+                count: (end - start) as u32,
+                position: position as u64,
+                records_bytes: bytes as u32,
+                crc: u32::from_be_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]),
+            });
+            base = Offset(base.0 + (end - start) as u64);
+            start = end;
+        }
+        (run, frames)
+    }
+
+    pub(super) fn on_commit_io(&mut self, pending: PendingCommit, completion: IoCompletion) {
+        let outcome = match completion.result {
+            Ok(replies) => match replies.last() {
+                Some(IoReply::Data(bytes)) if verify_run(&pending, bytes, self.verify_crc()) => {
+                    Ok(())
+                }
+                _ => Err(CommitFault::ReadBackMismatch),
+            },
+            Err((index, fault)) => Err(match pending.stages.get(index).as_ref() {
+                Some(Stage::Seal) | Some(Stage::Create) => CommitFault::Create(fault),
+                Some(Stage::Fill) => {
+                    // A nearly full disk may hold the frames but not the zeros: commits go on
+                    // without a fill until the next segment.
+                    self.fill_off = true;
+                    CommitFault::Write(fault)
+                }
+                Some(Stage::Write) => CommitFault::Write(fault),
+                Some(Stage::Sync) | Some(Stage::SyncDir) => CommitFault::Sync(fault),
+                Some(Stage::ReadBack) | None => CommitFault::ReadBack(fault),
+            }),
+        };
+        match outcome {
+            Ok(()) => self.apply_commit(pending),
+            Err(fault) => self.discard_commit(pending, fault),
+        }
+    }
+
+    /// Keeps a just-created segment file (its name not yet durable) as the empty active segment.
+    pub(super) fn insert_empty_segment(&mut self, base: Offset) {
+        let path = self.path(base);
+        self.insert_segment(
+            base,
+            Segment {
+                path,
+                end_offset: base,
+                bytes: 0,
+                file_bytes: 0,
+                index: SparseIndex::default(),
+                name_durable: false,
+            },
+        );
+    }
+
+    pub(super) fn apply_commit(&mut self, pending: PendingCommit) {
+        let interval = self.config.index_interval_bytes;
+        if !self.segments.contains_key(&pending.segment) {
+            self.insert_empty_segment(pending.segment);
+        }
+        let segment = self
+            .segments
+            .get_mut(&pending.segment)
+            .expect("inserted above");
+        for frame in &pending.frames {
+            segment
+                .index
+                .note_frame(frame.base, pending.position + frame.position, interval);
+        }
+        segment.bytes = pending.position + pending.run_bytes;
+        segment.file_bytes = pending.file_bytes;
+        segment.end_offset = pending.end_offset;
+        segment.name_durable = true;
+        self.high_watermark = pending.end_offset;
+        self.next_offset = pending.end_offset;
+        self.last_committed_at_ms = pending.committed_at_ms;
+        self.phase = Phase::Ready;
+        self.outputs.push_back(LogOutput::CommitDone {
+            id: pending.id,
+            result: Ok(CommittedRun {
+                base: pending.frames[0].base,
+                count: pending.end_offset.0 - pending.frames[0].base.0,
+                committed_at_ms: pending.committed_at_ms,
+            }),
+        });
+    }
+
+    /// Discards the run above the high watermark and repairs the file (see the module documentation).
+    pub(super) fn discard_commit(&mut self, pending: PendingCommit, fault: CommitFault) {
+        self.next_offset = self.high_watermark;
+        self.outputs.push_back(LogOutput::CommitDone {
+            id: pending.id,
+            result: Err(fault.clone()),
+        });
+        if matches!(fault, CommitFault::Create(_)) {
+            // Nothing was written; the segment was never ours. The one it would have sealed may have
+            // lost its zeros: the next commit into it fills again.
+            if let Some(last) = self.segments.values_mut().next_back() {
+                last.file_bytes = last.bytes;
+            }
+            self.phase = Phase::Ready;
+            return;
+        }
+        if pending.created {
+            // The file exists (at least in the page cache); keep it as the empty active segment.
+            self.insert_empty_segment(pending.segment);
+        }
+        self.repair(RepairTarget {
+            segment: pending.segment,
+            position: pending.position,
+        });
+    }
+
+    pub(super) fn repair(&mut self, target: RepairTarget) {
+        if let Some(segment) = self.segments.get_mut(&target.segment) {
+            segment.file_bytes = target.position;
+        }
+        let path = self.segment_path(target.segment);
+        let io = self.request(
+            self.config.commit_lane,
+            vec![
+                IoOp::SetLen {
+                    path: path.clone(),
+                    len: target.position,
+                },
+                IoOp::SyncData { path },
+            ],
+        );
+        self.phase = Phase::Repairing(io, target);
+    }
+
+    /// Tries the truncation of a latched log again (the caller spaces attempts out).
+    ///
+    /// Returns false when the log is not latched. This never re-reads or trusts the tail: it only cuts
+    /// the file back to the last position this process knows durable and syncs that, which is why a
+    /// latched log is repaired this way rather than reopened (a reopen would re-scan the page cache
+    /// and could adopt frames whose fsync failed, then build acknowledged commits on top of them).
+    pub fn retry_repair(&mut self) -> bool {
+        match self.phase {
+            Phase::Latched(_, target) => {
+                self.repair(target);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(super) fn on_repair_io(&mut self, target: RepairTarget, completion: IoCompletion) {
+        match completion.result {
+            Ok(_) => self.phase = Phase::Ready,
+            Err((_, fault)) => {
+                self.phase = Phase::Latched(fault.clone(), target);
+                self.outputs.push_back(LogOutput::Latched(fault));
+            }
+        }
+    }
+}
+
+/// True when `bytes` are exactly the frames of `pending`: each decodes (CRC, structure) with the
+/// header that was written, and nothing else follows.
+fn verify_run(pending: &PendingCommit, bytes: &[u8], verify_crc: bool) -> bool {
+    if bytes.len() as u64 != pending.run_bytes {
+        return false;
+    }
+    pending.frames.iter().all(|meta| {
+        let Some(at) = bytes.get(meta.position as usize..) else {
+            return false;
+        };
+        match verify_frame_checked(at, verify_crc) {
+            Ok(header) => {
+                header.base_offset == meta.base
+                    && header.count == meta.count
+                    && header.records_bytes == meta.records_bytes
+                    && header.crc == meta.crc
+            }
+            Err(_) => false,
+        }
+    })
+}
