@@ -7,12 +7,13 @@
 //! - [`metrics`]: every Prometheus metric of the node.
 //! - [`clock`]: the node's only clock reads.
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
-//! - [`wal_host`]: the ingress WAL and the checkpointer on tokio; [`accept_times`]: when each record
-//!   earned its 202 (for the accept→visible histogram).
+//! - [`wal_host`]: the ingress host (the WAL, the checkpointer and the dispatcher in one task);
+//!   [`accept_times`]: when each record earned its 202 (for the accept→visible histogram).
 //! - [`host`]: the one generic host loop every actor runs on; [`mailbox`]: sending into a host's
 //!   bounded mailbox.
 //! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
-//!   partition host and the dispatcher host live there.
+//!   partition (owner) host, the dispatcher's part of the ingress host and the commit transport live
+//!   there.
 //! - `server` (not under madsim): wires it all to a real listener.
 //! - [`bench`]: `narad bench`, the HTTP load generator.
 

@@ -10,7 +10,9 @@
 //!    ingress WAL and its checkpoint open (the checkpoint's startup sync, then the WAL's torn-tail
 //!    repair: its reads serve nothing before that); the sink is attached; every partition log of every
 //!    topic finishes opening (a log whose open fails is logged and counted, and does not hold the node
-//!    back); the dispatcher starts at the recovered checkpoint and replays what is undispatched. Then the
+//!    back); the dispatcher starts, in the ingress host's task, at the recovered checkpoint, reaching
+//!    every owner through the node's one [`transport::CommitTransport`], and replays what is
+//!    undispatched. Then the
 //!    node is ready ([`Node::wait_ready`], `/readyz` 200). A failure on the way (a corrupt WAL) is
 //!    reported by [`Node::wait_ready`]: the node never turns ready.
 //!
