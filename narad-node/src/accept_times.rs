@@ -7,7 +7,7 @@
 //! [`crate::clock::Clock`] reading, just before it answers the callers. Group commits are contiguous, so
 //! entry `i` covers `[next of entry i-1, next of entry i)`; the first entry starts at the floor.
 //!
-//! The dispatcher reads the instants back by sequence number when a commit to a partition is
+//! The dispatcher, in the same task, reads the instants back by sequence number when a commit to a partition is
 //! answered ([`AcceptTimes::observe_visible`]), and observes `visible - accepted` for each record.
 //! Records with no instant are skipped rather than guessed: records recovered at start-up (not accepted
 //! by this process) and records whose group commit was forgotten.
@@ -18,7 +18,6 @@
 //! group commits of the dispatch backlog are kept.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use narad_core::{Instant, Seq};
@@ -29,7 +28,7 @@ pub const ACCEPT_TIMES_MAX: usize = 65_536;
 /// Accept instants of the group commits not yet known visible; see the module documentation.
 #[derive(Debug)]
 pub struct AcceptTimes {
-    inner: Mutex<Commits>,
+    inner: Commits,
     capacity: usize,
 }
 
@@ -50,24 +49,18 @@ impl AcceptTimes {
     /// [`AcceptTimes::new`] keeping at most `capacity` group commits (at least one).
     pub fn with_capacity(durable_next: Seq, capacity: usize) -> AcceptTimes {
         AcceptTimes {
-            inner: Mutex::new(Commits {
+            inner: Commits {
                 floor: durable_next,
                 entries: VecDeque::new(),
-            }),
+            },
             capacity: capacity.max(1),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Commits> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// A group commit made every record below `durable_next` durable, and its callers are answered at
     /// `at`. A frontier that does not advance is ignored.
-    pub fn committed(&self, durable_next: Seq, at: Instant) {
-        let mut commits = self.lock();
+    pub fn committed(&mut self, durable_next: Seq, at: Instant) {
+        let commits = &mut self.inner;
         let end = commits
             .entries
             .back()
@@ -84,8 +77,8 @@ impl AcceptTimes {
     }
 
     /// Forgets the group commits whose records are all below `seq` (they are visible already).
-    pub fn forget_below(&self, seq: Seq) {
-        let mut commits = self.lock();
+    pub fn forget_below(&mut self, seq: Seq) {
+        let commits = &mut self.inner;
         while let Some(&(next, _)) = commits.entries.front() {
             if next > seq {
                 break;
@@ -97,18 +90,18 @@ impl AcceptTimes {
 
     /// The instant the record `seq` earned its 202, if it is known.
     pub fn accepted_at(&self, seq: Seq) -> Option<Instant> {
-        self.lock().accepted_at(seq)
+        self.inner.accepted_at(seq)
     }
 
     /// Calls `observe` with `visible - accepted` for every record of `seqs` whose accept instant is
-    /// known (one lock for the whole commit).
+    /// known.
     pub fn observe_visible(
         &self,
         seqs: impl IntoIterator<Item = Seq>,
         visible: Instant,
         mut observe: impl FnMut(Duration),
     ) {
-        let commits = self.lock();
+        let commits = &self.inner;
         for seq in seqs {
             if let Some(accepted) = commits.accepted_at(seq) {
                 observe(visible.saturating_duration_since(accepted));
@@ -118,7 +111,7 @@ impl AcceptTimes {
 
     /// Group commits kept (for tests).
     pub fn len(&self) -> usize {
-        self.lock().entries.len()
+        self.inner.entries.len()
     }
 
     /// True when no group commit is kept.
@@ -147,7 +140,7 @@ mod tests {
 
     #[test]
     fn a_record_takes_the_instant_of_the_group_commit_that_covers_it() {
-        let times = AcceptTimes::new(Seq(10));
+        let mut times = AcceptTimes::new(Seq(10));
         times.committed(Seq(13), ms(5));
         times.committed(Seq(15), ms(7));
         assert_eq!(
@@ -164,7 +157,7 @@ mod tests {
 
     #[test]
     fn visible_minus_accepted_is_observed_per_record_with_an_instant() {
-        let times = AcceptTimes::new(Seq(10));
+        let mut times = AcceptTimes::new(Seq(10));
         times.committed(Seq(13), ms(5));
         times.committed(Seq(15), ms(7));
         let mut seen = Vec::new();
@@ -180,7 +173,7 @@ mod tests {
 
     #[test]
     fn a_frontier_that_does_not_advance_is_ignored() {
-        let times = AcceptTimes::new(Seq(0));
+        let mut times = AcceptTimes::new(Seq(0));
         times.committed(Seq(0), ms(1));
         times.committed(Seq(3), ms(2));
         times.committed(Seq(3), ms(9));
@@ -191,7 +184,7 @@ mod tests {
 
     #[test]
     fn group_commits_below_the_checkpoint_are_forgotten() {
-        let times = AcceptTimes::new(Seq(0));
+        let mut times = AcceptTimes::new(Seq(0));
         times.committed(Seq(3), ms(1));
         times.committed(Seq(6), ms(2));
         times.committed(Seq(9), ms(3));
@@ -208,7 +201,7 @@ mod tests {
 
     #[test]
     fn at_capacity_the_oldest_group_commit_goes_first() {
-        let times = AcceptTimes::with_capacity(Seq(0), 2);
+        let mut times = AcceptTimes::with_capacity(Seq(0), 2);
         times.committed(Seq(1), ms(1));
         times.committed(Seq(2), ms(2));
         times.committed(Seq(3), ms(3));

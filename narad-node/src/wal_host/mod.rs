@@ -203,6 +203,11 @@ enum Command {
     StopDispatch {
         reply: oneshot::Sender<()>,
     },
+    /// When a record earned its 202, and how many group commits are kept.
+    AcceptTime {
+        seq: Seq,
+        reply: oneshot::Sender<(Option<Instant>, usize)>,
+    },
 }
 
 /// Who waits for a checkpoint store: answered once the value is written in place, or at the next failure.
@@ -241,7 +246,6 @@ impl From<DispatchEvent> for Event {
 pub struct WalHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<WalStatus>,
-    accept_times: Arc<AcceptTimes>,
 }
 
 impl WalHost {
@@ -283,7 +287,7 @@ impl WalHost {
             checkpoint_failure: None,
         };
         let (status_sender, status_receiver) = watch::channel(status);
-        let accept_times = Arc::new(AcceptTimes::new(wal.durable_next_seq()));
+        let accept_times = AcceptTimes::new(wal.durable_next_seq());
         config.probe.event(
             "wal",
             format_args!(
@@ -298,7 +302,6 @@ impl WalHost {
             mailbox_capacity: config.mailbox_capacity.max(1),
             completions_capacity: COMPLETIONS_CAPACITY,
         };
-        let times = Arc::clone(&accept_times);
         let audit = WalAudit::new(config.probe.clone());
         let (durable_next, latched) = (wal.durable_next_seq(), wal.latch_fault().is_some());
         let command_sender = host::spawn(host_config, clock.clone(), move |completions| {
@@ -322,7 +325,7 @@ impl WalHost {
                 shutdown_replies: Vec::new(),
                 flushed: None,
                 audit,
-                accept_times: times,
+                accept_times,
                 appending: Vec::new(),
                 durable_next,
                 latched,
@@ -348,7 +351,6 @@ impl WalHost {
         let host = WalHost {
             commands: command_sender,
             status,
-            accept_times,
         };
         Ok((host, opened.report))
     }
@@ -437,9 +439,10 @@ impl WalHost {
         result.map_err(StoreError::Failed)
     }
 
-    /// When each record accepted by this host earned its 202 (for `narad_accept_to_visible_seconds`).
-    pub fn accept_times(&self) -> &Arc<AcceptTimes> {
-        &self.accept_times
+    /// When the record `seq` earned its 202, and how many group commits' instants are kept (asked of
+    /// the host's task, which alone holds them).
+    pub async fn accept_time(&self, seq: Seq) -> Option<(Option<Instant>, usize)> {
+        self.ask(|reply| Command::AcceptTime { seq, reply }).await
     }
 
     /// The current status.

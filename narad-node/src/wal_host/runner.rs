@@ -31,7 +31,7 @@ pub(super) struct Runner {
     pub(super) flushed: Option<Result<Seq, CheckpointFailure>>,
     pub(super) audit: WalAudit,
     /// Each group commit's answer instant, kept until its records are below the written checkpoint.
-    pub(super) accept_times: Arc<AcceptTimes>,
+    pub(super) accept_times: AcceptTimes,
     /// The appends of the commands being handed over, fed to the WAL as one batch.
     pub(super) appending: Vec<WalInput>,
     /// The WAL's durable frontier and latch, as last routed (the dispatcher follows them).
@@ -192,6 +192,10 @@ impl Runner {
             }
             Command::StartDispatch { .. } | Command::StopDispatch { .. } => {
                 unreachable!("the ingress host handles the dispatcher's commands")
+            }
+            Command::AcceptTime { seq, reply } => {
+                let answer = (self.accept_times.accepted_at(seq), self.accept_times.len());
+                let _ = reply.send(answer);
             }
             Command::Read {
                 from,
