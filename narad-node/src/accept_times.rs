@@ -7,8 +7,9 @@
 //! [`crate::clock::Clock`] reading, just before it answers the callers. Group commits are contiguous, so
 //! entry `i` covers `[next of entry i-1, next of entry i)`; the first entry starts at the floor.
 //!
-//! The dispatcher, in the same task, reads the instants back by sequence number when a commit to a partition is
-//! answered ([`AcceptTimes::observe_visible`]), and observes `visible - accepted` for each record.
+//! The dispatcher, in the same task, reads the instants back by sequence number when a commit to a
+//! partition is answered ([`AcceptTimes::observe_visible`]), and observes `visible - accepted` for
+//! each record.
 //! Records with no instant are skipped rather than guessed: records recovered at start-up (not accepted
 //! by this process) and records whose group commit was forgotten.
 //!
