@@ -65,7 +65,7 @@ pub struct DispatchHost {
 
 impl DispatchHost {
     /// Starts the dispatcher at the WAL's recovered checkpoint and durable end, in the WAL host's task.
-    pub async fn spawn(
+    pub async fn start(
         node: NodeId,
         wal: WalHost,
         transport: Arc<dyn CommitTransport>,

@@ -315,7 +315,7 @@ async fn recover(
         );
     }
     let transport = Arc::new(LocalTransport::new(inner.partitions.clone()));
-    let dispatcher = DispatchHost::spawn(
+    let dispatcher = DispatchHost::start(
         node_id,
         wal,
         transport,
