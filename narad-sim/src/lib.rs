@@ -16,6 +16,7 @@
 //! checker, the scenario parser, the schedule generator and the shrinker are unit-tested by the
 //! workspace's ordinary `cargo test`.
 
+pub mod fault;
 pub mod ledger;
 pub mod model_node;
 pub mod node_narad;

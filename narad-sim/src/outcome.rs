@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
+use crate::fault::FaultEvent;
 use crate::ledger::Report;
 use crate::scenario::Scenario;
-use crate::schedule::FaultEvent;
 use crate::seam::PlantedBug;
 
 /// What to run.

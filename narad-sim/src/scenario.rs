@@ -15,7 +15,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::schedule::FaultEvent;
+use crate::fault::{FaultEvent, Target};
 use crate::seam::PlantedBug;
 
 /// Longest topic name accepted (the node's own limit may be lower; the harness only needs a bound).
@@ -211,10 +211,10 @@ pub struct FaultMix {
     pub bit_rot: Span,
     /// Where bit rot strikes (`partitions` by default: WAL rot is a loud startup failure by design).
     #[serde(default = "default_rot_target")]
-    pub rot_target: crate::schedule::Target,
+    pub rot_target: Target,
     /// Which files write-EIO and slow-disk episodes pick from (default: `["wal", "partitions"]`).
     #[serde(default = "default_disk_targets")]
-    pub disk_targets: Vec<crate::schedule::Target>,
+    pub disk_targets: Vec<Target>,
     /// How long a crashed node stays down.
     pub down_ms: Span,
     /// How long a pause lasts.
@@ -227,15 +227,12 @@ pub struct FaultMix {
     pub slow_us: Span,
 }
 
-fn default_rot_target() -> crate::schedule::Target {
-    crate::schedule::Target::Partitions
+fn default_rot_target() -> Target {
+    Target::Partitions
 }
 
-fn default_disk_targets() -> Vec<crate::schedule::Target> {
-    vec![
-        crate::schedule::Target::Wal,
-        crate::schedule::Target::Partitions,
-    ]
+fn default_disk_targets() -> Vec<Target> {
+    vec![Target::Wal, Target::Partitions]
 }
 
 /// Node settings the harness overrides, drawn per seed; `0` keeps the node's default.
@@ -343,7 +340,7 @@ pub struct Knobs {
     pub sync_us: u64,
     /// Fault events per minute.
     pub faults_per_minute: u64,
-    /// Weights in [`crate::schedule::FaultKind::ALL`] order.
+    /// Weights in [`crate::fault::FaultKind::ALL`] order.
     pub fault_weights: [u64; 8],
     /// The WAL's segment size; 0 = the node's default.
     pub wal_segment_bytes: u64,
@@ -631,10 +628,7 @@ liveness_ms = 5000
         assert_eq!(scenario.workload.producers, Span::Fixed(2));
         assert!(scenario.phases.final_crash);
         assert_eq!(scenario.phases.final_settle_ms, 10_000);
-        assert_eq!(
-            scenario.faults.rot_target,
-            crate::schedule::Target::Partitions
-        );
+        assert_eq!(scenario.faults.rot_target, Target::Partitions);
         assert_eq!(scenario.schedule, None);
     }
 

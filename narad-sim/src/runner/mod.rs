@@ -31,11 +31,12 @@ use narad_core::{NodeId, Offset, PartitionId, TopicId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::fault::{DiskError, FaultEvent, Target};
 use crate::ledger::{key_partition, Ledger, Observation, Outcome, Served};
 use crate::outcome::{panic_text, RunOutcome, RunSpec};
 use crate::payload;
 use crate::scenario::{pick_weighted, Knobs, TopicSpec};
-use crate::schedule::{self, DiskError, FaultEvent, Target};
+use crate::schedule;
 use crate::seam::{
     derive_seed, DiskLayout, NodeContext, NodeError, NodeSizes, PlantedBug, Probe, ProduceRecord,
     SimIo, SimNode, TopicInfo,
