@@ -8,9 +8,10 @@
 //! reads every partition and judges lost, unseen, phantom and misplaced records. Sweeps ([`sweep`]) run
 //! many seeds in parallel threads, `shrink` ([`shrink`]) delta-debugs a failing schedule.
 //!
-//! The node plugs in through [`seam::SimNode`]. Until the real node implements it, [`model_node`] — a
-//! deliberately minimal stand-in, a harness self-test and not the product — lets the harness prove
-//! itself: sweeps pass, planted bugs are caught, seeds replay.
+//! The node plugs in through [`seam::SimNode`]; the simulator runs the real node ([`node_narad`]).
+//! The harness's own tests also run `model_node` (compiled for tests only): a deliberately minimal
+//! stand-in, a self-test of the harness and not the product, on which they show that a run passes,
+//! that every failure category is caught and that a seed replays.
 //!
 //! Everything except `runner` and the parallel part of [`sweep`] compiles without madsim, so the
 //! checker, the scenario parser, the schedule generator and the shrinker are unit-tested by the
@@ -18,7 +19,10 @@
 
 pub mod fault;
 pub mod ledger;
-pub mod model_node;
+#[cfg(test)]
+#[cfg_attr(not(madsim), allow(dead_code))]
+// run by the runner's tests (madsim only); unit-tested everywhere
+mod model_node;
 pub mod node_narad;
 pub mod outcome;
 pub mod payload;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use narad_sim::seam::PlantedBug;
 use narad_sim::shrink::TESTS_MAX_DEFAULT;
 
@@ -37,25 +37,6 @@ enum Command {
     Replay(ReplayArgs),
 }
 
-/// Which node implementation to simulate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum NodeKind {
-    /// The real node (narad-node), through `node_narad`.
-    Narad,
-    /// The harness's model node (a self-test, not the product).
-    Model,
-}
-
-#[cfg_attr(not(madsim), allow(dead_code))] // used by the simulator build only
-impl NodeKind {
-    fn name(self) -> &'static str {
-        match self {
-            NodeKind::Narad => "narad",
-            NodeKind::Model => "model",
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Scenario file, or a name under scenarios/.
@@ -73,9 +54,6 @@ struct RunArgs {
     /// Plant a bug (simulation only).
     #[arg(long, value_parser = parse_bug)]
     plant_bug: Option<PlantedBug>,
-    /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
-    node: NodeKind,
 }
 
 #[derive(Debug, Args)]
@@ -95,9 +73,6 @@ struct SweepArgs {
     /// Stop taking new seeds after the first failure (planted-bug checks).
     #[arg(long)]
     stop_at_first_failure: bool,
-    /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
-    node: NodeKind,
 }
 
 #[derive(Debug, Args)]
@@ -117,18 +92,12 @@ struct ShrinkArgs {
     /// Most simulations the shrink may run.
     #[arg(long, default_value_t = TESTS_MAX_DEFAULT)]
     tests_max: usize,
-    /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
-    node: NodeKind,
 }
 
 #[derive(Debug, Args)]
 struct ReplayArgs {
     /// Regression scenario files; default: every scenarios/regress/*.toml.
     files: Vec<String>,
-    /// Node implementation.
-    #[arg(long, value_enum, default_value_t = NodeKind::Narad)]
-    node: NodeKind,
 }
 
 fn parse_bug(name: &str) -> Result<PlantedBug, String> {
@@ -218,8 +187,6 @@ fn execute(_cli: Cli) -> Result<ExitCode, String> {
 
 #[cfg(madsim)]
 fn execute(cli: Cli) -> Result<ExitCode, String> {
-    use narad_sim::model_node::ModelNode;
-    use narad_sim::node_narad::NaradSimNode;
     if !narad_core::DEEP_CHECKS {
         // A sweep without the actors' invariant checks would pass runs that break them.
         return Err(
@@ -229,22 +196,10 @@ fn execute(cli: Cli) -> Result<ExitCode, String> {
         );
     }
     match cli.command {
-        Command::Run(args) => match args.node {
-            NodeKind::Narad => sim::run::<NaradSimNode>(args),
-            NodeKind::Model => sim::run::<ModelNode>(args),
-        },
-        Command::Sweep(args) => match args.node {
-            NodeKind::Narad => sim::sweep::<NaradSimNode>(args),
-            NodeKind::Model => sim::sweep::<ModelNode>(args),
-        },
-        Command::Shrink(args) => match args.node {
-            NodeKind::Narad => sim::shrink::<NaradSimNode>(args),
-            NodeKind::Model => sim::shrink::<ModelNode>(args),
-        },
-        Command::Replay(args) => match args.node {
-            NodeKind::Narad => sim::replay::<NaradSimNode>(args),
-            NodeKind::Model => sim::replay::<ModelNode>(args),
-        },
+        Command::Run(args) => sim::run(args),
+        Command::Sweep(args) => sim::sweep(args),
+        Command::Shrink(args) => sim::shrink(args),
+        Command::Replay(args) => sim::replay(args),
     }
 }
 
@@ -254,6 +209,7 @@ mod sim {
     use std::process::ExitCode;
     use std::sync::Arc;
 
+    use narad_sim::node_narad::NaradSimNode;
     use narad_sim::outcome::{RunOutcome, RunSpec};
     use narad_sim::runner;
     use narad_sim::scenario::{Regression, Scenario};
@@ -264,9 +220,11 @@ mod sim {
     };
 
     use super::{
-        resolve_scenario, root, shown, toml_files, NodeKind, ReplayArgs, RunArgs, ShrinkArgs,
-        SweepArgs,
+        resolve_scenario, root, shown, toml_files, ReplayArgs, RunArgs, ShrinkArgs, SweepArgs,
     };
+
+    /// The node the simulator runs: the real one.
+    type Node = NaradSimNode;
 
     /// How many ids of each failure category a run report lists.
     const DETAILS_MAX: usize = 10;
@@ -276,11 +234,11 @@ mod sim {
         std::time::Instant::now()
     }
 
-    fn check_supported<N: SimNode>(bug: Option<PlantedBug>) -> Result<(), String> {
+    fn check_supported(bug: Option<PlantedBug>) -> Result<(), String> {
         match bug {
-            Some(bug) if !N::supports(bug) => Err(format!(
+            Some(bug) if !Node::supports(bug) => Err(format!(
                 "planted bug {bug} is not implemented by node {} (it belongs to the real node)",
-                N::name()
+                Node::name()
             )),
             Some(_) | None => Ok(()),
         }
@@ -303,7 +261,7 @@ mod sim {
         }
     }
 
-    fn print_outcome(spec: &RunSpec, outcome: &RunOutcome, wall_s: f64, node: NodeKind) {
+    fn print_outcome(spec: &RunSpec, outcome: &RunOutcome, wall_s: f64) {
         if let Some(lines) = &outcome.trace_lines {
             for line in lines {
                 println!("{line}");
@@ -314,7 +272,7 @@ mod sim {
             "scenario={} seed={} node={} plant_bug={}",
             spec.scenario_path,
             spec.seed,
-            node.name(),
+            Node::name(),
             spec.plant_bug.map_or("none", PlantedBug::name)
         );
         println!(
@@ -384,18 +342,18 @@ mod sim {
         }
         println!(
             "replay: {}",
-            replay_command(&spec.scenario_path, spec.seed, spec.plant_bug, node.name())
+            replay_command(&spec.scenario_path, spec.seed, spec.plant_bug)
         );
     }
 
-    fn timed<N: SimNode>(spec: &RunSpec) -> (RunOutcome, f64) {
+    fn timed(spec: &RunSpec) -> (RunOutcome, f64) {
         let started = wall_now();
-        let outcome = runner::run::<N>(spec);
+        let outcome = runner::run::<Node>(spec);
         (outcome, started.elapsed().as_secs_f64())
     }
 
-    pub fn run<N: SimNode>(args: RunArgs) -> Result<ExitCode, String> {
-        check_supported::<N>(args.plant_bug)?;
+    pub fn run(args: RunArgs) -> Result<ExitCode, String> {
+        check_supported(args.plant_bug)?;
         let (path, scenario) = load(&args.scenario)?;
         let regression = scenario.regression.clone();
         let seed = args
@@ -410,11 +368,11 @@ mod sim {
             trace: args.trace,
             schedule: None,
         };
-        let (outcome, wall_s) = timed::<N>(&spec);
-        print_outcome(&spec, &outcome, wall_s, args.node);
+        let (outcome, wall_s) = timed(&spec);
+        print_outcome(&spec, &outcome, wall_s);
         let mut failed = outcome.failed();
         if args.check_determinism {
-            let (again, _) = timed::<N>(&RunSpec {
+            let (again, _) = timed(&RunSpec {
                 trace: false,
                 ..spec.clone()
             });
@@ -439,8 +397,8 @@ mod sim {
         })
     }
 
-    pub fn sweep<N: SimNode>(args: SweepArgs) -> Result<ExitCode, String> {
-        check_supported::<N>(args.plant_bug)?;
+    pub fn sweep(args: SweepArgs) -> Result<ExitCode, String> {
+        check_supported(args.plant_bug)?;
         let paths = if args.scenarios.is_empty() {
             toml_files(&root().join("scenarios"))?
         } else {
@@ -476,7 +434,7 @@ mod sim {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
         let started = wall_now();
-        let results = run_parallel::<N>(&jobs, threads, args.stop_at_first_failure);
+        let results = run_parallel::<Node>(&jobs, threads, args.stop_at_first_failure);
         let wall_s = started.elapsed().as_secs_f64();
 
         let mut rows: Vec<(String, narad_sim::sweep::Tally)> = scenarios
@@ -504,12 +462,7 @@ mod sim {
                 rows[job.scenario].0,
                 job.spec.seed,
                 outcome.reason(),
-                replay_command(
-                    &job.spec.scenario_path,
-                    job.spec.seed,
-                    job.spec.plant_bug,
-                    args.node.name()
-                )
+                replay_command(&job.spec.scenario_path, job.spec.seed, job.spec.plant_bug)
             );
         }
         println!("{}", speed_line(&total, wall_s));
@@ -521,8 +474,8 @@ mod sim {
         })
     }
 
-    pub fn shrink<N: SimNode>(args: ShrinkArgs) -> Result<ExitCode, String> {
-        check_supported::<N>(args.plant_bug)?;
+    pub fn shrink(args: ShrinkArgs) -> Result<ExitCode, String> {
+        check_supported(args.plant_bug)?;
         let (path, scenario) = load(&args.scenario)?;
         let base = RunSpec {
             scenario: scenario.clone(),
@@ -532,7 +485,7 @@ mod sim {
             trace: false,
             schedule: None,
         };
-        let original = runner::run::<N>(&base);
+        let original = runner::run::<Node>(&base);
         if !original.failed() {
             return Err(format!(
                 "seed {} of {} passes: nothing to shrink",
@@ -547,7 +500,7 @@ mod sim {
             original.schedule.len()
         );
         let shrunk = ddmin(original.schedule.clone(), args.tests_max, |candidate| {
-            runner::run::<N>(&RunSpec {
+            runner::run::<Node>(&RunSpec {
                 schedule: Some(candidate.to_vec()),
                 ..base.clone()
             })
@@ -605,7 +558,7 @@ mod sim {
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
         std::fs::write(&out, text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
-        let check = runner::run::<N>(&RunSpec {
+        let check = runner::run::<Node>(&RunSpec {
             scenario: Arc::new(regression),
             scenario_path: out.display().to_string(),
             ..base
@@ -626,7 +579,7 @@ mod sim {
         })
     }
 
-    pub fn replay<N: SimNode>(args: ReplayArgs) -> Result<ExitCode, String> {
+    pub fn replay(args: ReplayArgs) -> Result<ExitCode, String> {
         let files = if args.files.is_empty() {
             toml_files(&root().join("scenarios/regress"))?
         } else {
@@ -640,8 +593,8 @@ mod sim {
             };
             let bug = regression.planted()?;
             if let Some(bug) = bug {
-                if !N::supports(bug) {
-                    println!("SKIP {}: node {} lacks {bug}", path.display(), N::name());
+                if !Node::supports(bug) {
+                    println!("SKIP {}: node {} lacks {bug}", path.display(), Node::name());
                     continue;
                 }
             }
@@ -658,7 +611,7 @@ mod sim {
                 checks.push((None, false));
             }
             for (plant_bug, expect_failure) in checks {
-                let outcome = runner::run::<N>(&RunSpec {
+                let outcome = runner::run::<Node>(&RunSpec {
                     plant_bug,
                     ..spec.clone()
                 });

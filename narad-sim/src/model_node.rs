@@ -1,17 +1,24 @@
 //! `ModelNode`: a deliberately minimal stand-in node, a **harness self-test, not the product**.
 //!
-//! It exists so the harness can be proven before the real node lands: sweeps run end to end under
-//! madsim, the checker catches loss when a bug is planted, and seeds replay exactly. It shares no code
-//! with narad-node and makes no claim about Narad's design beyond the delivery contract.
+//! Compiled for the harness's own tests only: on it they show that a run passes, that the checker
+//! catches each failure category when a bug is planted, and that a seed replays exactly, independently
+//! of the real node. It shares no code with narad-node and makes no claim about Narad's design beyond
+//! the delivery contract, and it keeps the same seam contract as the real node (bit rot included).
 //!
 //! What it does: one append-only log file per partition (`log/<topic-id>/<partition>`), frames of
-//! `len u32 · crc32 u32 · payload`. A produce (single or batch) writes its frames, fsyncs every touched
-//! log, then advances each log's visible count (its high watermark) and answers 202. A failed write or
-//! fsync latches the node: every later produce gets a 5xx until restart (no fsync retry after EIO).
-//! Topics live in a `meta` file replaced atomically (write `meta.tmp`, fsync, rename, fsync the
-//! directory); incarnation ids are never reused. Boot scans each log and truncates it at the first frame
-//! that fails its CRC (a torn tail). Reads serve only visible frames and stop at one whose CRC fails.
-//! One async lock serializes everything: no group commit, no dispatch (the backlog is always 0).
+//! `len u32 · crc32(payload) u32 · crc32(len, payload crc) u32 · payload`. A produce (single or batch)
+//! writes its frames, fsyncs every touched log, then advances each log's visible count (its high
+//! watermark) and answers 202. A failed write or fsync latches the node: every later produce gets a
+//! 5xx until restart (no fsync retry after EIO). Topics live in a `meta` file replaced atomically
+//! (write `meta.tmp`, fsync, rename, fsync the directory); incarnation ids are never reused. One async
+//! lock serializes everything: no group commit, no dispatch (the backlog is always 0).
+//!
+//! Damage: boot scans each log ([`scan`]). A frame that runs past the end of the file is a torn tail:
+//! the log is truncated there. A frame that lies whole in the file but fails a CRC was struck by bit
+//! rot: it keeps its offset as a lost slot, and the scan goes on behind it (behind a damaged header, at
+//! the next position whose header checks out). Reads skip a frame that fails its CRC and serve the ones
+//! behind it. So bit rot costs the records of the struck frame only ([`rot_unit`]), as it does in the
+//! real node.
 //!
 //! Planted bugs it implements (model analogues of the real node's): `ack-before-fsync` (skips the
 //! fsync), `fsync-retry-after-eio` (retries a failed fsync and trusts it), `skip-readback-crc` (serves
@@ -41,7 +48,8 @@ const META: &str = "meta";
 const META_TMP: &str = "meta.tmp";
 const META_MAGIC: &str = "narad-model-meta 1";
 const LOG_DIR: &str = "log";
-const FRAME_HEADER_BYTES: u64 = 8;
+/// `len u32 · payload crc u32 · header crc u32`.
+const FRAME_HEADER_BYTES: u64 = 12;
 /// Largest payload the model accepts (the /v1 single-produce limit).
 pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
 /// Most records in one batch (the /v1 batch limit).
@@ -52,7 +60,8 @@ const LOG_BYTES_MAX: u64 = 1 << 32;
 #[derive(Clone, Debug)]
 struct PartitionLog {
     path: String,
-    /// Byte position and payload length of every frame written, indexed by offset.
+    /// Byte position and payload length of every frame written (a damaged one included), indexed by
+    /// offset.
     frames: Vec<(u64, u32)>,
     /// Where the next frame goes.
     end_bytes: u64,
@@ -200,7 +209,7 @@ impl Shared {
         Meta::decode(&bytes)
     }
 
-    /// Scans a log file; truncates (and fsyncs) a torn or corrupt tail.
+    /// Scans a log file (see [`scan`]); truncates (and fsyncs) a torn tail.
     async fn recover_log(&self, path: String) -> Result<PartitionLog, String> {
         self.io.wait(&path, false).await;
         let len = self.disk.len(&path).map_err(|f| format!("{path}: {f}"))?;
@@ -212,12 +221,16 @@ impl Shared {
             .read_at(&path, 0, len as usize)
             .map_err(|f| format!("{path}: {f}"))?;
         let check_crc = self.bug != Some(PlantedBug::SkipReadbackCrc);
-        let mut frames = Vec::new();
-        let mut at = 0u64;
-        while let Some(payload_len) = frame_at(&image, at, check_crc) {
-            frames.push((at, payload_len));
-            at += FRAME_HEADER_BYTES + u64::from(payload_len);
+        let scanned = scan(&image, check_crc);
+        for (offset, slot) in scanned.frames.iter().enumerate() {
+            if !slot.intact {
+                self.probe.event(
+                    "node",
+                    format_args!("recover {path}: frame {offset} damaged at byte {}", slot.at),
+                );
+            }
         }
+        let at = scanned.end_bytes;
         if at < len {
             self.probe.event(
                 "node",
@@ -232,6 +245,11 @@ impl Shared {
                 .sync_data(&path)
                 .map_err(|f| format!("{path}: {f}"))?;
         }
+        let frames: Vec<(u64, u32)> = scanned
+            .frames
+            .iter()
+            .map(|slot| (slot.at, slot.len))
+            .collect();
         Ok(PartitionLog {
             path,
             visible: frames.len(),
@@ -312,10 +330,7 @@ impl Shared {
                     p
                 }
             };
-            let bytes = by_partition.entry(target).or_default();
-            bytes.extend_from_slice(&(record.payload.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(&crc32fast::hash(&record.payload).to_le_bytes());
-            bytes.extend_from_slice(&record.payload);
+            encode_frame(by_partition.entry(target).or_default(), &record.payload);
             frames_by_partition
                 .entry(target)
                 .or_default()
@@ -479,12 +494,13 @@ impl Shared {
                     (FRAME_HEADER_BYTES + u64::from(len)) as usize,
                 )
                 .map_err(|f| failed(&f))?;
-            if frame_at(&bytes, 0, check_crc) != Some(len) {
+            if found_at(&bytes, 0, check_crc) != Found::Frame(len) {
+                // Bit rot: this frame's record is lost, the ones behind it are served.
                 self.probe.event(
                     "node",
-                    format_args!("read {}: frame {offset} fails its crc", log.path),
+                    format_args!("read {}: frame {offset} fails its crc, skipped", log.path),
                 );
-                break;
+                continue;
             }
             records.push(ReadRecord {
                 offset: Offset(offset as u64),
@@ -499,21 +515,129 @@ impl Shared {
     }
 }
 
-/// The payload length of a valid frame at `at`, or `None` at the end or at a torn/corrupt frame.
-fn frame_at(image: &[u8], at: u64, check_crc: bool) -> Option<u32> {
-    let at = usize::try_from(at).ok()?;
+/// Appends one frame holding `payload` to `out`.
+fn encode_frame(out: &mut Vec<u8>, payload: &[u8]) {
+    let mut header = [0u8; FRAME_HEADER_BYTES as usize];
+    header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4..8].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    let header_crc = crc32fast::hash(&header[..8]);
+    header[8..].copy_from_slice(&header_crc.to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(payload);
+}
+
+/// What lies at a byte of a log image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Found {
+    /// A whole frame that checks out: its payload length.
+    Frame(u32),
+    /// A whole frame whose header checks out but whose payload fails its CRC: its payload length.
+    DamagedPayload(u32),
+    /// A whole header, inside the image, that fails its CRC or declares an impossible length.
+    DamagedHeader,
+    /// The end of the image, or a frame that runs past it (a torn tail).
+    End,
+}
+
+/// The payload length a whole header at `at` declares, when it checks out (with `check_crc` false,
+/// the planted `skip-readback-crc`, any length within the limits is trusted).
+fn header_at(image: &[u8], at: usize, check_crc: bool) -> Option<u32> {
     let header = image.get(at..at.checked_add(FRAME_HEADER_BYTES as usize)?)?;
     let len = u32::from_le_bytes(header[..4].try_into().ok()?);
-    let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
-    if len == 0 || len as usize > PAYLOAD_BYTES_MAX {
+    let header_crc = u32::from_le_bytes(header[8..].try_into().ok()?);
+    if check_crc && crc32fast::hash(&header[..8]) != header_crc {
         return None;
     }
-    let start = at + FRAME_HEADER_BYTES as usize;
-    let payload = image.get(start..start.checked_add(len as usize)?)?;
-    if check_crc && crc32fast::hash(payload) != crc {
-        return None;
+    (len != 0 && len as usize <= PAYLOAD_BYTES_MAX).then_some(len)
+}
+
+/// Classifies the bytes at `at`. A torn write keeps a prefix of what was written and nothing behind
+/// it, so a header or frame cut by the end of the image is a torn tail, and a whole one that fails a
+/// check was damaged in place.
+fn found_at(image: &[u8], at: u64, check_crc: bool) -> Found {
+    let Ok(at) = usize::try_from(at) else {
+        return Found::End;
+    };
+    let header_end = at.saturating_add(FRAME_HEADER_BYTES as usize);
+    if header_end > image.len() {
+        return Found::End;
     }
-    Some(len)
+    let Some(len) = header_at(image, at, check_crc) else {
+        return Found::DamagedHeader;
+    };
+    let Some(payload) = image.get(header_end..header_end + len as usize) else {
+        return Found::End;
+    };
+    let payload_crc = u32::from_le_bytes(
+        image[at + 4..at + 8]
+            .try_into()
+            .expect("a header holds a payload crc"),
+    );
+    if check_crc && crc32fast::hash(payload) != payload_crc {
+        return Found::DamagedPayload(len);
+    }
+    Found::Frame(len)
+}
+
+/// One frame slot of a scanned log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    /// Its first byte.
+    at: u64,
+    /// Its payload length (for a damaged header: the bytes up to the next frame).
+    len: u32,
+    /// Whether it checks out.
+    intact: bool,
+}
+
+/// A log image as recovery reads it.
+#[derive(Debug, PartialEq, Eq)]
+struct Scanned {
+    /// Every frame slot in offset order, damaged ones included.
+    frames: Vec<Slot>,
+    /// Where the frames end: a torn tail (if any) starts here.
+    end_bytes: u64,
+}
+
+/// Walks a log image frame by frame (see the module documentation): a damaged frame is a lost slot,
+/// a damaged header ends where the next header that checks out starts (a payload is at least one
+/// byte), or at the end of the image.
+fn scan(image: &[u8], check_crc: bool) -> Scanned {
+    let image_len = image.len() as u64;
+    let mut frames = Vec::new();
+    let mut at = 0u64;
+    loop {
+        let (len, intact, next) = match found_at(image, at, check_crc) {
+            Found::End => break,
+            Found::Frame(len) => (len, true, at + FRAME_HEADER_BYTES + u64::from(len)),
+            Found::DamagedPayload(len) => (len, false, at + FRAME_HEADER_BYTES + u64::from(len)),
+            Found::DamagedHeader => {
+                let first = at + FRAME_HEADER_BYTES + 1;
+                let next = (first..image_len)
+                    .find(|&p| header_at(image, p as usize, check_crc).is_some())
+                    .unwrap_or(image_len.max(at + FRAME_HEADER_BYTES));
+                let len = u32::try_from(next - at - FRAME_HEADER_BYTES)
+                    .expect("a log image is below the scan limit");
+                (len, false, next)
+            }
+        };
+        frames.push(Slot { at, len, intact });
+        at = next;
+    }
+    Scanned {
+        frames,
+        end_bytes: at,
+    }
+}
+
+/// The frame of a log image that holds byte `offset` ([`DiskLayout::rot_unit`]): a flip there costs
+/// that frame's record only.
+fn rot_unit(image: &[u8], offset: u64) -> Option<(u64, u64)> {
+    scan(image, true)
+        .frames
+        .iter()
+        .map(|slot| (slot.at, slot.at + FRAME_HEADER_BYTES + u64::from(slot.len)))
+        .find(|&(start, end)| start <= offset && offset < end)
 }
 
 impl SimNode for ModelNode {
@@ -526,10 +650,7 @@ impl SimNode for ModelNode {
         DiskLayout {
             wal_prefix: format!("{LOG_DIR}/"),
             partition_prefix: format!("{LOG_DIR}/"),
-            // A topic's logs are files of one directory (name-keyed under the planted bug).
-            partition_dir: |_, id, _| format!("{LOG_DIR}/{}", id.0),
-            recovery_truncates_at_rot: true,
-            rot_unit: None,
+            rot_unit,
         }
     }
 
@@ -674,25 +795,90 @@ mod tests {
         assert!(Meta::decode(&bytes[..bytes.len() - 3]).is_err());
     }
 
-    #[test]
-    fn frames_stop_at_a_torn_or_corrupt_frame() {
+    /// Three frames of 3, 4 and 5 payload bytes: at 0, 15 and 31, ending at 48.
+    fn three_frames() -> Vec<u8> {
         let mut image = Vec::new();
-        for payload in [&b"abc"[..], b"defg"] {
-            image.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            image.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-            image.extend_from_slice(payload);
+        for payload in [&b"abc"[..], b"defg", b"hijkl"] {
+            encode_frame(&mut image, payload);
         }
-        assert_eq!(frame_at(&image, 0, true), Some(3));
-        assert_eq!(frame_at(&image, 11, true), Some(4));
-        assert_eq!(frame_at(&image, 23, true), None, "end of log");
-        assert_eq!(frame_at(&image[..20], 11, true), None, "torn");
-        let mut rotten = image.clone();
-        rotten[20] ^= 1;
-        assert_eq!(frame_at(&rotten, 11, true), None, "crc");
+        image
+    }
+
+    fn slot(at: u64, len: u32, intact: bool) -> Slot {
+        Slot { at, len, intact }
+    }
+
+    #[test]
+    fn frames_are_found_and_a_torn_tail_ends_them() {
+        let image = three_frames();
+        assert_eq!(found_at(&image, 0, true), Found::Frame(3));
+        assert_eq!(found_at(&image, 15, true), Found::Frame(4));
+        assert_eq!(found_at(&image, 48, true), Found::End, "end of log");
+        assert_eq!(found_at(&image[..40], 31, true), Found::End, "torn payload");
+        assert_eq!(found_at(&image[..36], 31, true), Found::End, "torn header");
         assert_eq!(
-            frame_at(&rotten, 11, false),
-            Some(4),
+            scan(&image[..40], true),
+            Scanned {
+                frames: vec![slot(0, 3, true), slot(15, 4, true)],
+                end_bytes: 31,
+            }
+        );
+    }
+
+    #[test]
+    fn a_rotten_payload_is_a_lost_slot_and_the_frames_behind_it_stay() {
+        let mut rotten = three_frames();
+        rotten[28] ^= 1;
+        assert_eq!(found_at(&rotten, 15, true), Found::DamagedPayload(4));
+        assert_eq!(
+            found_at(&rotten, 15, false),
+            Found::Frame(4),
             "skip-readback-crc trusts it"
         );
+        assert_eq!(
+            scan(&rotten, true),
+            Scanned {
+                frames: vec![slot(0, 3, true), slot(15, 4, false), slot(31, 5, true)],
+                end_bytes: 48,
+            }
+        );
+    }
+
+    #[test]
+    fn a_rotten_header_is_skipped_up_to_the_next_header_that_checks_out() {
+        for byte in 15..27 {
+            let mut rotten = three_frames();
+            rotten[byte] ^= 0x10;
+            assert_eq!(
+                found_at(&rotten, 15, true),
+                Found::DamagedHeader,
+                "byte {byte}"
+            );
+            assert_eq!(
+                scan(&rotten, true),
+                Scanned {
+                    frames: vec![slot(0, 3, true), slot(15, 4, false), slot(31, 5, true)],
+                    end_bytes: 48,
+                },
+                "byte {byte}"
+            );
+        }
+        // The last frame's header: nothing checks out behind it.
+        let mut rotten = three_frames();
+        rotten[31] ^= 1;
+        assert_eq!(scan(&rotten, true).frames.last(), Some(&slot(31, 5, false)));
+    }
+
+    #[test]
+    fn the_rot_unit_is_the_frame_holding_the_byte() {
+        let image = three_frames();
+        assert_eq!(rot_unit(&image, 0), Some((0, 15)));
+        assert_eq!(rot_unit(&image, 14), Some((0, 15)));
+        assert_eq!(rot_unit(&image, 15), Some((15, 31)));
+        assert_eq!(rot_unit(&image, 47), Some((31, 48)));
+        assert_eq!(rot_unit(&image, 48), None);
+        let mut rotten = image.clone();
+        rotten[16] ^= 1;
+        assert_eq!(rot_unit(&rotten, 40), Some((31, 48)), "behind earlier rot");
     }
 }

@@ -263,9 +263,7 @@ impl SimNode for NaradSimNode {
         DiskLayout {
             wal_prefix: format!("{}/", node::WAL_DIR),
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
-            partition_dir: node::partitions::partition_dir,
-            recovery_truncates_at_rot: false,
-            rot_unit: Some(partition_frame_at),
+            rot_unit: partition_frame_at,
         }
     }
 

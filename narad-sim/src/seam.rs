@@ -25,8 +25,8 @@
 //!
 //! # Plugging in the real node
 //! narad-sim depends on narad-node (never the reverse), so the real node plugs in through an adapter
-//! module here (`node_narad.rs`: a `NaradSimNode` wrapping narad-node's handle, `impl SimNode`) and a
-//! `NodeKind::Narad` variant in `main.rs`. What narad-node has to expose, under `cfg(madsim)`:
+//! module here (`node_narad.rs`: a `NaradSimNode` wrapping narad-node's handle, `impl SimNode`), the
+//! node `main.rs` runs. What narad-node has to expose, under `cfg(madsim)`:
 //! * a start function taking `Arc<dyn Disk>` (the [`SimDisk`]), a per-op delay hook
 //!   (`Arc<dyn Fn(&IoOp) -> Duration + Send + Sync>`, fed by [`SimIo::op_delay`]; its I/O executor
 //!   sleeps that long with `tokio::time::sleep` before each op instead of `spawn_blocking`), the seed
@@ -36,7 +36,8 @@
 //! * on that handle, the functions the HTTP handlers call (the listener is compiled out): produce,
 //!   batch produce, topic create / delete / describe, consume read, and the readiness flag and backlog
 //!   gauge ([`NodeStatus`]);
-//! * its disk layout ([`DiskLayout`]: the WAL's and the partition logs' path prefixes).
+//! * its disk layout ([`DiskLayout`]: the WAL's and the partition logs' path prefixes, and where a
+//!   partition log's checksummed units lie).
 
 use std::fmt;
 use std::future::Future;
@@ -125,26 +126,20 @@ pub struct NodeStatus {
 /// The byte range `[start, end)` of the checksummed unit of a file image that holds a byte.
 pub type RotUnit = fn(&[u8], u64) -> Option<(u64, u64)>;
 
-/// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]).
+/// Where the node keeps what, so the harness can aim disk faults (path prefixes on [`SimDisk`]) and
+/// excuse what bit rot destroys.
 #[derive(Clone, Debug)]
 pub struct DiskLayout {
     /// Prefix of the ingress WAL's files.
     pub wal_prefix: String,
     /// Prefix of the partition logs.
     pub partition_prefix: String,
-    /// The directory of one partition's log of one incarnation: a log bit rot struck may refuse to
-    /// open (verified data is damaged), which the harness then does not count as a read failure.
-    pub partition_dir: fn(&str, TopicId, PartitionId) -> String,
-    /// Whether recovery truncates a log at its first bad frame even with valid frames behind it (the
-    /// model node's simple log), so records a log took after bit rot struck it may go with the rot and
-    /// are excused. The real node keeps acknowledged frames behind rot: for it losing them is loss.
-    pub recovery_truncates_at_rot: bool,
-    /// For a node that loses to a flipped bit only the records of the checksummed unit holding it,
-    /// keeps the log open and every other record readable: that unit's byte range in a partition log
-    /// file's image (the function answers `None` where it cannot tell). Then only those records are
-    /// excused, and a struck log whose reads keep failing is a failure. `None` here: a flip excuses
-    /// the whole log directory, and a log that refuses to open after rot is excused too.
-    pub rot_unit: Option<RotUnit>,
+    /// The byte range of the checksummed unit that holds a byte of a partition log file's image
+    /// (`None` where the function cannot tell). The node promises that a flipped bit there costs only
+    /// the records of that unit: the log stays open and every other record readable, after a restart
+    /// too. The harness excuses those records; where the function answers `None`, or rot strikes
+    /// outside the partition logs, every record of the struck file's directory.
+    pub rot_unit: RotUnit,
 }
 
 /// What the harness hands a node at every boot.
@@ -177,7 +172,8 @@ pub struct NodeSizes {
     pub partition_segment_bytes: u64,
 }
 
-/// A node the harness can run: the real node through an adapter, or the harness's own model node.
+/// A node the harness can run: the real node through an adapter, or (in the harness's own tests) the
+/// model node.
 ///
 /// Methods other than `start` are called on a handle returned by `start`, as tasks spawned on the node's
 /// madsim node (see the module documentation). Their futures must be `Send + 'static` once the handle

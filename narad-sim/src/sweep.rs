@@ -161,18 +161,10 @@ pub fn summary_line(total: &Tally, wall_s: f64) -> String {
 }
 
 /// The one command that replays a run.
-pub fn replay_command(
-    scenario_path: &str,
-    seed: u64,
-    plant_bug: Option<PlantedBug>,
-    node: &str,
-) -> String {
+pub fn replay_command(scenario_path: &str, seed: u64, plant_bug: Option<PlantedBug>) -> String {
     let mut command = format!("ci/sim run --scenario {scenario_path} --seed {seed}");
     if let Some(bug) = plant_bug {
         command.push_str(&format!(" --plant-bug {bug}"));
-    }
-    if node != "narad" {
-        command.push_str(&format!(" --node {node}"));
     }
     command.push_str(" --trace");
     command
@@ -348,12 +340,7 @@ mod tests {
     #[test]
     fn the_replay_command_names_everything_that_matters() {
         assert_eq!(
-            replay_command(
-                "scenarios/basic.toml",
-                7,
-                Some(PlantedBug::AckBeforeFsync),
-                "narad"
-            ),
+            replay_command("scenarios/basic.toml", 7, Some(PlantedBug::AckBeforeFsync)),
             "ci/sim run --scenario scenarios/basic.toml --seed 7 --plant-bug ack-before-fsync --trace"
         );
     }

@@ -488,8 +488,6 @@ struct World<N: SimNode> {
     disk_rules: Mutex<Vec<(u64, FaultRule)>>,
     /// Chooses where bit rot strikes.
     rot_rng: Mutex<ChaCha8Rng>,
-    /// Every directory bit rot struck.
-    rot_spots: Mutex<Vec<String>>,
 }
 
 impl<N: SimNode> World<N> {
@@ -744,7 +742,6 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("skip: node is down"));
                     return;
                 }
-                self.excuse_behind_rot();
                 self.server.crash("scheduled");
                 let generation = lock(&self.server.state).generation;
                 tokio::spawn(async move {
@@ -832,12 +829,11 @@ impl<N: SimNode> World<N> {
         }
     }
 
-    /// Flips a bit of synced data and excuses the records it may destroy: every payload in every file
-    /// of the struck file's directory (a partition log's segments). Rot damages a whole checksummed
-    /// unit, which may hold many records on both sides of the flipped bit (a partition frame); a
-    /// reader stops or skips there, and recovery may refuse a log whose sealed segment is damaged. The
-    /// victims are found in the images *before* the flip, so a flip inside a payload header cannot
-    /// hide its own record.
+    /// Flips a bit of synced data and excuses the records it may destroy: those of the checksummed
+    /// unit holding the bit ([`DiskLayout::rot_unit`]: a partition frame may hold many records on both
+    /// sides of it), or, where the node cannot name the unit (or rot strikes outside the partition
+    /// logs), every payload in every file of the struck file's directory. The victims are found in the
+    /// images *before* the flip, so a flip inside a payload header cannot hide its own record.
     fn rot(&self, target: Target) {
         let prefix = self.prefix(target);
         let disk = &self.server.disk;
@@ -866,13 +862,11 @@ impl<N: SimNode> World<N> {
         let dir = narad_core::disk::parent_dir(&path).to_string();
         // The records of the struck unit, when the node promises to lose no more than that;
         // otherwise every record of the log's directory.
-        let unit = self
-            .layout
-            .rot_unit
-            .filter(|_| target == Target::Partitions)
-            .and_then(|rot_unit| Some((rot_unit, disk.durable_image(&path)?)))
-            .and_then(|(rot_unit, image)| {
-                let (start, end) = rot_unit(&image, offset)?;
+        let unit = (target == Target::Partitions)
+            .then(|| disk.durable_image(&path))
+            .flatten()
+            .and_then(|image| {
+                let (start, end) = (self.layout.rot_unit)(&image, offset)?;
                 Some(
                     payload::scan(&image)
                         .into_iter()
@@ -883,7 +877,6 @@ impl<N: SimNode> World<N> {
             });
         let victims = unit.unwrap_or_else(|| self.payloads_under(&dir));
         let flipped = disk.rot(&path, offset, bit);
-        lock(&self.rot_spots).push(dir);
         self.probe.event(
             "fault",
             format_args!(
@@ -903,22 +896,6 @@ impl<N: SimNode> World<N> {
             .filter_map(|path| disk.durable_image(&path))
             .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
             .collect()
-    }
-
-    /// Excuses records written since into a directory bit rot struck (see [`World::rot`]), for a node
-    /// whose recovery truncates a log at a rot spot ([`DiskLayout::recovery_truncates_at_rot`]). Runs
-    /// before every crash and before every observation. Lenient on purpose: a log struck once is
-    /// excused for the rest of the run. A node that keeps the acknowledged frames behind rot gets no
-    /// such excuse: losing them is loss.
-    fn excuse_behind_rot(&self) {
-        if !self.layout.recovery_truncates_at_rot {
-            return;
-        }
-        let dirs = lock(&self.rot_spots).clone();
-        for dir in dirs {
-            let victims = self.payloads_under(&dir);
-            lock(&self.ledger).rotted(victims);
-        }
     }
 
     /// The operator: a node whose disk failure latched a component (it says so in its status, as an
@@ -947,8 +924,6 @@ impl<N: SimNode> World<N> {
             if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
                 && lock(&self.server.state).generation == state.generation
             {
-                // Recovery may truncate a log at a rot spot: excuse what lies behind it first.
-                self.excuse_behind_rot();
                 self.server.process_restart("operator: a component latched");
                 latched_since = None;
             }
@@ -978,22 +953,15 @@ impl<N: SimNode> World<N> {
     async fn read_all(&self) -> Observation {
         let mut observation = Observation::default();
         for topic in &self.topics {
-            let current = *lock(&topic.current);
             for p in 0..topic.spec.partitions {
-                self.read_partition(&topic.spec.name, current, PartitionId(p), &mut observation)
+                self.read_partition(&topic.spec.name, PartitionId(p), &mut observation)
                     .await;
             }
         }
         observation
     }
 
-    async fn read_partition(
-        &self,
-        name: &str,
-        topic_id: Option<TopicId>,
-        partition: PartitionId,
-        out: &mut Observation,
-    ) {
+    async fn read_partition(&self, name: &str, partition: PartitionId, out: &mut Observation) {
         let mut from = Offset(0);
         let mut failures = 0;
         let mut last_failure;
@@ -1017,28 +985,9 @@ impl<N: SimNode> World<N> {
                     };
                     failures += 1;
                     if failures > 20 {
-                        let struck = topic_id
-                            .filter(|_| self.layout.rot_unit.is_none())
-                            .map(|id| (self.layout.partition_dir)(name, id, partition))
-                            .filter(|dir| lock(&self.rot_spots).contains(dir));
-                        if let Some(dir) = struck {
-                            // Bit rot damaged verified data of a log that may refuse to open then
-                            // (no `DiskLayout::rot_unit`). Everything it holds is
-                            // unreadable then, what it took after the rot included: excuse that.
-                            let victims = self.payloads_under(&dir);
-                            self.probe.event(
-                                "harness",
-                                format_args!(
-                                    "read {name}/{partition}: unreadable after bit rot, {} records excused",
-                                    victims.len()
-                                ),
-                            );
-                            lock(&self.ledger).rotted(victims);
-                        } else {
-                            self.error(format!(
-                                "read {name}/{partition} from {from} keeps failing ({last_failure})"
-                            ));
-                        }
+                        self.error(format!(
+                            "read {name}/{partition} from {from} keeps failing ({last_failure})"
+                        ));
                         return;
                     }
                     tokio::time::sleep(ADMIN_RETRY).await;
@@ -1085,7 +1034,6 @@ impl<N: SimNode> World<N> {
             }
             tokio::time::sleep(STATUS_POLL).await;
         }
-        self.excuse_behind_rot();
         let observation = self.read_all().await;
         let missing = lock(&self.ledger).missing(&observation);
         let now = sim_now_ns();
@@ -1100,7 +1048,6 @@ impl<N: SimNode> World<N> {
             return observation;
         }
         tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;
-        self.excuse_behind_rot();
         let observation = self.read_all().await;
         self.probe.event(
             "harness",
@@ -1167,7 +1114,6 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         watchdog: Arc::new(Watchdog::default()),
         disk_rules: Mutex::new(Vec::new()),
         rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
-        rot_spots: Mutex::new(Vec::new()),
         spec,
     });
 
@@ -1208,7 +1154,6 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
 
     // Final crash: what was visible must also be durable.
     let after_final = if world.spec.scenario.phases.final_crash {
-        world.excuse_behind_rot();
         server.crash("final");
         server.restart();
         let settle_deadline_ns =

@@ -2,6 +2,7 @@
 //! one rule each so every failure category is shown to be caught.
 
 use super::*;
+use crate::fault::{DiskError, FaultEvent, Target};
 use crate::model_node::ModelNode;
 use crate::scenario::Scenario;
 
@@ -93,19 +94,97 @@ fn a_seed_replays_to_the_same_trace_hash() {
     assert_ne!(a.trace_hash, c.trace_hash);
 }
 
+/// Each planted bug the model node implements, a fault schedule that gives it its chance (`None`:
+/// the seed's generated one), and whether a run's report shows the failure it must cause.
+fn planted_cases() -> Vec<(PlantedBug, Option<Vec<FaultEvent>>, fn(&RunOutcome) -> bool)> {
+    let fsync_eio = vec![FaultEvent::Disk {
+        at_us: 500_000,
+        target: Target::Partitions,
+        error: DiskError::FsyncEio,
+        chance_ppm: 200_000,
+        duration_ms: 500,
+    }];
+    vec![
+        (PlantedBug::AckBeforeFsync, None, |o| {
+            !o.report.lost.is_empty()
+        }),
+        (PlantedBug::FsyncRetryAfterEio, Some(fsync_eio), |o| {
+            !o.report.lost.is_empty()
+        }),
+        (PlantedBug::SkipReadbackCrc, Some(rot_then_crash()), |o| {
+            !o.report.phantoms.is_empty()
+        }),
+        (PlantedBug::StaleIncarnationIntoRecreatedTopic, None, |o| {
+            !o.report.misplaced.is_empty()
+        }),
+        (PlantedBug::RollDropsBatchTail, Some(Vec::new()), |o| {
+            !o.report.lost.is_empty()
+        }),
+    ]
+}
+
+/// Bit rot in the partition logs, a crash so recovery reads the damage, and more rot late in the
+/// safety phase.
+fn rot_then_crash() -> Vec<FaultEvent> {
+    let rot = |at_us| FaultEvent::BitRot {
+        at_us,
+        target: Target::Partitions,
+    };
+    vec![
+        rot(1_000_000),
+        rot(1_400_000),
+        rot(1_800_000),
+        FaultEvent::Crash {
+            at_us: 2_000_000,
+            down_ms: 100,
+        },
+        rot(2_500_000),
+        rot(2_900_000),
+    ]
+}
+
+/// What a regression scenario checks (`narad-sim replay`), on the model node: every planted bug it
+/// implements fails a seed of [`SMALL`] with the failure it must cause, and that seed passes without it.
 #[test]
-fn ack_before_fsync_is_caught_as_loss() {
-    let outcome = run::<ModelNode>(&spec(1, Some(PlantedBug::AckBeforeFsync)));
-    assert!(!outcome.report.lost.is_empty(), "{}", outcome.reason());
+fn every_planted_bug_of_the_model_node_is_caught_and_its_seed_passes_without_it() {
+    for (bug, schedule, shows) in planted_cases() {
+        assert!(ModelNode::supports(bug), "{bug}");
+        let caught = (1..=5)
+            .find(|&seed| {
+                shows(&run::<ModelNode>(&RunSpec {
+                    schedule: schedule.clone(),
+                    ..spec(seed, Some(bug))
+                }))
+            })
+            .unwrap_or_else(|| panic!("{bug} is not caught in seeds 1..=5"));
+        let clean = run::<ModelNode>(&RunSpec {
+            schedule,
+            ..spec(caught, None)
+        });
+        assert!(
+            !clean.failed(),
+            "{bug}: seed {caught} fails without it: {}",
+            clean.reason()
+        );
+    }
 }
 
 #[test]
-fn a_stale_incarnation_is_caught_as_misplaced() {
-    let outcome = run::<ModelNode>(&spec(
-        1,
-        Some(PlantedBug::StaleIncarnationIntoRecreatedTopic),
-    ));
-    assert!(!outcome.report.misplaced.is_empty(), "{}", outcome.reason());
+fn bit_rot_costs_the_model_node_only_the_struck_frames() {
+    for seed in 1..=5 {
+        let outcome = run::<ModelNode>(&RunSpec {
+            schedule: Some(rot_then_crash()),
+            ..spec(seed, None)
+        });
+        assert!(!outcome.failed(), "seed {seed}: {}", outcome.reason());
+        let report = &outcome.report;
+        // Five flips, each costing one frame (a batch's records share none: one record a frame).
+        assert!(
+            report.excused_rot <= 5,
+            "seed {seed}: {} records excused",
+            report.excused_rot
+        );
+    }
 }
 
 #[test]
@@ -173,9 +252,7 @@ impl SimNode for PanickingNode {
         DiskLayout {
             wal_prefix: "wal/".into(),
             partition_prefix: "p/".into(),
-            partition_dir: |_, _, _| "p".into(),
-            recovery_truncates_at_rot: false,
-            rot_unit: None,
+            rot_unit: |_, _| None,
         }
     }
     fn supports(_bug: PlantedBug) -> bool {
