@@ -547,6 +547,7 @@ mod io_timing_tests {
     }
 
     /// Runs one request of these ops on a fresh timed disk; returns what ran when and the total time.
+    #[allow(clippy::disallowed_methods)] // madsim's `Instant` (std's, read in simulated time)
     fn timeline(ops: Vec<IoOp>) -> (Vec<(&'static str, u128)>, u128) {
         let runtime = Runtime::with_seed_and_config(1, madsim::Config::default());
         runtime.block_on(async move {

@@ -1,10 +1,18 @@
 //! End-to-end tests of the runner: the model node under madsim, and small wrapper nodes that break
 //! one rule each so every failure category is shown to be caught.
 
-use super::*;
+use std::sync::Arc;
+
+use narad_core::{Offset, PartitionId};
+
+use super::{run, sim_now_ns};
 use crate::fault::{DiskError, FaultEvent, Target};
 use crate::model_node::ModelNode;
+use crate::outcome::{RunOutcome, RunSpec};
 use crate::scenario::Scenario;
+use crate::seam::{
+    DiskLayout, NodeContext, NodeError, PlantedBug, ProduceRecord, SimNode, TopicInfo,
+};
 
 /// A small scenario: two topics (one churning), every fault kind possible.
 const SMALL: &str = r#"
@@ -94,9 +102,12 @@ fn a_seed_replays_to_the_same_trace_hash() {
     assert_ne!(a.trace_hash, c.trace_hash);
 }
 
-/// Each planted bug the model node implements, a fault schedule that gives it its chance (`None`:
-/// the seed's generated one), and whether a run's report shows the failure it must cause.
-fn planted_cases() -> Vec<(PlantedBug, Option<Vec<FaultEvent>>, fn(&RunOutcome) -> bool)> {
+/// A planted bug, a fault schedule that gives it its chance (`None`: the seed's generated one), and
+/// whether a run's report shows the failure it must cause.
+type PlantedCase = (PlantedBug, Option<Vec<FaultEvent>>, fn(&RunOutcome) -> bool);
+
+/// Every planted bug the model node implements, as a [`PlantedCase`].
+fn planted_cases() -> Vec<PlantedCase> {
     let fsync_eio = vec![FaultEvent::Disk {
         at_us: 500_000,
         target: Target::Partitions,

@@ -1,0 +1,273 @@
+//! Fault injection: the schedule's events applied to the node, its disk and its I/O latency, the
+//! operator who restarts a latched node, and the heal that starts the liveness phase.
+//!
+//! Contract: each event strikes at its instant of the safety phase, until the heal (a crash of a node
+//! that is down, or a pause of one down or paused, is skipped and traced). A crash's restart and a
+//! pause's resume are timers that do nothing once a later crash, pause or the heal changed the node's
+//! state (its generation). Disk error episodes are [`SimDisk`](narad_core::disk::sim::SimDisk) fault
+//! rules on the target's path prefix and slow-disk episodes [`SimIo`](crate::seam::SimIo) episodes;
+//! an episode's end removes that episode only. Bit rot flips one bit of synced data and excuses,
+//! before the flip, the records it may destroy. [`World::heal`] ends every fault at once.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use madsim::runtime::Handle;
+use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule};
+use rand::Rng;
+
+use super::server::Call;
+use super::{lock, sim_now_ns, World, ADMIN_TIMEOUT};
+use crate::fault::{DiskError, FaultEvent, Target};
+use crate::payload;
+use crate::seam::SimNode;
+
+/// How often the operator looks at the node's status.
+const OPERATOR_POLL: Duration = Duration::from_millis(250);
+/// How long a latch holds before the operator restarts the process.
+const OPERATOR_RESTART_AFTER: Duration = Duration::from_secs(1);
+
+impl<N: SimNode> World<N> {
+    /// The path prefix of a fault target on the node's disk.
+    fn prefix(&self, target: Target) -> String {
+        match target {
+            Target::Wal => self.layout.wal_prefix.clone(),
+            Target::Partitions => self.layout.partition_prefix.clone(),
+            Target::All => String::new(),
+        }
+    }
+
+    /// Applies the schedule's events at their instants until the faults heal.
+    pub(super) async fn injector(self: Arc<Self>, events: Vec<FaultEvent>) {
+        for (episode, event) in events.into_iter().enumerate() {
+            let at_ns = event.at_us() * 1000;
+            let now = sim_now_ns();
+            if at_ns > now {
+                tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
+            }
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            self.clone().apply(episode as u64, event);
+        }
+    }
+
+    /// Applies one fault now; its end (restart, resume, episode end) is a timer task.
+    fn apply(self: Arc<Self>, episode: u64, event: FaultEvent) {
+        self.probe
+            .event("fault", format_args!("apply {}", event.describe()));
+        match event {
+            FaultEvent::Crash { down_ms, .. } => {
+                if lock(&self.server.state).down {
+                    self.probe
+                        .event("fault", format_args!("skip: node is down"));
+                    return;
+                }
+                self.server.crash("scheduled");
+                let generation = lock(&self.server.state).generation;
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                    let current = lock(&self.server.state).generation;
+                    if current == generation && !self.healed.load(Ordering::Relaxed) {
+                        self.server.restart();
+                    }
+                });
+            }
+            FaultEvent::Pause { duration_ms, .. } => {
+                let generation = {
+                    let mut state = lock(&self.server.state);
+                    if state.down || state.paused {
+                        self.probe
+                            .event("fault", format_args!("skip: node is down or paused"));
+                        return;
+                    }
+                    state.paused = true;
+                    state.generation += 1;
+                    Handle::current().pause(self.server.madsim_id);
+                    state.generation
+                };
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    let mut state = lock(&self.server.state);
+                    if state.generation == generation && state.paused {
+                        state.paused = false;
+                        Handle::current().resume(self.server.madsim_id);
+                        self.probe.event("fault", format_args!("resume"));
+                    }
+                });
+            }
+            FaultEvent::Disk {
+                target,
+                error,
+                chance_ppm,
+                duration_ms,
+                ..
+            } => {
+                let kind = match error {
+                    DiskError::FsyncEio => DiskFaultKind::SyncEio,
+                    DiskError::WriteEio => DiskFaultKind::WriteEio,
+                    DiskError::Enospc => DiskFaultKind::NoSpace,
+                };
+                let rule = FaultRule {
+                    path_prefix: self.prefix(target),
+                    kind,
+                    chance_ppm,
+                    remaining: None,
+                };
+                self.server.disk.add_fault(rule.clone());
+                lock(&self.disk_rules).push((episode, rule));
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    if self.healed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    // SimDisk can only clear every rule: clear, then re-add the others in force.
+                    let mut rules = lock(&self.disk_rules);
+                    rules.retain(|(id, _)| *id != episode);
+                    self.server.disk.clear_faults();
+                    for (_, rule) in rules.iter() {
+                        self.server.disk.add_fault(rule.clone());
+                    }
+                    self.probe
+                        .event("fault", format_args!("end disk episode {episode}"));
+                });
+            }
+            FaultEvent::SlowDisk {
+                target,
+                latency_us,
+                duration_ms,
+                ..
+            } => {
+                let id = self.io.slow_begin(&self.prefix(target), latency_us);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    self.io.slow_end(id);
+                    self.probe
+                        .event("fault", format_args!("end slow episode {episode}"));
+                });
+            }
+            FaultEvent::BitRot { target, .. } => self.rot(target),
+        }
+    }
+
+    /// Flips a bit of synced data and excuses the records it may destroy: those of the checksummed
+    /// unit holding the bit ([`DiskLayout::rot_unit`]: a partition frame may hold many records on both
+    /// sides of it), or, where the node cannot name the unit (or rot strikes outside the partition
+    /// logs), every payload in every file of the struck file's directory. The victims are found in the
+    /// images *before* the flip, so a flip inside a payload header cannot hide its own record.
+    fn rot(&self, target: Target) {
+        let prefix = self.prefix(target);
+        let disk = &self.server.disk;
+        let candidates: Vec<(String, u64)> = disk
+            .paths()
+            .into_iter()
+            .filter(|path| path.starts_with(prefix.as_str()))
+            .filter_map(|path| {
+                let len = disk.durable_image(&path)?.len() as u64;
+                (len > 0).then_some((path, len))
+            })
+            .collect();
+        if candidates.is_empty() {
+            self.probe.event(
+                "fault",
+                format_args!("bit-rot: no synced data under {prefix:?}"),
+            );
+            return;
+        }
+        let (path, offset, bit) = {
+            let mut rng = lock(&self.rot_rng);
+            let (path, len) = &candidates[rng.random_range(0..candidates.len())];
+            let offset = rng.random_range(0..*len);
+            (path.clone(), offset, rng.random_range(0..8u8))
+        };
+        let dir = narad_core::disk::parent_dir(&path).to_string();
+        // The records of the struck unit, when the node promises to lose no more than that;
+        // otherwise every record of the log's directory.
+        let unit = (target == Target::Partitions)
+            .then(|| disk.durable_image(&path))
+            .flatten()
+            .and_then(|image| {
+                let (start, end) = (self.layout.rot_unit)(&image, offset)?;
+                Some(
+                    payload::scan(&image)
+                        .into_iter()
+                        .filter(|found| found.start < end && start < found.end)
+                        .map(|found| found.id)
+                        .collect::<Vec<u64>>(),
+                )
+            });
+        let victims = unit.unwrap_or_else(|| self.payloads_under(&dir));
+        let flipped = disk.rot(&path, offset, bit);
+        self.probe.event(
+            "fault",
+            format_args!(
+                "bit-rot {path}@{offset} bit {bit} (flipped: {flipped}): {} records excused",
+                victims.len()
+            ),
+        );
+        lock(&self.ledger).rotted(victims);
+    }
+
+    /// Every payload id in the durable images of the files directly in `dir`.
+    fn payloads_under(&self, dir: &str) -> Vec<u64> {
+        let disk = &self.server.disk;
+        disk.paths()
+            .into_iter()
+            .filter(|path| narad_core::disk::parent_dir(path) == dir)
+            .filter_map(|path| disk.durable_image(&path))
+            .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
+            .collect()
+    }
+
+    /// The operator: a node whose disk failure latched a component (it says so in its status, as an
+    /// alert would) is restarted once the latch has held for [`OPERATOR_RESTART_AFTER`]. Runs for the
+    /// whole run, faults or not.
+    pub(super) async fn operator(self: Arc<Self>) {
+        let mut latched_since: Option<u64> = None;
+        loop {
+            tokio::time::sleep(OPERATOR_POLL).await;
+            let state = *lock(&self.server.state);
+            if state.down || state.paused {
+                latched_since = None;
+                continue;
+            }
+            let status = self
+                .server
+                .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                .await;
+            let latched = matches!(status, Call::Done(status) if status.latched);
+            if !latched {
+                latched_since = None;
+                continue;
+            }
+            let now = sim_now_ns();
+            let since = *latched_since.get_or_insert(now);
+            if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
+                && lock(&self.server.state).generation == state.generation
+            {
+                self.server.process_restart("operator: a component latched");
+                latched_since = None;
+            }
+        }
+    }
+
+    /// Ends every fault: the liveness phase starts.
+    pub(super) fn heal(&self) {
+        self.healed.store(true, Ordering::Relaxed);
+        self.server.disk.clear_faults();
+        lock(&self.disk_rules).clear();
+        self.io.heal();
+        let state = *lock(&self.server.state);
+        if state.down {
+            self.server.restart();
+        } else if state.paused {
+            let mut state = lock(&self.server.state);
+            state.paused = false;
+            state.generation += 1;
+            Handle::current().resume(self.server.madsim_id);
+        }
+        self.probe
+            .event("harness", format_args!("heal: liveness phase starts"));
+    }
+}

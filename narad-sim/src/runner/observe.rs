@@ -1,0 +1,184 @@
+//! The observation: the reads the ledger judges, and what a failed run reports about its missing
+//! records.
+//!
+//! Contract: [`World::observe`] waits until the node has booted and its backlog is 0 (or the
+//! deadline passes), then reads every partition of every topic from offset 0 to the high watermark;
+//! if a record that must be visible is missing and the deadline has not passed, it waits for the
+//! deadline and reads again, so a record is unseen only if it is still missing then. A read call
+//! that keeps failing is a harness error; a read that does not end within [`READ_CALLS_MAX`] calls
+//! too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_core::{Offset, PartitionId};
+
+use super::server::Call;
+use super::{lock, sim_now_ns, World, ADMIN_RETRY, ADMIN_TIMEOUT, STATUS_POLL};
+use crate::ledger::{Observation, Outcome, Report, Served};
+use crate::payload;
+use crate::seam::SimNode;
+
+/// Records asked for per read call.
+const READ_RECORDS_MAX: usize = 1000;
+/// Read calls per partition before the harness gives up on it (a bound on a node serving forever).
+const READ_CALLS_MAX: usize = 100_000;
+/// Records of each failure category described in a run's details.
+const DETAILS_MAX: usize = 10;
+
+impl<N: SimNode> World<N> {
+    /// Reads every partition of every topic's current incarnation.
+    async fn read_all(&self) -> Observation {
+        let mut observation = Observation::default();
+        for topic in &self.topics {
+            for p in 0..topic.spec.partitions {
+                self.read_partition(&topic.spec.name, PartitionId(p), &mut observation)
+                    .await;
+            }
+        }
+        observation
+    }
+
+    /// Reads one partition from offset 0 to its high watermark into `out`; more than 20 failed
+    /// calls are a harness error.
+    async fn read_partition(&self, name: &str, partition: PartitionId, out: &mut Observation) {
+        let mut from = Offset(0);
+        let mut failures = 0;
+        let mut last_failure;
+        for _ in 0..READ_CALLS_MAX {
+            let read_name = name.to_string();
+            let result = self
+                .server
+                .call(ADMIN_TIMEOUT, move |node| async move {
+                    node.read(&read_name, partition, from, READ_RECORDS_MAX)
+                        .await
+                })
+                .await;
+            let batch = match result {
+                Call::Done(Ok(batch)) => batch,
+                failed @ (Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut) => {
+                    last_failure = match failed {
+                        Call::Done(Err(error)) => format!("{error:?}"),
+                        Call::Refused => "refused".to_string(),
+                        Call::Reset => "reset".to_string(),
+                        _ => "timed out".to_string(),
+                    };
+                    failures += 1;
+                    if failures > 20 {
+                        self.error(format!(
+                            "read {name}/{partition} from {from} keeps failing ({last_failure})"
+                        ));
+                        return;
+                    }
+                    tokio::time::sleep(ADMIN_RETRY).await;
+                    continue;
+                }
+            };
+            let Some(last) = batch.records.last() else {
+                return;
+            };
+            from = last.offset.next();
+            let topic: Arc<str> = Arc::from(name);
+            for record in batch.records {
+                out.served.push(Served::new(
+                    topic.clone(),
+                    batch.topic_id,
+                    partition,
+                    record.offset,
+                    record.payload,
+                ));
+            }
+            if from >= batch.high_watermark {
+                return;
+            }
+        }
+        self.error(format!("read {name}/{partition} did not end"));
+    }
+
+    /// Waits for a zero backlog (or `deadline_ns`), then reads; if a 202'd record is still missing
+    /// before the deadline, waits for the deadline and reads again.
+    pub(super) async fn observe(&self, deadline_ns: u64, what: &str) -> Observation {
+        if !self.server.booted(deadline_ns).await {
+            self.error(format!("node not booted by the {what} deadline"));
+            return Observation::default();
+        }
+        loop {
+            let drained = matches!(
+                self.server
+                    .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                    .await,
+                Call::Done(status) if status.backlog_records == 0
+            );
+            if drained || sim_now_ns() >= deadline_ns {
+                break;
+            }
+            tokio::time::sleep(STATUS_POLL).await;
+        }
+        let observation = self.read_all().await;
+        let missing = lock(&self.ledger).missing(&observation);
+        let now = sim_now_ns();
+        if missing == 0 || now >= deadline_ns {
+            self.probe.event(
+                "harness",
+                format_args!(
+                    "{what} read: {} served, {missing} missing",
+                    observation.served.len()
+                ),
+            );
+            return observation;
+        }
+        tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;
+        let observation = self.read_all().await;
+        self.probe.event(
+            "harness",
+            format_args!(
+                "{what} read at the deadline: {} served, {} missing",
+                observation.served.len(),
+                lock(&self.ledger).missing(&observation)
+            ),
+        );
+        observation
+    }
+
+    /// Where the first lost and unseen records of `report` came from and where they sit on disk
+    /// (durable images), to start a diagnosis there.
+    pub(super) fn details(&self, report: &Report) -> Vec<String> {
+        let ledger = lock(&self.ledger);
+        let mut details = Vec::new();
+        // Where the missing records sit on disk (durable images), to start the diagnosis there.
+        let mut missing: Vec<u64> = report.lost.iter().take(DETAILS_MAX).copied().collect();
+        missing.extend(report.unseen.iter().take(DETAILS_MAX));
+        let mut places: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+        if !missing.is_empty() {
+            for path in self.server.disk.paths() {
+                let Some(image) = self.server.disk.durable_image(&path) else {
+                    continue;
+                };
+                for found in payload::scan(&image) {
+                    if missing.contains(&found.id) {
+                        places
+                            .entry(found.id)
+                            .or_default()
+                            .push(format!("{path}@{}", found.start));
+                    }
+                }
+            }
+        }
+        for (kind, ids) in [("lost", &report.lost), ("unseen", &report.unseen)] {
+            for &id in ids.iter().take(DETAILS_MAX) {
+                if let Some(entry) = ledger.record(id) {
+                    details.push(format!(
+                        "{kind} record {id}: {}#{} aimed at {:?}, call #{} {}; durable in {:?}",
+                        entry.topic,
+                        entry.topic_id,
+                        entry.aimed_at.map(|p| p.0),
+                        entry.attempt.0,
+                        ledger.outcome_of(id).map_or("?", Outcome::name),
+                        places.get(&id).map_or(&[][..], Vec::as_slice)
+                    ));
+                }
+            }
+        }
+        details
+    }
+}
