@@ -1,20 +1,22 @@
 //! A blocking keep-alive HTTP/1.1 connection, for tests that send thousands of requests (producers,
-//! replay scans) where [`crate::http`]'s connection per request would spend its time in handshakes
-//! and fill the port range with `TIME_WAIT` sockets.
+//! replay scans), and under [`crate::http`]'s one request per connection.
 //!
-//! One request in flight at a time. Bodies are framed by `Content-Length` or chunked encoding; a
-//! response without either and without a body status (204, 304, 1xx) is read to the end of the
-//! connection. Every failure drops the socket, so the next request connects again; the error says
-//! whether the request could have reached the server ([`ConnError::Exchange`]) or certainly did not
-//! ([`ConnError::Connect`]).
+//! The wire format is `narad bench`'s ([`narad_node::bench::http1`]): this connection only moves bytes
+//! between a socket and that codec. One request in flight at a time; bodies framed by
+//! `Content-Length`, chunked encoding, nothing (204, 304, 1xx) or the end of the connection, every
+//! size bounded by the codec's limits. Every failure drops the socket, so the next request connects
+//! again; the error says whether the request could have reached the server ([`ConnError::Exchange`])
+//! or certainly did not ([`ConnError::Connect`]).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use crate::{parse_response, Response, HTTP_TIMEOUT};
+use narad_node::bench::http1::{self, Framing, ProtocolError};
 
-/// The longest response accepted.
-pub const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+use crate::{Response, HTTP_TIMEOUT};
+
+/// Bytes read from the socket at a time.
+const READ_CHUNK_BYTES: usize = 16 * 1024;
 
 /// Why a request got no response.
 #[derive(Debug)]
@@ -43,7 +45,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// A connection to `addr`, opened by the first request.
+    /// A connection to `addr`, opened by [`Conn::connect`] or the first request.
     pub fn new(addr: SocketAddr) -> Conn {
         Conn {
             addr,
@@ -71,7 +73,26 @@ impl Conn {
         self.buffer.clear();
     }
 
-    /// One request.
+    /// Opens the socket unless it is open. After this succeeds, the next request fails, if it does,
+    /// with [`ConnError::Exchange`] only: a caller can tell "never sent" apart before it sends.
+    pub fn connect(&mut self) -> Result<(), ConnError> {
+        if self.stream.is_some() {
+            return Ok(());
+        }
+        let stream = TcpStream::connect_timeout(&self.addr, HTTP_TIMEOUT)
+            .and_then(|stream| {
+                stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
+                stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
+                stream.set_nodelay(true)?;
+                Ok(stream)
+            })
+            .map_err(ConnError::Connect)?;
+        self.stream = Some(stream);
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// One request: `headers` as given, then `Host` and `Content-Length` ([`http1::request`]).
     pub fn request(
         &mut self,
         method: &str,
@@ -79,20 +100,9 @@ impl Conn {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Result<Response, ConnError> {
-        if self.stream.is_none() {
-            let stream = TcpStream::connect_timeout(&self.addr, HTTP_TIMEOUT)
-                .and_then(|stream| {
-                    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
-                    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
-                    stream.set_nodelay(true)?;
-                    Ok(stream)
-                })
-                .map_err(ConnError::Connect)?;
-            self.stream = Some(stream);
-            self.buffer.clear();
-        }
-        let result = self.exchange(method, path, headers, body);
-        match result {
+        self.connect()?;
+        let request = http1::request(method, path, &self.addr.to_string(), headers, body);
+        match self.exchange(&request) {
             Ok((response, close)) => {
                 if close {
                     self.close();
@@ -116,102 +126,56 @@ impl Conn {
         self.request("POST", path, &[], body)
     }
 
-    fn exchange(
-        &mut self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-    ) -> io::Result<(Response, bool)> {
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
-            self.addr,
-            body.len()
-        );
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        let mut bytes = request.into_bytes();
-        bytes.extend_from_slice(body);
-        let stream = self.stream.as_mut().expect("connected");
-        stream.write_all(&bytes)?;
-        let head_end = loop {
-            if let Some(at) = find(&self.buffer, b"\r\n\r\n") {
-                break at + 4;
+    /// Writes `request` and reads its response; also says whether the connection ends with it.
+    fn exchange(&mut self, request: &[u8]) -> io::Result<(Response, bool)> {
+        self.stream
+            .as_mut()
+            .expect("connected")
+            .write_all(request)?;
+        let head = loop {
+            match http1::parse_head(&self.buffer).map_err(invalid)? {
+                Some(head) => break head,
+                None => self.fill()?,
             }
-            self.fill()?;
         };
-        let head = parse_response(&self.buffer[..head_end]).ok_or_else(|| invalid("bad head"))?;
-        let close = head
-            .header("connection")
-            .is_some_and(|value| value.eq_ignore_ascii_case("close"));
-        let chunked = head
-            .header("transfer-encoding")
-            .is_some_and(|value| value.to_ascii_lowercase().contains("chunked"));
-        let length = head
-            .header("content-length")
-            .map(|value| value.parse::<usize>().map_err(|_| invalid("bad length")))
-            .transpose()?;
-        let bodiless = matches!(head.status, 204 | 304 | 100..=199);
-        self.buffer.drain(..head_end);
-        let body = if bodiless {
-            Vec::new()
-        } else if chunked {
-            self.read_chunked()?
-        } else if let Some(length) = length {
-            if length > RESPONSE_BYTES_MAX {
-                return Err(invalid("response too large"));
-            }
-            while self.buffer.len() < length {
-                self.fill()?;
-            }
-            self.buffer.drain(..length).collect()
-        } else {
-            while self.fill_or_end()? {}
-            let body = std::mem::take(&mut self.buffer);
-            return Ok((Response { body, ..head }, true));
-        };
-        Ok((Response { body, ..head }, close))
-    }
-
-    fn read_chunked(&mut self) -> io::Result<Vec<u8>> {
-        let mut body = Vec::new();
-        loop {
-            let line_end = loop {
-                if let Some(at) = find(&self.buffer, b"\r\n") {
-                    break at;
+        let headers = http1::header_fields(&self.buffer[..head.head_bytes])
+            .map_err(invalid)?
+            .into_iter()
+            .map(|(name, value)| (name.to_ascii_lowercase(), value.to_string()))
+            .collect();
+        self.buffer.drain(..head.head_bytes);
+        let body = match head.framing {
+            Framing::Empty => Vec::new(),
+            Framing::Length(length) => {
+                while self.buffer.len() < length {
+                    self.fill()?;
                 }
-                self.fill()?;
-            };
-            let line = String::from_utf8_lossy(&self.buffer[..line_end]).into_owned();
-            let size = usize::from_str_radix(line.split(';').next().unwrap_or("").trim(), 16)
-                .map_err(|_| invalid("bad chunk size"))?;
-            self.buffer.drain(..line_end + 2);
-            if size == 0 {
-                // Skip trailers up to the blank line.
-                loop {
-                    let end = loop {
-                        if let Some(at) = find(&self.buffer, b"\r\n") {
-                            break at;
-                        }
-                        self.fill()?;
-                    };
-                    self.buffer.drain(..end + 2);
-                    if end == 0 {
-                        return Ok(body);
+                self.buffer.drain(..length).collect()
+            }
+            Framing::Chunked => loop {
+                match http1::decode_chunked(&self.buffer).map_err(invalid)? {
+                    Some((body, used)) => {
+                        self.buffer.drain(..used);
+                        break body;
+                    }
+                    None => self.fill()?,
+                }
+            },
+            Framing::UntilClose => {
+                while self.fill_or_end()? {
+                    if self.buffer.len() > http1::BODY_BYTES_MAX {
+                        return Err(invalid(ProtocolError::BodyTooLarge));
                     }
                 }
+                std::mem::take(&mut self.buffer)
             }
-            if body.len() + size > RESPONSE_BYTES_MAX {
-                return Err(invalid("response too large"));
-            }
-            while self.buffer.len() < size + 2 {
-                self.fill()?;
-            }
-            body.extend_from_slice(&self.buffer[..size]);
-            self.buffer.drain(..size + 2);
-        }
+        };
+        let response = Response {
+            status: head.status,
+            headers,
+            body,
+        };
+        Ok((response, head.close))
     }
 
     fn fill(&mut self) -> io::Result<()> {
@@ -227,10 +191,7 @@ impl Conn {
 
     /// Reads more bytes; false at the end of the stream.
     fn fill_or_end(&mut self) -> io::Result<bool> {
-        if self.buffer.len() > RESPONSE_BYTES_MAX {
-            return Err(invalid("response too large"));
-        }
-        let mut chunk = [0u8; 16 * 1024];
+        let mut chunk = [0u8; READ_CHUNK_BYTES];
         let stream = self.stream.as_mut().expect("connected");
         let read = stream.read(&mut chunk)?;
         self.buffer.extend_from_slice(&chunk[..read]);
@@ -238,14 +199,8 @@ impl Conn {
     }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
-fn invalid(why: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, why.to_string())
+fn invalid(error: ProtocolError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, error)
 }
 
 #[cfg(test)]
@@ -253,7 +208,13 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
-    /// A one-connection server that answers each request with the next canned response.
+    fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+        haystack
+            .windows(needle.len())
+            .position(|window| window == needle)
+    }
+
+    /// A one-connection server that answers each request with the next canned response, then closes.
     fn serve(responses: Vec<&'static [u8]>) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -277,13 +238,15 @@ mod tests {
     #[test]
     fn one_connection_carries_length_chunked_and_bodiless_responses() {
         let addr = serve(vec![
-            b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 202 Accepted\r\nnarad-durability: local-wal-fsync\r\ncontent-length: 0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
             b"HTTP/1.1 204 No Content\r\n\r\n",
             b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 27\r\n\r\n{\"error\":\"produce failed\"}\n",
         ]);
         let mut conn = Conn::new(addr);
-        assert_eq!(conn.post("/p", b"x").unwrap().status, 202);
+        let accepted = conn.post("/p", b"x").unwrap();
+        assert_eq!(accepted.status, 202);
+        assert_eq!(accepted.header("Narad-Durability"), Some("local-wal-fsync"));
         let chunked = conn.get("/c").unwrap();
         assert_eq!((chunked.status, chunked.text().as_str()), (200, "abcde"));
         assert_eq!(conn.get("/e").unwrap().status, 204);
@@ -294,6 +257,30 @@ mod tests {
         );
         // The server is gone: the next request fails in the exchange or the connect.
         assert!(conn.get("/gone").is_err());
+    }
+
+    #[test]
+    fn a_body_without_a_length_runs_to_the_end_of_the_connection() {
+        let addr = serve(vec![
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nto the end",
+        ]);
+        let mut conn = Conn::new(addr);
+        let response = conn.get("/").unwrap();
+        assert_eq!(
+            (response.status, response.text().as_str()),
+            (200, "to the end")
+        );
+        assert_eq!(response.header("content-type"), Some("text/plain"));
+    }
+
+    #[test]
+    fn a_malformed_head_is_an_exchange_error_naming_it() {
+        let addr = serve(vec![b"SMTP 220 hello\r\n\r\n"]);
+        let error = Conn::new(addr).get("/").unwrap_err();
+        assert!(
+            error.to_string().contains("not an HTTP/1.x status line"),
+            "{error}"
+        );
     }
 
     #[test]

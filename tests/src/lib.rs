@@ -3,8 +3,8 @@
 //! Decision: the tests themselves live in `narad-node/tests/*.rs`, because only a package's own
 //! integration tests get `env!("CARGO_BIN_EXE_narad")` — cargo then builds the binary before the tests,
 //! for `cargo test --workspace` and `cargo test -p narad-node` alike. This crate is the reusable part
-//! (process control, a tiny HTTP/1.1 client, log capture) that those tests, and later the crash and
-//! disk-failure tests, share; `narad-node` takes it as a dev-dependency.
+//! (process control, log capture, a blocking HTTP/1.1 client over `narad bench`'s codec, producers and
+//! their ledger) that those tests share; `narad-node` takes it as a dev-dependency.
 //!
 //! A node is started with `--http-addr 127.0.0.1:0 --log-format text`; the harness reads its log lines
 //! (stderr) on a thread, learns the bound address from the `http listening` line and readiness from the
@@ -16,8 +16,8 @@ pub mod ledger;
 pub mod load;
 pub mod observe;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -322,59 +322,18 @@ fn parse_addr(line: &str) -> Option<SocketAddr> {
     rest[..end].parse().ok()
 }
 
-/// A minimal HTTP/1.1 client: one request per connection.
+/// One request on a connection of its own (`Connection: close`).
 pub fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> std::io::Result<Response> {
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT)?;
-    stream.set_read_timeout(Some(HTTP_TIMEOUT))?;
-    stream.set_write_timeout(Some(HTTP_TIMEOUT))?;
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    parse_response(&raw).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("malformed response: {:?}", String::from_utf8_lossy(&raw)),
-        )
-    })
-}
-
-fn parse_response(raw: &[u8]) -> Option<Response> {
-    let split = raw.windows(4).position(|window| window == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..split]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let length = headers
-        .iter()
-        .find(|(name, _)| name == "content-length")
-        .and_then(|(_, value)| value.parse::<usize>().ok());
-    if let Some(length) = length {
-        body.truncate(length);
-    }
-    Some(Response {
-        status,
-        headers,
-        body,
-    })
+) -> Result<Response, conn::ConnError> {
+    let mut all = Vec::with_capacity(headers.len() + 1);
+    all.push(("Connection", "close"));
+    all.extend_from_slice(headers);
+    conn::Conn::new(addr).request(method, path, &all, body)
 }
 
 #[cfg(test)]
@@ -389,14 +348,5 @@ mod tests {
             Some(SocketAddr::from(([127, 0, 0, 1], 4567)))
         );
         assert_eq!(parse_addr("nothing"), None);
-    }
-
-    #[test]
-    fn responses_parse_status_headers_and_body() {
-        let raw = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n{}\n";
-        let response = parse_response(raw).unwrap();
-        assert_eq!(response.status, 201);
-        assert_eq!(response.header("Content-Type"), Some("application/json"));
-        assert_eq!(response.text(), "{}\n");
     }
 }

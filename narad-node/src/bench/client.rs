@@ -80,6 +80,14 @@ impl Connection {
                     None => self.fill().await?,
                 }
             },
+            Framing::UntilClose => {
+                while self.fill_or_end().await? {
+                    if self.buffer.len() > http1::BODY_BYTES_MAX {
+                        return Err(invalid(http1::ProtocolError::BodyTooLarge));
+                    }
+                }
+                std::mem::take(&mut self.buffer)
+            }
         };
         self.closed = head.close;
         Ok(Response {
@@ -89,6 +97,17 @@ impl Connection {
     }
 
     async fn fill(&mut self) -> io::Result<()> {
+        if self.fill_or_end().await? {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed before the response ended",
+        ))
+    }
+
+    /// Reads more bytes; false at the end of the stream (the connection is then closed).
+    async fn fill_or_end(&mut self) -> io::Result<bool> {
         let start = self.buffer.len();
         self.buffer.resize(start + READ_CHUNK_BYTES, 0);
         let read = self.stream.read(&mut self.buffer[start..]).await;
@@ -102,12 +121,8 @@ impl Connection {
         self.buffer.truncate(start + read);
         if read == 0 {
             self.closed = true;
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before the response ended",
-            ));
         }
-        Ok(())
+        Ok(read > 0)
     }
 }
 

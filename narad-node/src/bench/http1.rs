@@ -1,9 +1,13 @@
-//! The HTTP/1.1 wire format `narad bench` speaks: request bytes out, response heads and bodies in.
-//! Pure functions over byte slices, so the client's parsing is tested without a socket.
+//! The HTTP/1.1 wire format of every client of a `narad` node in this workspace: `narad bench`'s
+//! tokio connections and the black-box tests' blocking ones (`narad-tests`). Request bytes out,
+//! response heads and bodies in: pure functions over byte slices, so the parsing is tested without a
+//! socket, and each client only moves bytes.
 //!
 //! Enough of RFC 9112 for talking to a `narad` node: a status line, headers, a body framed by
-//! `Content-Length` or `Transfer-Encoding: chunked` (or, with neither, by the end of a 204/304/1xx
-//! answer's head), and `Connection: close`. Every size is bounded.
+//! `Content-Length` or `Transfer-Encoding: chunked`, none after a 204/304/1xx head, and otherwise one
+//! that runs to the end of the connection; `Connection: close`. Every size is bounded: a client reading
+//! a body to the end of the connection stops past [`BODY_BYTES_MAX`] with
+//! [`ProtocolError::BodyTooLarge`].
 
 /// The longest response head accepted.
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
@@ -22,10 +26,6 @@ pub enum ProtocolError {
     /// The head or the chunk framing does not parse.
     #[error("malformed response: {0}")]
     Malformed(&'static str),
-    /// A body with no length that runs to the end of the connection (not supported: the bench keeps
-    /// connections alive).
-    #[error("response body without a length")]
-    UnframedBody,
 }
 
 /// How the body after a head is framed.
@@ -37,6 +37,8 @@ pub enum Framing {
     Length(usize),
     /// `Transfer-Encoding: chunked`.
     Chunked,
+    /// Neither a length nor chunking: the body runs to the end of the connection, which closes.
+    UntilClose,
 }
 
 /// A parsed response head.
@@ -94,9 +96,7 @@ pub fn parse_head(buffer: &[u8]) -> Result<Option<Head>, ProtocolError> {
     if end > HEAD_BYTES_MAX {
         return Err(ProtocolError::HeadTooLarge);
     }
-    let text = std::str::from_utf8(&buffer[..end])
-        .map_err(|_| ProtocolError::Malformed("head is not UTF-8"))?;
-    let mut lines = text.split("\r\n");
+    let mut lines = head_text(&buffer[..end])?.split("\r\n");
     let status_line = lines.next().unwrap_or("");
     let mut parts = status_line.splitn(3, ' ');
     let version = parts.next().unwrap_or("");
@@ -111,10 +111,7 @@ pub fn parse_head(buffer: &[u8]) -> Result<Option<Head>, ProtocolError> {
     let mut chunked = false;
     let mut close = version == "HTTP/1.0";
     for line in lines {
-        let (name, value) = line
-            .split_once(':')
-            .ok_or(ProtocolError::Malformed("header without a colon"))?;
-        let value = value.trim();
+        let (name, value) = field(line)?;
         if name.eq_ignore_ascii_case("content-length") {
             let parsed: usize = value
                 .parse()
@@ -140,14 +137,34 @@ pub fn parse_head(buffer: &[u8]) -> Result<Option<Head>, ProtocolError> {
             return Err(ProtocolError::BodyTooLarge)
         }
         (false, false, Some(length)) => Framing::Length(length),
-        (false, false, None) => return Err(ProtocolError::UnframedBody),
+        (false, false, None) => Framing::UntilClose,
     };
     Ok(Some(Head {
         head_bytes: end + 4,
         status,
         framing,
-        close,
+        // A body that runs to the end of the connection ends it.
+        close: close || framing == Framing::UntilClose,
     }))
+}
+
+/// The header fields of a complete head (the first [`Head::head_bytes`] bytes of a buffer that
+/// [`parse_head`] accepted), in order: names as sent, values trimmed.
+pub fn header_fields(head: &[u8]) -> Result<Vec<(&str, &str)>, ProtocolError> {
+    let head = head.strip_suffix(b"\r\n\r\n").unwrap_or(head);
+    head_text(head)?.split("\r\n").skip(1).map(field).collect()
+}
+
+/// A head (without its blank line) as text.
+fn head_text(head: &[u8]) -> Result<&str, ProtocolError> {
+    std::str::from_utf8(head).map_err(|_| ProtocolError::Malformed("head is not UTF-8"))
+}
+
+/// One header line: `(name, value)`, the value trimmed.
+fn field(line: &str) -> Result<(&str, &str), ProtocolError> {
+    line.split_once(':')
+        .map(|(name, value)| (name, value.trim()))
+        .ok_or(ProtocolError::Malformed("header without a colon"))
 }
 
 /// Decodes a chunked body from the start of `buffer`: `Ok(None)` while incomplete, else the body and
@@ -258,11 +275,39 @@ mod tests {
         );
         assert_eq!(
             framing(b"HTTP/1.1 200 OK\r\n\r\n"),
-            Err(ProtocolError::UnframedBody)
+            Ok(Some((Framing::UntilClose, true)))
+        );
+        assert_eq!(
+            framing(b"HTTP/1.1 404 Not Found\r\nConnection: keep-alive\r\n\r\n"),
+            Ok(Some((Framing::UntilClose, true))),
+            "a body to the end of the connection ends it"
         );
         assert_eq!(
             framing(b"SMTP 200 OK\r\n\r\n"),
             Err(ProtocolError::Malformed("not an HTTP/1.x status line"))
+        );
+    }
+
+    #[test]
+    fn header_fields_keep_their_order_names_and_trimmed_values() {
+        let raw = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nNarad-Durability:  local-wal-fsync \r\ncontent-length: 3\r\n\r\n{}\n";
+        let head = parse_head(raw).unwrap().unwrap();
+        assert_eq!(head.framing, Framing::Length(3));
+        assert_eq!(
+            header_fields(&raw[..head.head_bytes]),
+            Ok(vec![
+                ("content-type", "application/json"),
+                ("Narad-Durability", "local-wal-fsync"),
+                ("content-length", "3"),
+            ])
+        );
+        assert_eq!(
+            header_fields(b"HTTP/1.1 204 No Content\r\n\r\n"),
+            Ok(vec![])
+        );
+        assert_eq!(
+            header_fields(b"HTTP/1.1 200 OK\r\nbroken\r\n\r\n"),
+            Err(ProtocolError::Malformed("header without a colon"))
         );
     }
 
