@@ -2,8 +2,9 @@
 //! binary, `kill -9` of the node at random moments over several rounds, a restart on the same data dir
 //! after each, and at the end — once the dispatch backlog gauge reads 0 (waited for at most
 //! [`narad_tests::observe::WAIT_TIMEOUT`]) — a replay of every partition checked against the ledger of
-//! every attempt: every 202'd record present (duplicates counted and reported), nothing that was never
-//! produced, every record under the key it was produced with.
+//! every attempt (the simulator's checker): every 202'd record present (duplicates counted and
+//! reported), nothing that was never produced, every record under the topic and key it was produced
+//! with.
 //!
 //! The kill moments are drawn from a seeded ChaCha8Rng: after a random number of newly acknowledged
 //! records, plus a random delay of up to [`KILL_DELAY_MS_MAX`] ms; in some rounds the restarted node is
@@ -17,9 +18,12 @@
 //! unsynced writes (and an fsync that lies or fails) is the simulator's job over SimDisk. This test
 //! proves the real binary's recovery, replay, checkpointing and dispatch on real files.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+use narad_core::PartitionId;
+use narad_tests::ledger::{Outcome, SharedLedger};
 use narad_tests::load::{pause, replay_all, ProducerSpec, Producers, Target};
 use narad_tests::observe::wait_backlog_drained;
 use narad_tests::Node;
@@ -75,7 +79,8 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
     let target = Target::new(node.addr());
     let mut specs = ProducerSpec::all_kinds("a", BATCH_MAX);
     specs.extend(ProducerSpec::all_kinds("b", BATCH_MAX));
-    let producers = Producers::start(TOPIC, &target, specs);
+    let ledger = SharedLedger::new();
+    let producers = Producers::start(TOPIC, &target, &ledger, specs);
 
     // One more stretch of load after the last restart, so the recovered node takes new records too.
     for round in 1..=rounds + 1 {
@@ -116,18 +121,18 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
             producers.progress().counts()
         );
     }
-    let ledger = producers.stop();
+    producers.stop();
 
     wait_backlog_drained(&node);
-    let seen = replay_all(node.addr(), TOPIC, PARTITIONS)
+    let replay = replay_all(node.addr(), TOPIC, PARTITIONS)
         .unwrap_or_else(|error| panic!("replay failed: {error}; seed {seed}, rerun: {rerun}"));
-    let verdict = ledger.check(&seen);
+    let verdict = ledger.check(&replay);
     eprintln!("crash test (seed {seed}, {rounds} kills):\n{verdict}");
     assert!(
         verdict.is_ok(),
-        "records lost, invented or misattributed:\n{verdict}\nseed {seed}, rerun: {rerun}"
+        "records lost, invented or misplaced:\n{verdict}\nseed {seed}, rerun: {rerun}"
     );
-    assert!(verdict.acked > 0, "nothing was acknowledged");
+    assert!(verdict.report.accepted > 0, "nothing was acknowledged");
     // Without disk faults the WAL never fails: a 500 here is a node bug, not a crash artefact.
     assert!(
         !verdict.ambiguous_reasons.contains_key("status 500"),
@@ -142,18 +147,26 @@ fn the_ledger_check_reports_records_a_wiped_partition_log_lost() {
     let mut node = Node::start(binary());
     node.create_topic(TOPIC, PARTITIONS);
     let target = Target::new(node.addr());
-    let producers = Producers::start(TOPIC, &target, ProducerSpec::all_kinds("", BATCH_MAX));
+    let ledger = SharedLedger::new();
+    let producers = Producers::start(
+        TOPIC,
+        &target,
+        &ledger,
+        ProducerSpec::all_kinds("", BATCH_MAX),
+    );
     producers
         .progress()
         .wait_until(ROUND_TIMEOUT, |counts| counts.acked >= 200);
-    let ledger = producers.stop();
+    producers.stop();
     wait_backlog_drained(&node);
     let before = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
-    assert!(ledger.check(&before).is_ok());
-    let wiped: Vec<&str> = before
+    let verdict = ledger.check(&before);
+    assert!(verdict.is_ok(), "{verdict}");
+    let wiped: BTreeSet<u64> = before
+        .served
         .iter()
-        .filter(|seen| seen.partition == 1)
-        .map(|seen| seen.payload.as_str())
+        .filter(|copy| copy.partition == PartitionId(1))
+        .map(|copy| copy.record_id().expect("checked: no phantom"))
         .collect();
     assert!(!wiped.is_empty(), "nothing landed on partition 1");
 
@@ -176,10 +189,11 @@ fn the_ledger_check_reports_records_a_wiped_partition_log_lost() {
     let after = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
     let verdict = ledger.check(&after);
     assert!(!verdict.is_ok(), "{verdict}");
-    assert_eq!(verdict.phantom_count, 0, "{verdict}");
-    let acked_wiped = wiped
-        .iter()
-        .filter(|id| ledger.acked().any(|acked| acked == **id))
-        .count();
-    assert_eq!(verdict.lost_count, acked_wiped, "{verdict}");
+    assert!(verdict.report.phantoms.is_empty(), "{verdict}");
+    assert!(verdict.report.misplaced.is_empty(), "{verdict}");
+    let acked_wiped: Vec<u64> = wiped
+        .into_iter()
+        .filter(|&id| ledger.outcome_of(id) == Some(Outcome::Accepted))
+        .collect();
+    assert_eq!(verdict.report.lost, acked_wiped, "{verdict}");
 }

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use narad_node::bench::scrape::Scrape;
-use narad_tests::ledger::Outcome;
+use narad_tests::ledger::{judge, SharedLedger};
 use narad_tests::load::{replay_all, ProducerSpec, Producers, Target};
 use narad_tests::observe::wait_backlog_drained;
 use narad_tests::Node;
@@ -57,12 +57,12 @@ fn http_5xx(scrape: &Scrape) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A single produce outside the producers; its id goes into `probes` (its outcome is recorded as
-/// ambiguous whatever it was, so it may be visible but is never required to be).
-fn produce_probe(node: &Node, probes: &mut Vec<String>) -> narad_tests::Response {
-    let id = format!("probe-{}", probes.len());
-    let response = node.post(&format!("/v1/topics/{TOPIC}/produce"), id.as_bytes());
-    probes.push(id);
+/// A single keyless produce outside the producers, registered in `ledger` with its outcome (the
+/// callers expect a 500: then it may be visible but is never required to be).
+fn produce_probe(node: &Node, ledger: &SharedLedger) -> narad_tests::Response {
+    let (attempt, records) = ledger.begin(TOPIC, vec![None]);
+    let response = node.post(&format!("/v1/topics/{TOPIC}/produce"), &records[0].payload);
+    ledger.complete(attempt, judge(&Ok(response.clone())));
     response
 }
 
@@ -79,7 +79,13 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
     let mut node = Node::start_with_env(binary(), &[("NARAD_FAILPOINTS", &failpoints)]);
     node.create_topic(TOPIC, PARTITIONS);
     let target = Target::new(node.addr());
-    let producers = Producers::start(TOPIC, &target, ProducerSpec::all_kinds("", BATCH_MAX));
+    let ledger = SharedLedger::new();
+    let producers = Producers::start(
+        TOPIC,
+        &target,
+        &ledger,
+        ProducerSpec::all_kinds("", BATCH_MAX),
+    );
 
     // Under load, the fault strikes: produces get 500.
     let counts = producers
@@ -93,8 +99,7 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
         counts.acked > 0,
         "nothing was acknowledged before the fault"
     );
-    let mut probes = Vec::new();
-    let refused = produce_probe(&node, &mut probes);
+    let refused = produce_probe(&node, &ledger);
     assert_eq!(refused.status, 500, "{}", refused.text());
     assert!(
         refused.json()["error"].is_string(),
@@ -124,12 +129,9 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
         counts.acked, at_clear.acked,
         "a produce was acknowledged after the WAL latched"
     );
-    assert_eq!(produce_probe(&node, &mut probes).status, 500);
+    assert_eq!(produce_probe(&node, &ledger).status, 500);
     assert_eq!(metrics(&node).value("narad_ingress_wal_failed"), Some(1.0));
-    let mut ledger = producers.stop();
-    for id in probes {
-        ledger.record(id, None, Outcome::Ambiguous("status 500".to_string()));
-    }
+    producers.stop();
 
     // A restart clears the latch.
     match restart {
@@ -142,7 +144,12 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
     node.restart();
     assert_eq!(metrics(&node).value("narad_ingress_wal_failed"), Some(0.0));
     target.set(Some(node.addr()));
-    let producers = Producers::start(TOPIC, &target, ProducerSpec::all_kinds("-after", BATCH_MAX));
+    let producers = Producers::start(
+        TOPIC,
+        &target,
+        &ledger,
+        ProducerSpec::all_kinds("-after", BATCH_MAX),
+    );
     let counts = producers
         .progress()
         .wait_until(WAIT, |counts| counts.acked >= ACKS_AFTER_RESTART);
@@ -150,12 +157,12 @@ fn disk_failure_latches_until_restart(rule: &str, restart: Restart) {
         counts.acked >= ACKS_AFTER_RESTART && counts.failed_5xx == 0,
         "produces after the restart: {counts:?}"
     );
-    ledger.merge(producers.stop());
+    producers.stop();
 
     // Everything acknowledged is visible, nothing else.
     wait_backlog_drained(&node);
-    let seen = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
-    let verdict = ledger.check(&seen);
+    let replay = replay_all(node.addr(), TOPIC, PARTITIONS).unwrap();
+    let verdict = ledger.check(&replay);
     eprintln!("disk failure ({rule}):\n{verdict}");
     assert!(verdict.is_ok(), "{verdict}");
     let reasons: Vec<&String> = verdict.ambiguous_reasons.keys().collect();

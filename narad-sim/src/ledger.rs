@@ -12,13 +12,18 @@
 //! * **unseen** — 202'd, not deleted, present in the final read but absent at the liveness deadline;
 //! * **phantom** — served but never produced as such: undecodable or damaged payload, unknown id, or an
 //!   id whose produce was refused (4xx, which promises nothing was stored);
-//! * **misplaced** — a known id served under another topic name or another incarnation;
+//! * **misplaced** — a known id served under another topic name or another incarnation, or under
+//!   another key than it was produced with (checked when the ledger holds its key,
+//!   [`Ledger::add_record_with_key`], and the read reports keys, [`Served::with_key`]);
 //! * **duplicates** — extra copies in the final read (allowed; a histogram of copies per record);
 //! * **reroutes** — copies on another partition of the right incarnation than the one the record was
 //!   aimed at (allowed; counted).
 //!
 //! Records whose incarnation was deleted, and records destroyed by an injected bit rot (the harness
 //! scans the struck file), are excused from lost/unseen; they may still be phantoms or misplaced.
+//!
+//! The black-box tests on real `narad` processes (`narad-tests`) judge their replays with this same
+//! ledger: they record keys and read them back, and pass their one read as both observations.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -100,6 +105,9 @@ pub struct Served {
     /// The record id the payload carries, or why it carries none: [`payload::decode`] of `payload`,
     /// done once when read (the checker judges each observation more than once).
     decoded: Result<u64, PayloadError>,
+    /// The key the read served with it (`Some(None)`: none), when the reader reports keys
+    /// ([`Served::with_key`]); `None` when it does not, and then no key is checked.
+    key: Option<Option<Box<[u8]>>>,
 }
 
 impl Served {
@@ -119,12 +127,25 @@ impl Served {
             offset,
             payload,
             decoded,
+            key: None,
         }
+    }
+
+    /// The same copy, with the key the read served with it (`None`: keyless), to be checked against
+    /// the key the record was produced with.
+    pub fn with_key(mut self, key: Option<&[u8]>) -> Served {
+        self.key = Some(key.map(Box::from));
+        self
     }
 
     /// Payload bytes.
     pub fn payload(&self) -> &[u8] {
         &self.payload
+    }
+
+    /// The record id the payload carries, or why it carries none.
+    pub fn record_id(&self) -> Result<u64, PayloadError> {
+        self.decoded
     }
 }
 
@@ -167,6 +188,8 @@ pub struct Report {
     pub accepted: u64,
     /// Records whose call ended ambiguously (5xx, reset, timeout, pending).
     pub ambiguous: u64,
+    /// Of those, how many the final read serves (correctly placed).
+    pub ambiguous_served: u64,
     /// Records whose call was refused (4xx).
     pub refused: u64,
     /// Lost record ids (see the module documentation).
@@ -226,6 +249,8 @@ pub struct Ledger {
     attempts: Vec<Outcome>,
     deleted: BTreeSet<TopicId>,
     rotted: BTreeSet<u64>,
+    /// The key each record registered by [`Ledger::add_record_with_key`] was produced with.
+    keys: BTreeMap<u64, Option<Box<[u8]>>>,
 }
 
 impl Ledger {
@@ -270,6 +295,21 @@ impl Ledger {
         self.records.len() as u64 - 1
     }
 
+    /// Registers one record like [`Ledger::add_record`], and the key it was produced with (`None`:
+    /// keyless): a copy whose read reports another key ([`Served::with_key`]) is misplaced.
+    pub fn add_record_with_key(
+        &mut self,
+        attempt: AttemptId,
+        topic: &str,
+        topic_id: TopicId,
+        aimed_at: Option<PartitionId>,
+        key: Option<&[u8]>,
+    ) -> u64 {
+        let id = self.add_record(attempt, topic, topic_id, aimed_at);
+        self.keys.insert(id, key.map(Box::from));
+        id
+    }
+
     /// Records how a call ended.
     pub fn complete(&mut self, attempt: AttemptId, outcome: Outcome) {
         let slot = &mut self.attempts[attempt.0 as usize];
@@ -308,6 +348,15 @@ impl Ledger {
         self.records.is_empty()
     }
 
+    /// Whether a copy of record `id` carries the key the record was produced with, as far as both are
+    /// known (the ledger's, [`Ledger::add_record_with_key`]; the read's, [`Served::with_key`]).
+    fn key_matches(&self, id: u64, copy: &Served) -> bool {
+        match (&copy.key, self.keys.get(&id)) {
+            (Some(served), Some(produced)) => served == produced,
+            (None, _) | (_, None) => true,
+        }
+    }
+
     /// Whether a 202'd record must be visible (not excused by deletion or bit rot).
     fn must_be_visible(&self, id: u64) -> bool {
         let entry = &self.records[id as usize];
@@ -326,7 +375,10 @@ impl Ledger {
                 continue;
             };
             if let Some(entry) = self.record(id) {
-                if entry.topic == copy.topic && entry.topic_id == copy.topic_id {
+                if entry.topic == copy.topic
+                    && entry.topic_id == copy.topic_id
+                    && self.key_matches(id, copy)
+                {
                     served[id as usize] = true;
                 }
             }
@@ -387,6 +439,16 @@ impl Ledger {
                 *report.duplicates.entry(copies).or_default() += 1;
             }
         }
+        report.ambiguous_served = (0..self.records.len())
+            .filter(|&id| final_copies[id] > 0)
+            .filter(|&id| {
+                let attempt = self.records[id].attempt.0 as usize;
+                matches!(
+                    self.attempts[attempt],
+                    Outcome::Pending | Outcome::Failed | Outcome::TimedOut
+                )
+            })
+            .count() as u64;
         report.phantoms = anomalies_phantom.into_iter().collect();
         report.misplaced = anomalies_misplaced.into_iter().collect();
         report
@@ -436,6 +498,16 @@ impl Ledger {
                 misplaced.insert(anomaly(format!(
                     "record {id} was produced to {}#{}",
                     entry.topic, entry.topic_id
+                )));
+                continue;
+            }
+            if !self.key_matches(id, served) {
+                let key =
+                    |key: Option<&[u8]>| key.map(|key| String::from_utf8_lossy(key).into_owned());
+                misplaced.insert(anomaly(format!(
+                    "record {id} was produced with key {:?}, served with key {:?}",
+                    key(self.keys.get(&id).and_then(Option::as_deref)),
+                    key(served.key.as_ref().and_then(Option::as_deref)),
                 )));
                 continue;
             }
@@ -690,6 +762,94 @@ mod tests {
         };
         assert_eq!(ledger.missing(&observation), 1, "record 1 is misplaced");
         assert_eq!(ledger.missing(&Observation::default()), 2);
+    }
+
+    /// Record 0 produced with key `k1`, record 1 keyless, both accepted on orders#1.
+    fn keyed_ledger() -> Ledger {
+        let mut ledger = Ledger::new();
+        let call = ledger.begin();
+        let aimed = Some(key_partition(b"k1", 4));
+        assert_eq!(
+            ledger.add_record_with_key(call, "orders", ORDERS, aimed, Some(b"k1")),
+            0
+        );
+        assert_eq!(
+            ledger.add_record_with_key(call, "orders", ORDERS, None, None),
+            1
+        );
+        ledger.complete(call, Outcome::Accepted);
+        ledger
+    }
+
+    #[test]
+    fn copies_served_under_their_own_keys_pass() {
+        let partition = key_partition(b"k1", 4).0;
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, partition, 0, 0).with_key(Some(b"k1")),
+            served("orders", ORDERS, 3, 0, 1).with_key(None),
+        ]);
+        let report = keyed_ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!(report.reroutes, 0);
+    }
+
+    #[test]
+    fn a_copy_served_under_another_key_is_misplaced() {
+        let partition = key_partition(b"k1", 4).0;
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, partition, 0, 0).with_key(Some(b"k2")),
+            served("orders", ORDERS, 3, 0, 1).with_key(Some(b"k1")),
+        ]);
+        let ledger = keyed_ledger();
+        let report = ledger.check(&deadline, &last);
+        assert!(report.failed());
+        let reasons: Vec<&str> = report.misplaced.iter().map(|a| a.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "record 0 was produced with key Some(\"k1\"), served with key Some(\"k2\")",
+                "record 1 was produced with key None, served with key Some(\"k1\")",
+            ]
+        );
+        assert_eq!(
+            report.lost,
+            vec![0, 1],
+            "a misplaced copy does not count as served"
+        );
+        assert_eq!(ledger.missing(&last), 2);
+    }
+
+    #[test]
+    fn keys_are_checked_only_when_both_the_ledger_and_the_read_know_them() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0).with_key(Some(b"k9")),
+            served("orders", ORDERS, 0, 1, 1).with_key(Some(b"k9")),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(
+            !report.failed(),
+            "records registered without a key: {report:?}"
+        );
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+        ]);
+        let report = keyed_ledger().check(&deadline, &last);
+        assert!(!report.failed(), "a read that reports no keys: {report:?}");
+    }
+
+    #[test]
+    fn ambiguous_records_served_are_counted() {
+        let (deadline, last) = both(vec![
+            served("orders", ORDERS, 0, 0, 0),
+            served("orders", ORDERS, 0, 1, 1),
+            served("orders", ORDERS, 1, 0, 2),
+            served("orders", ORDERS, 1, 1, 2),
+        ]);
+        let report = ledger().check(&deadline, &last);
+        assert!(!report.failed(), "{report:?}");
+        assert_eq!((report.ambiguous, report.ambiguous_served), (1, 1));
+        assert_eq!(served("orders", ORDERS, 0, 0, 7).record_id(), Ok(7));
     }
 
     #[test]

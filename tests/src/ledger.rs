@@ -1,317 +1,361 @@
-//! The black-box ledger: every produce attempt with its outcome, checked against what a replay of
-//! every partition finds. The same rules as the simulator's checker (ARCHITECTURE.md §6):
-//! - **lost**: answered 202, never visible — must be none;
-//! - **phantom**: visible, never sent — must be none;
-//! - **misattributed**: visible with a key other than the one it was produced with — must be none;
-//! - **duplicates**: visible more than once — allowed, counted and reported as a histogram;
-//! - ambiguous attempts (a 5xx, or a connection that failed after the request was written) may or may
-//!   not be visible; how many were is reported.
+//! The black-box ledger: the simulator's checker ([`narad_sim::ledger::Ledger`], ARCHITECTURE.md §6)
+//! behind a handle the producer threads of a test share, plus what only an HTTP client knows: why a
+//! call that was not accepted ended so (`status 500`, `connection failed (TimedOut)`, ...).
 //!
-//! Every record is identified by its payload, a unique id (see [`crate::load`]).
+//! Every record's payload is the simulator's self-checking payload ([`narad_sim::payload`],
+//! [`PAYLOAD_BYTES`] long) carrying the id the ledger gave it, and the ledger holds the key it was
+//! produced with. A replay of every partition ([`crate::load::replay_all`]) is one
+//! [`Observation`], each copy with the key it was served with, and [`SharedLedger::check`] judges it
+//! as the simulator's final read (it is also the "liveness deadline" read, so nothing is unseen):
+//! - **lost**: answered 202, never visible (or visible only misplaced) — must be none;
+//! - **phantom**: visible, never sent, sent and refused, or not a well-formed payload — must be none;
+//! - **misplaced**: visible under another topic, or another key than it was produced with — must be
+//!   none;
+//! - **duplicates**: visible more than once — allowed, counted and reported as a histogram;
+//! - **ambiguous**: a 5xx, or a connection that failed after the request was written — may or may not
+//!   be visible; how many were is reported, by reason;
+//! - **refused**: a 4xx to a valid produce — a failure of the test ([`Verdict::is_ok`]).
+//!
+//! The HTTP surface shows no incarnation ids: every record is registered, and every copy read, under
+//! [`INCARNATION`], so the incarnation check holds trivially; the topic name and key checks stand.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// What the node answered to an attempt.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// 202: the record must be visible.
-    Acked,
-    /// A 5xx, or the connection failed after the request was written: may or may not be visible.
-    Ambiguous(String),
-    /// A 4xx: the node refused it (never visible; a 4xx to a valid produce is a test failure).
-    Refused(u16, String),
-}
+use narad_core::TopicId;
+use narad_sim::ledger::{Anomaly, AttemptId, Ledger, Report};
+pub use narad_sim::ledger::{Observation, Outcome, Served};
+use narad_sim::payload;
 
-/// One sent record.
+use crate::conn::ConnError;
+use crate::Response;
+
+/// The incarnation every record and every copy is registered under (see the module documentation).
+pub const INCARNATION: TopicId = TopicId(1);
+/// Bytes of every produced payload: the simulator's header and a filler derived from the id, which
+/// catches a damaged or spliced payload.
+pub const PAYLOAD_BYTES: usize = 64;
+
+/// One record of a call, as it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    /// The key it was produced with.
+pub struct Record {
+    /// Its id in the ledger.
+    pub id: u64,
+    /// The key it is produced with.
     pub key: Option<String>,
-    /// Its outcome.
-    pub outcome: Outcome,
+    /// Its payload: the id, encoded.
+    pub payload: Vec<u8>,
 }
 
-/// A record read back by replay.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Seen {
-    /// Partition.
-    pub partition: u32,
-    /// Offset.
-    pub offset: u64,
-    /// Key, if any.
-    pub key: Option<String>,
-    /// Payload text.
-    pub payload: String,
+/// The ledger of a test, shared by every producer (clones share it).
+#[derive(Clone, Debug, Default)]
+pub struct SharedLedger {
+    state: Arc<Mutex<State>>,
 }
 
-/// Every attempt, by record id.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Ledger {
-    entries: BTreeMap<String, Entry>,
+#[derive(Debug, Default)]
+struct State {
+    ledger: Ledger,
+    /// Why each call that was not accepted ended so.
+    reasons: BTreeMap<AttemptId, String>,
 }
 
-/// The outcome of [`Ledger::check`].
+impl SharedLedger {
+    /// An empty ledger.
+    pub fn new() -> SharedLedger {
+        SharedLedger::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens a call producing one record per key (`None`: keyless) to `topic`, about to be sent:
+    /// returns the call and its records, ids and payloads. Complete it with [`SharedLedger::complete`].
+    pub fn begin(&self, topic: &str, keys: Vec<Option<String>>) -> (AttemptId, Vec<Record>) {
+        let mut state = self.lock();
+        let attempt = state.ledger.begin();
+        let records = keys
+            .into_iter()
+            .map(|key| {
+                let id = state.ledger.add_record_with_key(
+                    attempt,
+                    topic,
+                    INCARNATION,
+                    None,
+                    key.as_deref().map(str::as_bytes),
+                );
+                Record {
+                    id,
+                    key,
+                    payload: payload::encode(id, PAYLOAD_BYTES),
+                }
+            })
+            .collect();
+        (attempt, records)
+    }
+
+    /// Records how a call ended: its outcome, and for a call that was not accepted, why.
+    pub fn complete(&self, attempt: AttemptId, (outcome, reason): (Outcome, String)) {
+        let mut state = self.lock();
+        state.ledger.complete(attempt, outcome);
+        if outcome != Outcome::Accepted {
+            state.reasons.insert(attempt, reason);
+        }
+    }
+
+    /// The outcome of a record's call.
+    pub fn outcome_of(&self, id: u64) -> Option<Outcome> {
+        self.lock().ledger.outcome_of(id)
+    }
+
+    /// Judges what a replay of every partition served (see the module documentation).
+    pub fn check(&self, replay: &Observation) -> Verdict {
+        let state = self.lock();
+        let report = state.ledger.check(replay, replay);
+        let mut ambiguous_reasons = BTreeMap::new();
+        let mut refused_reasons = BTreeMap::new();
+        for id in 0..state.ledger.len() as u64 {
+            let entry = state.ledger.record(id).expect("ids are dense");
+            let reasons = match state.ledger.outcome_of(id).expect("ids are dense") {
+                Outcome::Accepted => continue,
+                Outcome::Refused => &mut refused_reasons,
+                Outcome::Pending | Outcome::Failed | Outcome::TimedOut => &mut ambiguous_reasons,
+            };
+            let reason = state
+                .reasons
+                .get(&entry.attempt)
+                .map_or("never answered", String::as_str);
+            *reasons.entry(reason.to_string()).or_default() += 1;
+        }
+        Verdict {
+            report,
+            served: replay.served.len(),
+            ambiguous_reasons,
+            refused_reasons,
+        }
+    }
+}
+
+/// How an exchange ended, for [`SharedLedger::complete`]: the outcome, and why (`status 500`,
+/// `connection failed (TimedOut)`, `status 400: {...}`).
+pub fn judge(answer: &Result<Response, ConnError>) -> (Outcome, String) {
+    match answer {
+        Ok(response) if response.status == 202 => (Outcome::Accepted, "202".to_string()),
+        Ok(response) if response.status >= 500 => {
+            (Outcome::Failed, format!("status {}", response.status))
+        }
+        Ok(response) => (
+            Outcome::Refused,
+            format!("status {}: {}", response.status, response.text()),
+        ),
+        // Never sent: whatever of it is served is a phantom.
+        Err(ConnError::Connect(error)) => (Outcome::Refused, format!("not sent ({error})")),
+        Err(ConnError::Exchange(error)) => {
+            let outcome = match error.kind() {
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Outcome::TimedOut,
+                _ => Outcome::Failed,
+            };
+            (outcome, format!("connection failed ({:?})", error.kind()))
+        }
+    }
+}
+
+/// The verdict on one replay.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Verdict {
-    /// Records answered 202.
-    pub acked: usize,
-    /// Records with an ambiguous outcome.
-    pub ambiguous: usize,
-    /// Of those, how many are visible.
-    pub ambiguous_visible: usize,
-    /// Records refused with a 4xx (status → count).
-    pub refused: BTreeMap<u16, usize>,
-    /// Ambiguous outcomes by reason (`status 500`, `exchange: ...`).
-    pub ambiguous_reasons: BTreeMap<String, usize>,
-    /// Records read back.
-    pub seen_records: usize,
-    /// Extra copies (records read back minus distinct ids read back).
-    pub duplicates: usize,
-    /// copies → how many ids were visible that many times (2 and more).
-    pub duplicate_histogram: BTreeMap<usize, usize>,
-    /// Acked ids never read back (at most [`Verdict::LISTED_MAX`] listed).
-    pub lost: Vec<String>,
-    /// Count of lost ids.
-    pub lost_count: usize,
-    /// Payloads read back that were never sent, or sent and refused (listed up to the cap).
-    pub phantoms: Vec<String>,
-    /// Count of phantoms.
-    pub phantom_count: usize,
-    /// Ids read back with another key than they were produced with (listed up to the cap).
-    pub misattributed: Vec<String>,
-    /// Count of misattributed records.
-    pub misattributed_count: usize,
+    /// The simulator's checker's report (lost, phantoms, misplaced, duplicates, counts).
+    pub report: Report,
+    /// Copies the replay read.
+    pub served: usize,
+    /// Records of calls that ended ambiguously, by reason.
+    pub ambiguous_reasons: BTreeMap<String, u64>,
+    /// Records of refused calls, by reason.
+    pub refused_reasons: BTreeMap<String, u64>,
 }
 
 impl Verdict {
-    /// How many ids each failure list shows.
+    /// How many of each failure [`Verdict`]'s display lists.
     pub const LISTED_MAX: usize = 20;
 
-    /// No loss, no phantom, no misattribution, no refusal.
+    /// No loss, no phantom, no misplaced copy, no refusal.
     pub fn is_ok(&self) -> bool {
-        self.lost_count == 0
-            && self.phantom_count == 0
-            && self.misattributed_count == 0
-            && self.refused.is_empty()
+        !self.report.failed() && self.report.refused == 0
     }
 }
 
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let report = &self.report;
         writeln!(
             f,
-            "acked {} | ambiguous {} ({} visible; {:?}) | refused {:?}",
-            self.acked,
-            self.ambiguous,
-            self.ambiguous_visible,
+            "acked {} | ambiguous {} ({} visible; {:?}) | refused {} {:?}",
+            report.accepted,
+            report.ambiguous,
+            report.ambiguous_served,
             self.ambiguous_reasons,
-            self.refused
+            report.refused,
+            self.refused_reasons
         )?;
         writeln!(
             f,
-            "read back {} records | duplicates {} (copies → ids: {:?})",
-            self.seen_records, self.duplicates, self.duplicate_histogram
+            "read back {} records | duplicates {} (copies:records {})",
+            self.served,
+            report.duplicate_copies(),
+            report.duplicates_histogram()
         )?;
+        let anomalies = |anomalies: &[Anomaly]| -> Vec<String> {
+            let listed = anomalies.iter().take(Self::LISTED_MAX);
+            listed.map(ToString::to_string).collect()
+        };
         write!(
             f,
-            "lost {} {:?} | phantoms {} {:?} | misattributed {} {:?}",
-            self.lost_count,
-            self.lost,
-            self.phantom_count,
-            self.phantoms,
-            self.misattributed_count,
-            self.misattributed
+            "lost {} {:?} | phantoms {} {:?} | misplaced {} {:?}",
+            report.lost.len(),
+            &report.lost[..report.lost.len().min(Self::LISTED_MAX)],
+            report.phantoms.len(),
+            anomalies(&report.phantoms),
+            report.misplaced.len(),
+            anomalies(&report.misplaced)
         )
-    }
-}
-
-impl Ledger {
-    /// An empty ledger.
-    pub fn new() -> Ledger {
-        Ledger::default()
-    }
-
-    /// Records an attempt. An id is recorded once (ids are unique per attempt).
-    pub fn record(&mut self, id: String, key: Option<String>, outcome: Outcome) {
-        let previous = self.entries.insert(id.clone(), Entry { key, outcome });
-        assert!(previous.is_none(), "record id {id} was used twice");
-    }
-
-    /// Adds another ledger's attempts (ids must not overlap).
-    pub fn merge(&mut self, other: Ledger) {
-        for (id, entry) in other.entries {
-            self.record(id, entry.key, entry.outcome);
-        }
-    }
-
-    /// Attempts recorded.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether nothing was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Ids answered 202.
-    pub fn acked(&self) -> impl Iterator<Item = &str> {
-        self.entries
-            .iter()
-            .filter(|(_, entry)| entry.outcome == Outcome::Acked)
-            .map(|(id, _)| id.as_str())
-    }
-
-    /// Checks what replay found against the attempts.
-    pub fn check(&self, seen: &[Seen]) -> Verdict {
-        let mut verdict = Verdict {
-            seen_records: seen.len(),
-            ..Verdict::default()
-        };
-        let mut copies: BTreeMap<&str, usize> = BTreeMap::new();
-        for record in seen {
-            match self.entries.get(&record.payload) {
-                None
-                | Some(Entry {
-                    outcome: Outcome::Refused(..),
-                    ..
-                }) => {
-                    verdict.phantom_count += 1;
-                    push_capped(&mut verdict.phantoms, &record.payload);
-                }
-                Some(entry) => {
-                    *copies.entry(record.payload.as_str()).or_default() += 1;
-                    if entry.key != record.key {
-                        verdict.misattributed_count += 1;
-                        push_capped(
-                            &mut verdict.misattributed,
-                            &format!(
-                                "{} (key {:?}, read {:?} at {}/{})",
-                                record.payload,
-                                entry.key,
-                                record.key,
-                                record.partition,
-                                record.offset
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-        for (id, entry) in &self.entries {
-            let visible = copies.get(id.as_str()).copied().unwrap_or(0);
-            match &entry.outcome {
-                Outcome::Acked => {
-                    verdict.acked += 1;
-                    if visible == 0 {
-                        verdict.lost_count += 1;
-                        push_capped(&mut verdict.lost, id);
-                    }
-                }
-                Outcome::Ambiguous(reason) => {
-                    verdict.ambiguous += 1;
-                    *verdict.ambiguous_reasons.entry(reason.clone()).or_default() += 1;
-                    if visible > 0 {
-                        verdict.ambiguous_visible += 1;
-                    }
-                }
-                Outcome::Refused(status, _) => {
-                    *verdict.refused.entry(*status).or_default() += 1;
-                }
-            }
-            if visible > 1 {
-                verdict.duplicates += visible - 1;
-                *verdict.duplicate_histogram.entry(visible).or_default() += 1;
-            }
-        }
-        verdict
-    }
-}
-
-fn push_capped(list: &mut Vec<String>, item: &str) {
-    if list.len() < Verdict::LISTED_MAX {
-        list.push(item.to_string());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use narad_core::{Offset, PartitionId};
 
-    fn seen(payload: &str, key: Option<&str>) -> Seen {
-        Seen {
-            partition: 0,
-            offset: 0,
-            key: key.map(str::to_string),
-            payload: payload.to_string(),
-        }
+    const TOPIC: &str = "t";
+
+    fn answer(status: u16) -> Result<Response, ConnError> {
+        Ok(Response {
+            status,
+            headers: Vec::new(),
+            body: b"{\"error\":\"x\"}".to_vec(),
+        })
+    }
+
+    fn copy(record: &Record, partition: u32, offset: u64, key: Option<&str>) -> Served {
+        Served::new(
+            TOPIC.into(),
+            INCARNATION,
+            PartitionId(partition),
+            Offset(offset),
+            record.payload.clone(),
+        )
+        .with_key(key.map(str::as_bytes))
+    }
+
+    fn replay(served: Vec<Served>) -> Observation {
+        Observation { served }
     }
 
     #[test]
-    fn acked_records_read_back_once_pass() {
-        let mut ledger = Ledger::new();
-        ledger.record("a".into(), Some("k".into()), Outcome::Acked);
-        ledger.record("b".into(), None, Outcome::Acked);
-        let verdict = ledger.check(&[seen("a", Some("k")), seen("b", None)]);
+    fn acked_records_read_back_once_under_their_keys_pass() {
+        let ledger = SharedLedger::new();
+        let (call, records) = ledger.begin(TOPIC, vec![Some("k".into()), None]);
+        ledger.complete(call, judge(&answer(202)));
+        let verdict = ledger.check(&replay(vec![
+            copy(&records[0], 0, 0, Some("k")),
+            copy(&records[1], 1, 0, None),
+        ]));
         assert!(verdict.is_ok(), "{verdict}");
-        assert_eq!((verdict.acked, verdict.duplicates), (2, 0));
+        assert_eq!((verdict.report.accepted, verdict.served), (2, 2));
+        assert_eq!(ledger.outcome_of(records[0].id), Some(Outcome::Accepted));
     }
 
     #[test]
     fn a_missing_acked_record_is_lost() {
-        let mut ledger = Ledger::new();
-        ledger.record("a".into(), None, Outcome::Acked);
-        let verdict = ledger.check(&[]);
+        let ledger = SharedLedger::new();
+        let (call, records) = ledger.begin(TOPIC, vec![None]);
+        ledger.complete(call, judge(&answer(202)));
+        let verdict = ledger.check(&Observation::default());
         assert!(!verdict.is_ok());
+        assert_eq!(verdict.report.lost, vec![records[0].id]);
+    }
+
+    #[test]
+    fn unsent_refused_and_damaged_payloads_are_phantoms_and_a_refusal_fails() {
+        let ledger = SharedLedger::new();
+        let (call, refused) = ledger.begin(TOPIC, vec![None]);
+        ledger.complete(call, judge(&answer(400)));
+        let mut damaged = refused[0].clone();
+        damaged.payload[30] ^= 1;
+        let never = Record {
+            id: 99,
+            key: None,
+            payload: payload::encode(99, PAYLOAD_BYTES),
+        };
+        let verdict = ledger.check(&replay(vec![
+            copy(&refused[0], 0, 0, None),
+            copy(&never, 0, 1, None),
+            copy(&damaged, 0, 2, None),
+        ]));
+        assert!(!verdict.is_ok());
+        assert_eq!(verdict.report.phantoms.len(), 3, "{verdict}");
+        assert_eq!(verdict.report.refused, 1);
         assert_eq!(
-            (verdict.lost_count, verdict.lost.clone()),
-            (1, vec!["a".to_string()])
+            verdict.refused_reasons,
+            BTreeMap::from([("status 400: {\"error\":\"x\"}".to_string(), 1)])
         );
     }
 
     #[test]
-    fn unsent_and_refused_payloads_are_phantoms() {
-        let mut ledger = Ledger::new();
-        ledger.record("r".into(), None, Outcome::Refused(400, "bad".into()));
-        let verdict = ledger.check(&[seen("r", None), seen("never", None)]);
-        assert_eq!(verdict.phantom_count, 2);
-        assert_eq!(verdict.refused, BTreeMap::from([(400, 1)]));
+    fn a_record_under_another_key_is_misplaced() {
+        let ledger = SharedLedger::new();
+        let (call, records) = ledger.begin(TOPIC, vec![Some("k1".into())]);
+        ledger.complete(call, judge(&answer(202)));
+        let verdict = ledger.check(&replay(vec![copy(&records[0], 0, 0, Some("k2"))]));
         assert!(!verdict.is_ok());
-    }
-
-    #[test]
-    fn a_record_under_another_key_is_misattributed() {
-        let mut ledger = Ledger::new();
-        ledger.record("a".into(), Some("k1".into()), Outcome::Acked);
-        let verdict = ledger.check(&[seen("a", Some("k2"))]);
-        assert_eq!(verdict.misattributed_count, 1);
-        assert!(!verdict.is_ok());
+        assert_eq!(verdict.report.misplaced.len(), 1, "{verdict}");
     }
 
     #[test]
     fn duplicates_and_ambiguous_records_are_counted_not_failed() {
-        let mut ledger = Ledger::new();
-        ledger.record("a".into(), None, Outcome::Acked);
-        ledger.record("m".into(), None, Outcome::Ambiguous("status 500".into()));
-        ledger.record("n".into(), None, Outcome::Ambiguous("status 500".into()));
-        let verdict = ledger.check(&[
-            seen("a", None),
-            seen("a", None),
-            seen("a", None),
-            seen("m", None),
-            seen("m", None),
-        ]);
+        let ledger = SharedLedger::new();
+        let (call, acked) = ledger.begin(TOPIC, vec![None]);
+        ledger.complete(call, judge(&answer(202)));
+        let (call, failed) = ledger.begin(TOPIC, vec![None, None]);
+        ledger.complete(call, judge(&answer(500)));
+        let verdict = ledger.check(&replay(vec![
+            copy(&acked[0], 0, 0, None),
+            copy(&acked[0], 0, 1, None),
+            copy(&acked[0], 0, 2, None),
+            copy(&failed[0], 0, 3, None),
+            copy(&failed[0], 0, 4, None),
+        ]));
         assert!(verdict.is_ok(), "{verdict}");
-        assert_eq!(verdict.duplicates, 3);
+        assert_eq!(verdict.report.duplicate_copies(), 3);
+        assert_eq!(verdict.report.duplicates_histogram(), "2:1 3:1");
         assert_eq!(
-            verdict.duplicate_histogram,
-            BTreeMap::from([(2, 1), (3, 1)])
+            (verdict.report.ambiguous, verdict.report.ambiguous_served),
+            (2, 1)
         );
-        assert_eq!((verdict.ambiguous, verdict.ambiguous_visible), (2, 1));
         assert_eq!(
             verdict.ambiguous_reasons,
             BTreeMap::from([("status 500".to_string(), 2)])
         );
+    }
+
+    #[test]
+    fn a_broken_exchange_is_ambiguous_and_an_unsent_call_is_refused() {
+        let broken = Err(ConnError::Exchange(
+            std::io::ErrorKind::ConnectionReset.into(),
+        ));
+        assert_eq!(
+            judge(&broken),
+            (
+                Outcome::Failed,
+                "connection failed (ConnectionReset)".to_string()
+            )
+        );
+        let slow = Err(ConnError::Exchange(std::io::ErrorKind::WouldBlock.into()));
+        assert_eq!(judge(&slow).0, Outcome::TimedOut);
+        let unsent = Err(ConnError::Connect(
+            std::io::ErrorKind::ConnectionRefused.into(),
+        ));
+        assert_eq!(judge(&unsent).0, Outcome::Refused);
     }
 }

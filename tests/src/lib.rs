@@ -4,7 +4,8 @@
 //! integration tests get `env!("CARGO_BIN_EXE_narad")` — cargo then builds the binary before the tests,
 //! for `cargo test --workspace` and `cargo test -p narad-node` alike. This crate is the reusable part
 //! (process control, log capture, a blocking HTTP/1.1 client over `narad bench`'s codec, producers and
-//! their ledger) that those tests share; `narad-node` takes it as a dev-dependency.
+//! the ledger they fill, which is the simulator's) that those tests share; `narad-node` takes it as a
+//! dev-dependency.
 //!
 //! A node is started with `--http-addr 127.0.0.1:0 --log-format text`; the harness reads its log lines
 //! (stderr) on a thread, learns the bound address from the `http listening` line and readiness from the

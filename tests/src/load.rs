@@ -1,10 +1,13 @@
-//! Producer threads for the crash and disk-failure tests: each sends produces with unique payload
-//! ids (`<name>-<n>`) to whatever address the shared [`Target`] holds, records every outcome in its
-//! own [`Ledger`], and keeps going through node restarts.
+//! Producer threads for the crash and disk-failure tests: each sends produces to whatever address the
+//! shared [`Target`] holds, registers every call and its outcome in the test's [`SharedLedger`] (which
+//! gives each record its id and self-checking payload), and keeps going through node restarts.
+//! [`replay_all`] reads every partition back as the ledger's [`Observation`].
 //!
-//! A producer is keyed (key `k<n mod 13>` for record `n`) or keyless, and sends single produces or
-//! batches whose sizes cycle through 1..=max. When the node is down ([`Target::set`] with `None`) or a
-//! request fails, it waits for the target to change (bounded, [`RETRY_WAIT`]) instead of spinning.
+//! A producer is keyed (key `k<n mod 13>` for its record `n`) or keyless, and sends single produces
+//! (the payload as the raw body) or batches (payloads base64 in the JSON body) whose sizes cycle
+//! through 1..=max. When the node is down ([`Target::set`] with `None`) or a request fails, it waits
+//! for the target to change (bounded, [`RETRY_WAIT`]) instead of spinning. A call whose connection
+//! could not be opened was never sent: it is not registered.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,8 +15,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::conn::{Conn, ConnError};
-use crate::ledger::{Ledger, Outcome, Seen};
+use base64::Engine as _;
+use narad_core::{Offset, PartitionId};
+
+use crate::conn::Conn;
+use crate::ledger::{judge, Observation, Outcome, Record, Served, SharedLedger, INCARNATION};
 use crate::START_TIMEOUT;
 
 /// How long a producer waits after a failed request before it tries again (less if the target
@@ -87,7 +93,7 @@ pub enum Shape {
 /// One producer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProducerSpec {
-    /// Unique name; record ids are `<name>-<n>`.
+    /// Unique name (of its thread).
     pub name: String,
     /// Keyed or keyless.
     pub keyed: bool,
@@ -162,12 +168,18 @@ impl Progress {
 pub struct Producers {
     stop: Arc<AtomicBool>,
     progress: Arc<Progress>,
-    handles: Vec<JoinHandle<Ledger>>,
+    handles: Vec<JoinHandle<()>>,
 }
 
 impl Producers {
-    /// Starts one thread per spec, producing to `topic` at `target`.
-    pub fn start(topic: &str, target: &Arc<Target>, specs: Vec<ProducerSpec>) -> Producers {
+    /// Starts one thread per spec, producing to `topic` at `target`, registering every call in
+    /// `ledger`.
+    pub fn start(
+        topic: &str,
+        target: &Arc<Target>,
+        ledger: &SharedLedger,
+        specs: Vec<ProducerSpec>,
+    ) -> Producers {
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Progress::default());
         let handles = specs
@@ -177,9 +189,10 @@ impl Producers {
                 let target = target.clone();
                 let stop = stop.clone();
                 let progress = progress.clone();
+                let ledger = ledger.clone();
                 std::thread::Builder::new()
                     .name(format!("producer-{}", spec.name))
-                    .spawn(move || produce(&topic, &target, &spec, &stop, &progress))
+                    .spawn(move || produce(&topic, &target, &ledger, &spec, &stop, &progress))
                     .expect("spawn a producer thread")
             })
             .collect();
@@ -195,25 +208,23 @@ impl Producers {
         &self.progress
     }
 
-    /// Stops every producer (each finishes its request in flight) and returns their merged ledger.
-    pub fn stop(self) -> Ledger {
+    /// Stops every producer; each finishes its call in flight and registers its outcome.
+    pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
-        let mut ledger = Ledger::new();
         for handle in self.handles {
-            ledger.merge(handle.join().expect("a producer thread panicked"));
+            handle.join().expect("a producer thread panicked");
         }
-        ledger
     }
 }
 
 fn produce(
     topic: &str,
     target: &Target,
+    ledger: &SharedLedger,
     spec: &ProducerSpec,
     stop: &AtomicBool,
     progress: &Progress,
-) -> Ledger {
-    let mut ledger = Ledger::new();
+) {
     let mut conn: Option<Conn> = None;
     let mut next = 0u64;
     let mut batches = 0usize;
@@ -223,6 +234,11 @@ fn produce(
         };
         let conn = conn.get_or_insert_with(|| Conn::new(addr));
         conn.retarget(addr);
+        if conn.connect().is_err() {
+            // Never sent, so not registered: a copy of it would be a phantom.
+            target.wait_change(generation, RETRY_WAIT);
+            continue;
+        }
         let count = match spec.shape {
             Shape::Single => 1,
             Shape::Batch { max } => {
@@ -230,21 +246,19 @@ fn produce(
                 1 + batches % max.max(1)
             }
         };
-        let records: Vec<(String, Option<String>)> = (next..next + count as u64)
-            .map(|n| {
-                let key = spec.keyed.then(|| format!("k{}", n % KEYS));
-                (format!("{}-{n}", spec.name), key)
-            })
+        let keys = (next..next + count as u64)
+            .map(|n| spec.keyed.then(|| format!("k{}", n % KEYS)))
             .collect();
         next += count as u64;
+        let (attempt, records) = ledger.begin(topic, keys);
         let answer = match spec.shape {
             Shape::Single => {
-                let (id, key) = &records[0];
-                let path = match key {
+                let record = &records[0];
+                let path = match &record.key {
                     Some(key) => format!("/v1/topics/{topic}/produce?key={key}"),
                     None => format!("/v1/topics/{topic}/produce"),
                 };
-                conn.post(&path, id.as_bytes())
+                conn.post(&path, &record.payload)
             }
             Shape::Batch { .. } => conn.request(
                 "POST",
@@ -253,55 +267,66 @@ fn produce(
                 batch_body(&records).as_bytes(),
             ),
         };
+        let judged = judge(&answer);
+        ledger.complete(attempt, judged.clone());
         let records_count = records.len() as u64;
-        let outcome = match answer {
-            Ok(response) if response.status == 202 => {
-                progress.add(|c| c.acked += records_count);
-                Outcome::Acked
-            }
-            Ok(response) if response.status >= 500 => {
+        match (judged.0, &answer) {
+            (Outcome::Accepted, _) => progress.add(|c| c.acked += records_count),
+            (Outcome::Refused, _) => progress.add(|c| c.refused += records_count),
+            (Outcome::Pending | Outcome::Failed | Outcome::TimedOut, Ok(_)) => {
                 progress.add(|c| c.failed_5xx += records_count);
                 target.wait_change(generation, RETRY_WAIT);
-                Outcome::Ambiguous(format!("status {}", response.status))
             }
-            Ok(response) => {
-                progress.add(|c| c.refused += records_count);
-                Outcome::Refused(response.status, response.text())
-            }
-            Err(ConnError::Connect(_)) => {
-                // Never sent: the ids are not in the ledger, so seeing one would be a phantom.
-                target.wait_change(generation, RETRY_WAIT);
-                continue;
-            }
-            Err(ConnError::Exchange(error)) => {
+            (Outcome::Pending | Outcome::Failed | Outcome::TimedOut, Err(_)) => {
                 progress.add(|c| c.broken += records_count);
                 target.wait_change(generation, RETRY_WAIT);
-                Outcome::Ambiguous(format!("connection failed ({:?})", error.kind()))
             }
-        };
-        for (id, key) in records {
-            ledger.record(id, key, outcome.clone());
         }
     }
-    ledger
 }
 
-fn batch_body(records: &[(String, Option<String>)]) -> String {
+/// A batch body: each record's payload base64-encoded (payloads are binary), and its key if keyed.
+fn batch_body(records: &[Record]) -> String {
     let messages: Vec<serde_json::Value> = records
         .iter()
-        .map(|(id, key)| match key {
-            Some(key) => serde_json::json!({"key": key, "payload": id}),
-            None => serde_json::json!({"payload": id}),
+        .map(|record| {
+            let payload = base64::engine::general_purpose::STANDARD.encode(&record.payload);
+            match &record.key {
+                Some(key) => serde_json::json!({
+                    "key": key, "payload": payload, "payload_encoding": "base64"
+                }),
+                None => serde_json::json!({"payload": payload, "payload_encoding": "base64"}),
+            }
         })
         .collect();
     serde_json::json!({ "messages": messages }).to_string()
 }
 
+/// The payload bytes of a consumed message: base64 when it says so, else a JSON string's text, else
+/// the embedded JSON value's text.
+fn consumed_payload(message: &serde_json::Value) -> Result<Vec<u8>, String> {
+    match (message.get("payload_encoding"), &message["payload"]) {
+        (Some(serde_json::Value::String(encoding)), serde_json::Value::String(text))
+            if encoding == "base64" =>
+        {
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|error| format!("payload is not base64 ({error}): {message}"))
+        }
+        (None, serde_json::Value::String(text)) => Ok(text.clone().into_bytes()),
+        (None, serde_json::Value::Null) => Err(format!("no payload: {message}")),
+        (None, raw) => Ok(raw.to_string().into_bytes()),
+        (Some(encoding), _) => Err(format!("payload_encoding {encoding}: {message}")),
+    }
+}
+
 /// Reads every record of partitions `0..partitions` of `topic` by replay (offset 0 up to the first
-/// 204), on one keep-alive connection. An unexpected answer is an error naming it.
-pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Vec<Seen>, String> {
+/// 204), on one keep-alive connection, each copy with the key it is served with. An unexpected answer
+/// is an error naming it.
+pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Observation, String> {
     let mut conn = Conn::new(addr);
-    let mut seen = Vec::new();
+    let mut replay = Observation::default();
+    let name: Arc<str> = Arc::from(topic);
     for partition in 0..partitions {
         for offset in 0..REPLAY_RECORDS_MAX {
             let path = format!("/v1/topics/{topic}/consume?partition={partition}&offset={offset}");
@@ -315,21 +340,29 @@ pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Vec<
                 200 => {
                     let json: serde_json::Value = serde_json::from_slice(&response.body)
                         .map_err(|error| format!("GET {path}: {error}: {}", response.text()))?;
-                    let payload = json["payload"]
-                        .as_str()
-                        .ok_or_else(|| format!("GET {path}: payload not a string: {json}"))?;
-                    seen.push(Seen {
-                        partition,
-                        offset,
-                        key: json["key"].as_str().map(str::to_string),
-                        payload: payload.to_string(),
-                    });
+                    let payload =
+                        consumed_payload(&json).map_err(|error| format!("GET {path}: {error}"))?;
+                    let key = match &json["key"] {
+                        serde_json::Value::Null => None,
+                        serde_json::Value::String(key) => Some(key.as_bytes()),
+                        other => return Err(format!("GET {path}: key {other} is not a string")),
+                    };
+                    replay.served.push(
+                        Served::new(
+                            name.clone(),
+                            INCARNATION,
+                            PartitionId(partition),
+                            Offset(offset),
+                            payload,
+                        )
+                        .with_key(key),
+                    );
                 }
                 status => return Err(format!("GET {path}: {status} {}", response.text())),
             }
         }
     }
-    Ok(seen)
+    Ok(replay)
 }
 
 /// Waits for `duration` of real time (black-box tests poll a real process's metrics).
@@ -343,12 +376,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batch_bodies_carry_ids_as_payloads_and_keys_when_keyed() {
-        let body = batch_body(&[("kb-0".into(), Some("k0".into())), ("kb-1".into(), None)]);
+    fn batch_bodies_carry_payloads_in_base64_and_keys_when_keyed() {
+        let ledger = SharedLedger::new();
+        let (_, records) = ledger.begin("t", vec![Some("k0".into()), None]);
+        let body: serde_json::Value = serde_json::from_str(&batch_body(&records)).unwrap();
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 2);
+        assert_eq!(messages[0]["key"], "k0");
+        assert!(messages[1].get("key").is_none());
+        for (message, record) in messages.iter().zip(&records) {
+            assert_eq!(message["payload_encoding"], "base64");
+            assert_eq!(consumed_payload(message), Ok(record.payload.clone()));
+            assert_eq!(narad_sim::payload::decode(&record.payload), Ok(record.id));
+        }
+    }
+
+    #[test]
+    fn consumed_payloads_decode_base64_text_and_embedded_json() {
+        let consumed = |json: &str| consumed_payload(&serde_json::from_str(json).unwrap());
         assert_eq!(
-            body,
-            "{\"messages\":[{\"key\":\"k0\",\"payload\":\"kb-0\"},{\"payload\":\"kb-1\"}]}"
+            consumed(r#"{"payload":"AP8=","payload_encoding":"base64"}"#),
+            Ok(vec![0, 0xff])
         );
+        assert_eq!(consumed(r#"{"payload":"a\u0000<"}"#), Ok(b"a\0<".to_vec()));
+        assert_eq!(
+            consumed(r#"{"payload":{"a":1}}"#),
+            Ok(b"{\"a\":1}".to_vec())
+        );
+        assert!(consumed(r#"{"payload":"x","payload_encoding":"hex"}"#).is_err());
+        assert!(consumed(r#"{"offset":1}"#).is_err());
     }
 
     #[test]
