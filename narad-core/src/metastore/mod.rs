@@ -1,4 +1,5 @@
-//! The replicated metadata state machine: topics and incarnations, assignments, members.
+//! The replicated metadata state machine: topics and incarnations, assignments, members. [`replica`]
+//! replicates it with raft as a sans-IO actor.
 //!
 //! # Contract
 //! [`MetaState::apply`] is a pure, deterministic function of the state and one [`Command`]: every
@@ -27,6 +28,7 @@
 //! variants go at the end, and a field change needs a new format byte. Decoding is total: bad bytes are an
 //! [`EncodingError`], never a panic.
 
+pub mod replica;
 mod topic;
 
 use std::collections::BTreeMap;

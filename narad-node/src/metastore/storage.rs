@@ -18,7 +18,8 @@
 //! be unfinished, since each append is synced before the next) and refuses to start on a gap in the
 //! indexes or a damaged snapshot or hard state, which only corruption explains.
 //!
-//! Every operation is synchronous; the host runs them on the blocking pool.
+//! Every operation is synchronous; the host runs them on the blocking pool, in the order of the
+//! replica's persist requests.
 
 use std::sync::Arc;
 
@@ -29,8 +30,8 @@ use raft::eraftpb::{Entry, EntryType, HardState};
 
 /// The metastore's directory under the data dir.
 pub const DIR: &str = "metastore";
-/// Largest entry body the log accepts (a command carries at most a 1 MiB schema).
-pub const ENTRY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Largest entry body the log accepts (the replica's limit: a command carries at most a 1 MiB schema).
+pub use narad_core::metastore::replica::ENTRY_BYTES_MAX;
 /// Largest snapshot file read at start-up.
 pub const SNAPSHOT_BYTES_MAX: u64 = 1024 * 1024 * 1024;
 /// Most voters or learners a snapshot may list.
@@ -60,20 +61,8 @@ pub enum MetaStorageError {
     },
 }
 
-/// A stored snapshot: the applied state at `index`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StoredSnapshot {
-    /// Last log index the state includes.
-    pub index: u64,
-    /// Term of that entry.
-    pub term: u64,
-    /// Voters at that index.
-    pub voters: Vec<u64>,
-    /// Learners at that index.
-    pub learners: Vec<u64>,
-    /// The encoded `MetaState`.
-    pub state: Vec<u8>,
-}
+/// A stored snapshot: the applied state at `index` (the replica's own type).
+pub type StoredSnapshot = narad_core::metastore::replica::MetaSnapshot;
 
 /// What start-up found on disk.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -240,7 +229,7 @@ fn encode_entry(out: &mut Vec<u8>, entry: &Entry) {
     put_prefixed(&mut body, &entry.context);
     assert!(
         body.len() <= ENTRY_BYTES_MAX,
-        "the host refuses proposals above ENTRY_BYTES_MAX"
+        "the replica refuses entries above ENTRY_BYTES_MAX"
     );
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());

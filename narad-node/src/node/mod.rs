@@ -179,8 +179,11 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         metrics.clone(),
     ));
     let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
-    // One stream per component: the boot nonce from the node's seed, mixed so it is not the seed.
+    // One stream per component: the boot nonce and the election jitter from the node's seed, each
+    // mixed with its own constant so neither is the seed.
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
+    metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
+    metastore_options.clock = Some(clock.clone());
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;

@@ -171,3 +171,30 @@ async fn a_disk_failure_latches_proposals_but_reads_keep_serving() {
     assert!(view.state.topic("a").is_some());
     assert_eq!(view.failed, Some(failure));
 }
+
+#[tokio::test]
+async fn a_read_barrier_passes_on_a_sole_voter_and_fails_once_latched() {
+    let disk = SimDisk::new(5);
+    let metastore = open(&disk, options()).await;
+    metastore.read_index().await.unwrap();
+    created_id(metastore.propose(create("a")).await);
+    metastore.read_index().await.unwrap();
+    let applied = metastore.view().applied_index;
+    assert!(metastore.view().state.topic("a").is_some());
+    disk.add_fault(FaultRule {
+        path_prefix: "metastore/log".to_string(),
+        kind: FaultKind::SyncEio,
+        chance_ppm: 1_000_000,
+        remaining: Some(1),
+    });
+    let failure = "metastore disk failure: input/output error".to_string();
+    assert_eq!(
+        metastore.propose(create("b")).await,
+        Err(ProposeError::Unavailable(failure.clone()))
+    );
+    assert_eq!(
+        metastore.read_index().await,
+        Err(ProposeError::Unavailable(failure))
+    );
+    assert_eq!(metastore.view().applied_index, applied);
+}
