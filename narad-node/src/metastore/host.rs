@@ -1,14 +1,14 @@
 //! The metastore host: runs the pure [`MetaReplica`] actor (raft-rs's `RawNode` and the [`MetaState`] it
 //! replicates) over [`MetaDisk`], and answers the [`Metastore`] handles.
 //!
-//! One task owns the replica and the open files. It decides nothing: it feeds one input per turn — a
-//! finished persist first, then a due tick, then a request from the bounded mailbox
-//! ([`PROPOSALS_QUEUED_MAX`]) — and drains the replica's outputs until `None` after each, executing
-//! them: a `Persist` runs on the blocking pool (inline under madsim; at most one is outstanding, and
-//! its `PersistDone` comes back as an input), a `Send` has no transport yet (a sole voter sends none;
-//! one that appears is logged as an error), `Applied` publishes the view, answers go to their callers.
-//! Ticks are fed at the replica's `poll_timeout`, read on the node's [`Clock`] (virtual under madsim),
-//! and the replica itself decides whether a tick is due.
+//! The replica and the open files run on the generic host ([`crate::host`]), which decides only when
+//! each source is read: a finished persist, else the requests waiting in the bounded mailbox
+//! ([`PROPOSALS_QUEUED_MAX`], fed one by one), else the timer at the replica's `poll_timeout` once it
+//! has passed on the node's [`Clock`] (virtual under madsim). The metastore host decides nothing: after
+//! each input it drains the replica's outputs until `None` and executes them. A `Persist` runs on the
+//! blocking pool (inline under madsim) and comes back as `PersistDone` (the replica keeps at most one
+//! outstanding); a `Send` has no transport yet (a sole voter sends none; one that appears is logged as
+//! an error); `Applied` publishes the view; answers go to their callers.
 //!
 //! A proposal is answered once its entry is applied, with the state machine's own answer, so "created"
 //! means "in the durable log and applied". [`Metastore::read_index`] is the replica's ReadIndex barrier:
@@ -29,9 +29,7 @@
 //! it leads before the first proposal (this node's own join) arrives, instead of refusing proposals
 //! for the one to two seconds of its own election timeout.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +48,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::slog_bridge;
 use super::storage::{MetaDisk, MetaStorageError, Recovered};
-use crate::clock::{Clock, WakeTimer};
+use crate::clock::Clock;
+use crate::host::{self, HostConfig, Hosted, Turn};
 
 pub use narad_core::metastore::replica::{
     ELECTION_TICKS, HEARTBEAT_TICKS, SNAPSHOT_EVERY_ENTRIES, TICK_INTERVAL as TICK,
@@ -61,8 +60,6 @@ pub const PROPOSALS_QUEUED_MAX: usize = 1024;
 /// How long a caller waits for a proposal's (or a read barrier's) answer before it is "unavailable"
 /// (the replica fails the request itself after the same time).
 pub const PROPOSE_TIMEOUT: Duration = REQUEST_TIMEOUT;
-/// How far out the host's timer sits while the latched replica wants no tick.
-const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
 /// Why a proposal got no answer from the state machine.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -173,10 +170,15 @@ impl Metastore {
                 "metastore log had a torn tail; truncated"
             );
         }
-        let host = Host::new(meta_disk, recovered, &options)?;
-        let (requests, mailbox) = mpsc::channel(PROPOSALS_QUEUED_MAX);
-        let view = host.view_tx.subscribe();
-        tokio::spawn(host.run(mailbox));
+        let clock = options.clock.clone().unwrap_or_else(Clock::start);
+        let hosted = MetaHost::new(meta_disk, recovered, &options, &clock)?;
+        let view = hosted.view_tx.subscribe();
+        let config = HostConfig {
+            mailbox_capacity: PROPOSALS_QUEUED_MAX,
+            // Persists come back as answers: nothing uses the completions channel.
+            completions_capacity: 1,
+        };
+        let requests = host::spawn(config, clock, move |_completions| hosted);
         let metastore = Metastore { requests, view };
         let joining = metastore.clone();
         tokio::spawn(async move { joining.join_as_member(&options).await });
@@ -287,8 +289,12 @@ async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) 
     }
 }
 
-/// A persist running on the blocking pool: it gives the files back with the request's outcome.
-type PersistRun = Pin<Box<dyn Future<Output = (MetaDisk, PersistId, Result<(), IoFault>)> + Send>>;
+/// A finished persist: the files back, with the request's outcome.
+struct Persisted {
+    disk: MetaDisk,
+    id: PersistId,
+    result: Result<(), IoFault>,
+}
 
 /// Performs one persist request's writes, in the order the replica states.
 fn persist(disk: &mut MetaDisk, request: &PersistRequest) -> Result<(), IoFault> {
@@ -308,17 +314,18 @@ enum Answer {
     Read(ReadReply, Result<(), ProposeError>),
 }
 
-/// The task that owns the replica and the files.
-struct Host {
+/// The replica and the files, run by the generic host.
+struct MetaHost {
     replica: MetaReplica,
     /// The open files; `None` while a persist has them.
     disk: Option<MetaDisk>,
-    clock: Clock,
     next_request: u64,
     proposals: BTreeMap<ProposalId, ProposalReply>,
     reads: BTreeMap<ReadId, ReadReply>,
     answers: Vec<Answer>,
     view_tx: watch::Sender<Arc<MetaView>>,
+    /// Every handle is gone.
+    closed: bool,
 }
 
 fn recovered_log(recovered: Recovered) -> RecoveredLog {
@@ -345,13 +352,13 @@ fn propose_error(error: ProposalError) -> ProposeError {
     }
 }
 
-impl Host {
+impl MetaHost {
     fn new(
         disk: MetaDisk,
         recovered: Recovered,
         options: &MetastoreOptions,
-    ) -> Result<Host, MetaStorageError> {
-        let clock = options.clock.clone().unwrap_or_else(Clock::start);
+        clock: &Clock,
+    ) -> Result<MetaHost, MetaStorageError> {
         let mut config = MetaReplicaConfig::new(
             options.node_id,
             vec![options.node_id],
@@ -376,92 +383,59 @@ impl Host {
             caught_up: replica.caught_up(),
             failed: None,
         };
-        Ok(Host {
+        Ok(MetaHost {
             replica,
             disk: Some(disk),
-            clock,
             next_request: 0,
             proposals: BTreeMap::new(),
             reads: BTreeMap::new(),
             answers: Vec::new(),
             view_tx: watch::Sender::new(Arc::new(view)),
+            closed: false,
         })
     }
 
-    /// The turn loop: one input (a finished persist, else a due tick, else a request), then the
-    /// replica's outputs drained to `None`. Ends when every handle is dropped.
-    async fn run(mut self, mut mailbox: mpsc::Receiver<Request>) {
-        let mut running: Option<PersistRun> = None;
-        let mut timer = WakeTimer::at(self.wake_at());
-        loop {
-            self.drain(&mut running);
-            timer.reset(self.wake_at());
-            // Biased: an unbiased select draws from tokio's thread RNG, which the simulator cannot seed.
-            tokio::select! {
-                biased;
-                (disk, id, result) = async { running.as_mut().expect("guarded").await },
-                    if running.is_some() =>
-                {
-                    running = None;
-                    self.disk = Some(disk);
-                    self.handle(ReplicaInput::PersistDone { id, result });
-                }
-                () = &mut timer => self.handle(ReplicaInput::Tick),
-                request = mailbox.recv() => match request {
-                    Some(request) => self.on_request(request),
-                    None => return,
-                },
-            }
-        }
+    /// Feeds one input and carries out what the replica emits.
+    fn handle(&mut self, turn: &mut Turn<'_, Persisted>, input: ReplicaInput) {
+        self.replica.handle(turn.now(), input);
+        self.drain(turn);
     }
 
-    fn wake_at(&self) -> tokio::time::Instant {
-        match self.replica.poll_timeout() {
-            Some(at) => self.clock.to_tokio(at),
-            None => tokio::time::Instant::now() + IDLE_WAKE,
-        }
-    }
-
-    fn handle(&mut self, input: ReplicaInput) {
-        let now = self.clock.now();
-        self.replica.handle(now, input);
-    }
-
-    fn on_request(&mut self, request: Request) {
+    fn on_request(&mut self, turn: &mut Turn<'_, Persisted>, request: Request) {
         let id = self.next_request;
         self.next_request += 1;
         match request {
             Request::Propose { command, reply } => {
                 let id = ProposalId(id);
                 self.proposals.insert(id, reply);
-                self.handle(ReplicaInput::Propose { id, command });
+                self.handle(turn, ReplicaInput::Propose { id, command });
             }
             Request::ReadIndex { reply } => {
                 let id = ReadId(id);
                 self.reads.insert(id, reply);
-                self.handle(ReplicaInput::ReadIndex { id });
+                self.handle(turn, ReplicaInput::ReadIndex { id });
             }
         }
     }
 
     /// Executes the replica's outputs; publishes the view if it changed, then sends the answers.
-    fn drain(&mut self, running: &mut Option<PersistRun>) {
+    fn drain(&mut self, turn: &mut Turn<'_, Persisted>) {
         let mut changed = false;
         while let Some(output) = self.replica.poll_output() {
             match output {
                 ReplicaOutput::Persist(request) => {
-                    assert!(
-                        running.is_none(),
-                        "the replica keeps one persist outstanding"
-                    );
                     let mut disk = self
                         .disk
                         .take()
-                        .expect("the host owns its files between persists");
-                    *running = Some(Box::pin(blocking(move || {
+                        .expect("the replica keeps one persist outstanding");
+                    turn.answer_later(blocking(move || {
                         let result = persist(&mut disk, &request);
-                        (disk, request.id, result)
-                    })));
+                        Persisted {
+                            disk,
+                            id: request.id,
+                            result,
+                        }
+                    }));
                 }
                 ReplicaOutput::Send(message) => {
                     tracing::error!(
@@ -517,6 +491,45 @@ impl Host {
             failed: self.replica.failure().map(|failure| failure.to_string()),
         };
         self.view_tx.send_replace(Arc::new(view));
+    }
+}
+
+impl Hosted for MetaHost {
+    type Command = Request;
+    type Completion = Persisted;
+
+    fn on_start(&mut self, turn: &mut Turn<'_, Persisted>) {
+        // The fast start's campaign, emitted at construction.
+        self.drain(turn);
+    }
+
+    fn on_commands(&mut self, turn: &mut Turn<'_, Persisted>, commands: &mut VecDeque<Request>) {
+        for request in commands.drain(..) {
+            self.on_request(turn, request);
+        }
+    }
+
+    fn on_mailbox_closed(&mut self, _turn: &mut Turn<'_, Persisted>) {
+        self.closed = true;
+    }
+
+    fn on_completion(&mut self, turn: &mut Turn<'_, Persisted>, persisted: Persisted) {
+        let Persisted { disk, id, result } = persisted;
+        self.disk = Some(disk);
+        self.handle(turn, ReplicaInput::PersistDone { id, result });
+    }
+
+    fn on_timeout(&mut self, turn: &mut Turn<'_, Persisted>) {
+        self.handle(turn, ReplicaInput::Tick);
+    }
+
+    fn poll_timeout(&self) -> Option<narad_core::time::Instant> {
+        self.replica.poll_timeout()
+    }
+
+    /// Once every handle is gone and no persist is running (so what it writes is not cut off).
+    fn finished(&self) -> bool {
+        self.closed && self.disk.is_some()
     }
 }
 
