@@ -10,8 +10,8 @@
 //!   deadline passed. The transport's typed answer is fed as it is.
 //! - `StoreCheckpoint` → the checkpointer ([`WalPort::store_checkpoint`]), answered once written in
 //!   place.
-//! - `ConfirmTopicGone` → the local replica once it is caught up: on a single voter (the leader) a read
-//!   after its applied index is the barrier.
+//! - `ConfirmTopicGone` → a ReadIndex barrier of the metastore (the leader confirms with a quorum, and
+//!   this replica has applied through the confirmed index), then the local replica read again.
 //! - `Warn` → `tracing::warn!` with the spec's text and the warning's fields.
 //!
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
@@ -475,9 +475,9 @@ impl DispatchPart {
     ) {
         let metastore = self.metastore.clone();
         turn.answer_later(async move {
-            // A single voter is the leader, and its replica applies every committed entry before it
-            // answers anything: once caught up, reading it is the barrier.
-            let view = match metastore.wait_caught_up().await {
+            // The leader's confirmation: a ReadIndex barrier (confirmed by a quorum, and applied here
+            // through the index it returned), then the local replica read again.
+            let view = match metastore.read_index().await {
                 Ok(()) => match metastore.view().state.topic(&topic) {
                     None => LeaderView::Absent,
                     Some(record) => LeaderView::Present {
