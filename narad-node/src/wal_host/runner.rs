@@ -150,6 +150,22 @@ impl Runner {
         id
     }
 
+    /// Feeds the WAL a read named `id`.
+    fn feed_read(&mut self, now: Instant, id: ReadId, read: ReadWal) {
+        let ReadWal {
+            from,
+            max_records,
+            max_bytes,
+        } = read;
+        let input = WalInput::Read {
+            id,
+            from,
+            max_records,
+            max_bytes,
+        };
+        self.wal.handle(now, input);
+    }
+
     /// Stages an append for the batch [`Runner::feed_appends`] hands the WAL.
     pub(super) fn stage_append(&mut self, command: Command) {
         match command {
@@ -205,15 +221,12 @@ impl Runner {
             } => {
                 let id = ReadId(self.next_id());
                 self.reads.insert(id, reply);
-                self.wal.handle(
-                    now,
-                    WalInput::Read {
-                        id,
-                        from,
-                        max_records,
-                        max_bytes,
-                    },
-                );
+                let read = ReadWal {
+                    from,
+                    max_records,
+                    max_bytes,
+                };
+                self.feed_read(now, id, read);
             }
             Command::StoreCheckpoint { seq, reply } => {
                 self.store_checkpoint_now(now, seq);
@@ -306,20 +319,7 @@ impl Runner {
         if let Some(read) = self.dispatch_read.take() {
             let id = ReadId(self.next_id());
             self.dispatch_read_id = Some(id);
-            let ReadWal {
-                from,
-                max_records,
-                max_bytes,
-            } = read;
-            self.wal.handle(
-                now,
-                WalInput::Read {
-                    id,
-                    from,
-                    max_records,
-                    max_bytes,
-                },
-            );
+            self.feed_read(now, id, read);
         }
         if let Some(seq) = self.dispatch_store.take() {
             self.store_checkpoint_now(now, seq);
