@@ -95,7 +95,6 @@ impl DispatchHost {
             metrics,
             deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
-            wal_latched: status.latched.is_some(),
             topics: BTreeMap::new(),
             members: BTreeSet::new(),
             reroutes_published: 0,
@@ -161,8 +160,6 @@ pub(crate) struct DispatchPart {
     deadlines: Deadlines,
     /// The durable frontier last fed.
     durable_fed: Seq,
-    /// Whether the WAL was latched at the status last followed.
-    wal_latched: bool,
     /// The topic views last fed, by name.
     topics: BTreeMap<String, TopicPlacement>,
     /// Members last fed alive.
@@ -206,7 +203,7 @@ impl DispatchPart {
         let mut receiver = self.metastore.subscribe();
         let view = receiver.borrow_and_update().clone();
         self.on_meta(turn, wal, view);
-        self.on_wal(turn, wal, status.durable_next_seq, status.latched.is_some());
+        self.on_wal(turn, wal, status.durable_next_seq);
         turn.answer_later(async move { C::from(meta_change(receiver).await) });
         self.publish();
     }
@@ -264,16 +261,14 @@ impl DispatchPart {
         }
     }
 
-    /// The WAL's durable frontier and latch after a drain; feeds `Durable` when the frontier moved
+    /// The WAL's durable frontier after a drain; feeds `Durable` when the frontier moved
     /// (and says whether it did).
     pub(crate) fn on_wal<C: From<DispatchEvent> + Send + 'static>(
         &mut self,
         turn: &mut Turn<'_, C>,
         wal: &mut impl WalPort,
         durable_next: Seq,
-        latched: bool,
     ) -> bool {
-        self.wal_latched = latched;
         if self.stopped || durable_next <= self.durable_fed {
             return false;
         }

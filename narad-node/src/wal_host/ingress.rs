@@ -23,8 +23,8 @@ impl Ingress {
             None => self.runner.dispatch_inputs.clear(),
             Some(dispatch) => {
                 loop {
-                    let (durable_next, latched) = (self.runner.durable_next, self.runner.latched);
-                    let fed = dispatch.on_wal(turn, &mut self.runner, durable_next, latched);
+                    let durable_next = self.runner.durable_next;
+                    let fed = dispatch.on_wal(turn, &mut self.runner, durable_next);
                     match self.runner.dispatch_inputs.pop_front() {
                         Some(input) => dispatch.feed(turn, &mut self.runner, input),
                         None if !fed => break,

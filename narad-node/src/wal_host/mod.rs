@@ -303,7 +303,7 @@ impl WalHost {
             completions_capacity: COMPLETIONS_CAPACITY,
         };
         let audit = WalAudit::new(config.probe.clone());
-        let (durable_next, latched) = (wal.durable_next_seq(), wal.latch_fault().is_some());
+        let durable_next = wal.durable_next_seq();
         let command_sender = host::spawn(host_config, clock.clone(), move |completions| {
             let runner = Runner {
                 wal,
@@ -328,7 +328,6 @@ impl WalHost {
                 accept_times,
                 appending: Vec::new(),
                 durable_next,
-                latched,
                 dispatch_read: None,
                 dispatch_read_id: None,
                 dispatch_store: None,

@@ -34,9 +34,8 @@ pub(super) struct Runner {
     pub(super) accept_times: AcceptTimes,
     /// The appends of the commands being handed over, fed to the WAL as one batch.
     pub(super) appending: Vec<WalInput>,
-    /// The WAL's durable frontier and latch, as last routed (the dispatcher follows them).
+    /// The WAL's durable frontier, as last routed (the dispatcher follows it).
     pub(super) durable_next: Seq,
-    pub(super) latched: bool,
     /// The dispatcher's read, to be fed to the WAL at the start of the next drain.
     pub(super) dispatch_read: Option<ReadWal>,
     /// The WAL's id of the dispatcher's read in flight.
@@ -452,7 +451,6 @@ impl Runner {
                     .event("wal", format_args!("latched: {fault}"));
                 self.status
                     .send_modify(|status| status.latched = Some(fault));
-                self.latched = true;
             }
             WalOutput::Warning(warning) => {
                 tracing::warn!(?warning, "{}", warning.message());
