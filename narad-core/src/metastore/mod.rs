@@ -44,6 +44,24 @@ pub use topic::{
     SCHEMA_BYTES_MAX, TOPICS_MAX, TOPIC_NAME_BYTES_MAX, VISIBILITY_TIMEOUT_MS_DEFAULT,
 };
 
+/// A create of `name` with `partitions` (0: the default) and every setting at its default, for tests.
+#[cfg(test)]
+pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
+    Command::CreateTopic(CreateTopic {
+        name: name.to_string(),
+        partitions,
+        settings: TopicSettings {
+            retention_ms: 0,
+            visibility_timeout_ms: 0,
+            max_in_flight_per_partition: 0,
+            max_acked_ahead_per_partition: 0,
+        },
+        schema: None,
+        owner: String::new(),
+        created_at_s: 1_700_000_000,
+    })
+}
+
 /// Format byte of an encoded [`Command`].
 pub const COMMAND_FORMAT_1: u8 = 1;
 /// Format byte of an encoded [`MetaState`] snapshot.

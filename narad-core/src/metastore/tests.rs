@@ -13,14 +13,7 @@ fn settings(retention_ms: u64) -> TopicSettings {
 }
 
 fn create(name: &str, partitions: u32) -> Command {
-    Command::CreateTopic(CreateTopic {
-        name: name.to_string(),
-        partitions,
-        settings: settings(0),
-        schema: None,
-        owner: String::new(),
-        created_at_s: 1_700_000_000,
-    })
+    super::create_command(name, partitions)
 }
 
 fn alter(name: &str) -> AlterTopic {

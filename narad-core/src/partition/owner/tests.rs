@@ -6,25 +6,13 @@ use std::collections::VecDeque;
 use super::*;
 use crate::disk::execute;
 use crate::disk::sim::SimDisk;
-use crate::metastore::{Command, CreateTopic, TopicSettings};
+use crate::metastore::Command;
 use crate::partition::BatchRecord;
 
 const HERE: NodeId = NodeId(1);
 
 fn create(name: &str, partitions: u32) -> Command {
-    Command::CreateTopic(CreateTopic {
-        name: name.to_string(),
-        partitions,
-        settings: TopicSettings {
-            retention_ms: 0,
-            visibility_timeout_ms: 0,
-            max_in_flight_per_partition: 0,
-            max_acked_ahead_per_partition: 0,
-        },
-        schema: None,
-        owner: String::new(),
-        created_at_s: 1_700_000_000,
-    })
+    crate::metastore::create_command(name, partitions)
 }
 
 /// A replica state after `commands`, with this node (and node 2) as members.

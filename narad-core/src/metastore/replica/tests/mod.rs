@@ -8,23 +8,11 @@ use raft::eraftpb::{Entry, MessageType};
 use super::*;
 use crate::error::IoFault;
 use crate::ids::TopicId;
-use crate::metastore::{Applied, CreateTopic, TopicError, TopicSettings};
+use crate::metastore::{Applied, TopicError};
 use harness::{config, Cluster, Peer, Sent};
 
 fn create(name: &str) -> Command {
-    Command::CreateTopic(CreateTopic {
-        name: name.to_string(),
-        partitions: 0,
-        settings: TopicSettings {
-            retention_ms: 0,
-            visibility_timeout_ms: 0,
-            max_in_flight_per_partition: 0,
-            max_acked_ahead_per_partition: 0,
-        },
-        schema: None,
-        owner: String::new(),
-        created_at_s: 1,
-    })
+    crate::metastore::create_command(name, 0)
 }
 
 fn created_id(result: &Result<Applied, ProposalError>) -> TopicId {
