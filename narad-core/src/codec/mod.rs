@@ -1,6 +1,7 @@
 //! On-disk and on-wire formats. Every decoder is strict and total: truncation, trailing bytes and
 //! unknown format bytes are errors, never panics.
 
+pub mod cluster;
 pub mod partition;
 pub mod wal;
 
