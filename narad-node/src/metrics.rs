@@ -31,6 +31,13 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// `cluster_rpc_duration_seconds` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpLabels {
+    /// The RPC: `commit_batch`, `commit`, `raft`, `heartbeat`, `propose`, `read_index`, `replay`.
+    pub op: String,
+}
+
 /// Per-partition labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
@@ -132,6 +139,20 @@ pub struct Metrics {
     pub http_response_bytes_out: Family<RouteLabels, Counter>,
     /// HTTP requests being served.
     pub http_requests_in_flight: Gauge,
+    /// `narad_cluster_rpc_duration_seconds{op}`.
+    pub cluster_rpc_duration_seconds: HistogramFamily<OpLabels>,
+    /// `narad_cluster_frames_refused_total`.
+    pub cluster_frames_refused: Counter,
+    /// `narad_cluster_auth_failures_total`.
+    pub cluster_auth_failures: Counter,
+    /// `narad_cluster_members_alive`.
+    pub cluster_members_alive: Gauge,
+    /// `narad_cluster_raft_term`.
+    pub cluster_raft_term: Gauge,
+    /// `narad_cluster_raft_leader`.
+    pub cluster_raft_leader: Gauge,
+    /// `narad_cluster_raft_commit_index`.
+    pub cluster_raft_commit_index: Gauge,
 }
 
 impl Metrics {
@@ -157,6 +178,13 @@ impl Metrics {
             http_request_bytes_in: Family::default(),
             http_response_bytes_out: Family::default(),
             http_requests_in_flight: Gauge::default(),
+            cluster_rpc_duration_seconds: Family::new_with_constructor(latency_histogram),
+            cluster_frames_refused: Counter::default(),
+            cluster_auth_failures: Counter::default(),
+            cluster_members_alive: Gauge::default(),
+            cluster_raft_term: Gauge::default(),
+            cluster_raft_leader: Gauge::default(),
+            cluster_raft_commit_index: Gauge::default(),
             registry: Registry::with_prefix("narad"),
             refreshers: Mutex::new(Vec::new()),
         };
@@ -251,6 +279,41 @@ impl Metrics {
             "http_requests_in_flight",
             "HTTP requests being served",
             m.http_requests_in_flight.clone(),
+        );
+        r.register(
+            "cluster_rpc_duration_seconds",
+            "Peer RPC latency, request sent to answer read, by op",
+            m.cluster_rpc_duration_seconds.clone(),
+        );
+        r.register(
+            "cluster_frames_refused",
+            "Cluster frames refused for their size (before sending, or on receipt)",
+            m.cluster_frames_refused.clone(),
+        );
+        r.register(
+            "cluster_auth_failures",
+            "Peer connections closed for a wrong or missing proof of the cluster secret",
+            m.cluster_auth_failures.clone(),
+        );
+        r.register(
+            "cluster_members_alive",
+            "Members the metastore lists alive",
+            m.cluster_members_alive.clone(),
+        );
+        r.register(
+            "cluster_raft_term",
+            "The metastore replica's raft term",
+            m.cluster_raft_term.clone(),
+        );
+        r.register(
+            "cluster_raft_leader",
+            "The raft leader this replica knows (0: none)",
+            m.cluster_raft_leader.clone(),
+        );
+        r.register(
+            "cluster_raft_commit_index",
+            "The metastore replica's raft commit index",
+            m.cluster_raft_commit_index.clone(),
         );
         m.error("http", "5xx");
         m

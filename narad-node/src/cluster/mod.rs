@@ -1,0 +1,520 @@
+//! The cluster transport: QUIC (quinn over rustls) on the cluster address, for every node-to-node
+//! message: commits, raft, heartbeats, forwarded proposals, leader confirmations and replay reads.
+//!
+//! # Connections
+//! One authenticated connection per peer carries this node's calls to it; either side may have dialled
+//! it. A call uses the peer's live connection, or dials one (one dial at a time per peer). A connection
+//! the peer dialled is adopted for this node's calls too when none is live, so two nodes mostly share
+//! one connection; when both dial at once, both connections serve until one closes. Every connection's
+//! incoming streams are served, whoever dialled.
+//!
+//! # Authentication
+//! A connection's first stream carries a [`Hello`] each way: the dialler's first, then the
+//! acceptor's. Each holds the speaker's id and its proof of the cluster secret bound to this
+//! connection (see [`auth`]). A wrong or missing proof, an id that is not a configured peer, or no
+//! hello within [`HELLO_TIMEOUT`] closes the connection; it is logged and counted
+//! (`narad_cluster_auth_failures_total`). No other stream of the connection is served before both
+//! hellos passed.
+//!
+//! # Calls
+//! A bidirectional stream per call: one request frame, one answer frame (`narad_core::codec::cluster`),
+//! at most 16 MiB each. A larger request is refused before anything is sent
+//! ([`RpcError::TooLarge`], counted in `narad_cluster_frames_refused_total`); a larger frame received
+//! resets its stream. The transport moves bytes only: the node's [`Inbound`] decodes a request and
+//! writes its answer.
+
+pub mod auth;
+pub mod tls;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use narad_core::codec::cluster::{
+    frame, frame_body_len, FrameError, Hello, FRAME_HEADER_BYTES, PROOF_BYTES,
+};
+use narad_core::ids::NodeId;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+
+use self::auth::{Role, AUTH_LABEL, EXPORTER_BYTES};
+use self::tls::{NodeIdentity, TlsError, SERVER_NAME};
+use crate::http::BoxFuture;
+use crate::metrics::{Metrics, OpLabels};
+
+/// How long a new connection's hellos may take.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a dial (QUIC handshake and hellos) may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection with no traffic for this long is closed (keep-alives run well inside it).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keep-alive interval of every connection.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
+/// Streams a peer may have open on one connection at once.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+/// Error code of a connection closed for a failed hello.
+const CLOSE_AUTH_FAILED: u32 = 1;
+
+/// What the transport is started with.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// This node's member id.
+    pub node: NodeId,
+    /// The UDP address to listen on.
+    pub bind: SocketAddr,
+    /// Every member's cluster address (this node's own entry is skipped).
+    pub peers: BTreeMap<NodeId, String>,
+    /// The cluster secret.
+    pub secret: Vec<u8>,
+}
+
+/// Why the transport could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The TLS configuration failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The UDP socket could not be bound.
+    #[error("binding cluster.addr {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Why a call got no answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RpcError {
+    /// The request frame is over the 16 MiB limit: refused before sending.
+    #[error(transparent)]
+    TooLarge(#[from] FrameError),
+    /// The peer is not a configured member.
+    #[error("node {0} is not a cluster peer")]
+    UnknownPeer(NodeId),
+    /// No connection, or the stream failed.
+    #[error("peer {peer} unreachable: {reason}")]
+    Unreachable {
+        /// The peer.
+        peer: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// No answer within the call's time.
+    #[error("peer {0} did not answer in time")]
+    Timeout(NodeId),
+}
+
+/// Serves the requests peers send: gets a request frame's body, returns the answer frame's body.
+pub trait Inbound: Send + Sync + 'static {
+    /// Answers one request from `from`.
+    fn handle(&self, from: NodeId, body: Vec<u8>) -> BoxFuture<'static, Vec<u8>>;
+}
+
+/// The cluster transport; clones share it.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.inner.node)
+            .field("peers", &self.inner.peers)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    node: NodeId,
+    endpoint: quinn::Endpoint,
+    peers: BTreeMap<NodeId, String>,
+    secret: Vec<u8>,
+    metrics: Arc<Metrics>,
+    /// The live connection to each peer.
+    connections: Mutex<HashMap<NodeId, quinn::Connection>>,
+    /// One dial at a time per peer.
+    dials: HashMap<NodeId, tokio::sync::Mutex<()>>,
+    inbound: OnceLock<Arc<dyn Inbound>>,
+}
+
+impl Cluster {
+    /// Binds the cluster address and starts accepting peers. Requests that arrive before
+    /// [`Cluster::serve`] names their handler are dropped (the peer times out and retries).
+    pub fn bind(
+        options: ClusterOptions,
+        identity: &NodeIdentity,
+        metrics: Arc<Metrics>,
+    ) -> Result<Cluster, ClusterError> {
+        let transport = Arc::new(transport_config());
+        let server_crypto = QuicServerConfig::try_from(tls::server_config(identity)?)
+            .map_err(|error| TlsError::Config(error.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
+        server.transport_config(transport.clone());
+        let client_crypto = QuicClientConfig::try_from(tls::client_config()?)
+            .map_err(|error| TlsError::Config(error.to_string()))?;
+        let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
+        client.transport_config(transport);
+        let mut endpoint =
+            quinn::Endpoint::server(server, options.bind).map_err(|source| ClusterError::Bind {
+                addr: options.bind,
+                source,
+            })?;
+        endpoint.set_default_client_config(client);
+        let mut peers = options.peers;
+        peers.remove(&options.node);
+        let dials = peers
+            .keys()
+            .map(|peer| (*peer, tokio::sync::Mutex::new(())))
+            .collect();
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                node: options.node,
+                endpoint,
+                peers,
+                secret: options.secret,
+                metrics,
+                connections: Mutex::new(HashMap::new()),
+                dials,
+                inbound: OnceLock::new(),
+            }),
+        };
+        let accepting = cluster.clone();
+        tokio::spawn(async move { accepting.accept_loop().await });
+        Ok(cluster)
+    }
+
+    /// Names the handler of incoming requests (once).
+    pub fn serve(&self, inbound: Arc<dyn Inbound>) {
+        let _ = self.inner.inbound.set(inbound);
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> NodeId {
+        self.inner.node
+    }
+
+    /// The other members, in id order.
+    pub fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.inner.peers.keys().copied()
+    }
+
+    /// The bound UDP address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.endpoint.local_addr()
+    }
+
+    /// Sends `body` to `peer` as one request frame and returns its answer frame's body, within
+    /// `timeout` (dial included). `op` labels the latency metric.
+    pub async fn call(
+        &self,
+        peer: NodeId,
+        op: &'static str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, RpcError> {
+        let framed = frame(body).inspect_err(|_| {
+            self.inner.metrics.cluster_frames_refused.inc();
+        })?;
+        let started = tokio::time::Instant::now();
+        let answer = tokio::time::timeout(timeout, self.exchange(peer, &framed)).await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(_) => Err(RpcError::Timeout(peer)),
+        };
+        if answer.is_ok() {
+            self.inner
+                .metrics
+                .cluster_rpc_duration_seconds
+                .get_or_create(&OpLabels { op: op.to_string() })
+                .observe(started.elapsed().as_secs_f64());
+        }
+        answer
+    }
+
+    async fn exchange(&self, peer: NodeId, framed: &[u8]) -> Result<Vec<u8>, RpcError> {
+        let connection = self.connection(peer).await?;
+        let unreachable = |reason: String| RpcError::Unreachable { peer, reason };
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        send.write_all(framed)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        send.finish()
+            .map_err(|error| unreachable(error.to_string()))?;
+        read_frame(&mut recv, &self.inner.metrics)
+            .await
+            .map_err(unreachable)
+    }
+
+    /// The peer's live connection, dialled if there is none.
+    async fn connection(&self, peer: NodeId) -> Result<quinn::Connection, RpcError> {
+        if let Some(connection) = self.live(peer) {
+            return Ok(connection);
+        }
+        let dial = self
+            .inner
+            .dials
+            .get(&peer)
+            .ok_or(RpcError::UnknownPeer(peer))?;
+        let _dialling = dial.lock().await;
+        if let Some(connection) = self.live(peer) {
+            return Ok(connection);
+        }
+        let connection = tokio::time::timeout(DIAL_TIMEOUT, self.dial(peer))
+            .await
+            .unwrap_or(Err(RpcError::Timeout(peer)))?;
+        Ok(connection)
+    }
+
+    fn live(&self, peer: NodeId) -> Option<quinn::Connection> {
+        let mut connections = lock(&self.inner.connections);
+        match connections.get(&peer) {
+            Some(connection) if connection.close_reason().is_none() => Some(connection.clone()),
+            Some(_) => {
+                connections.remove(&peer);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Adopts `connection` for calls to `peer` unless a live one is there.
+    fn adopt(&self, peer: NodeId, connection: &quinn::Connection) {
+        let mut connections = lock(&self.inner.connections);
+        let live = connections
+            .get(&peer)
+            .is_some_and(|known| known.close_reason().is_none());
+        if !live {
+            connections.insert(peer, connection.clone());
+        }
+    }
+
+    async fn dial(&self, peer: NodeId) -> Result<quinn::Connection, RpcError> {
+        let unreachable = |reason: String| RpcError::Unreachable { peer, reason };
+        let addr_text = self
+            .inner
+            .peers
+            .get(&peer)
+            .ok_or(RpcError::UnknownPeer(peer))?;
+        let addr = resolve(addr_text).await.map_err(unreachable)?;
+        let connecting = self
+            .inner
+            .endpoint
+            .connect(addr, SERVER_NAME)
+            .map_err(|error| unreachable(error.to_string()))?;
+        let connection = connecting
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        let (mut send, mut recv) = connection
+            .open_bi()
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        let hello = self.hello(&connection, Role::Client).map_err(unreachable)?;
+        let framed = frame(&hello.encode()).expect("a hello is far below the frame limit");
+        send.write_all(&framed)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        send.finish()
+            .map_err(|error| unreachable(error.to_string()))?;
+        let answer = read_frame(&mut recv, &self.inner.metrics)
+            .await
+            .map_err(|reason| unreachable(format!("no hello from the peer: {reason}")))?;
+        if let Err(reason) = self.check_hello(&connection, &answer, Role::Server, Some(peer)) {
+            self.refuse(&connection, addr, &reason);
+            return Err(unreachable(format!("peer failed authentication: {reason}")));
+        }
+        self.adopt(peer, &connection);
+        let serving = self.clone();
+        let served = connection.clone();
+        tokio::spawn(async move { serving.serve_streams(peer, served).await });
+        Ok(connection)
+    }
+
+    /// This side's hello on `connection`.
+    fn hello(&self, connection: &quinn::Connection, role: Role) -> Result<Hello, String> {
+        let exporter = exporter(connection, role)?;
+        Ok(Hello {
+            node: self.inner.node,
+            proof: auth::proof(&self.inner.secret, &exporter),
+        })
+    }
+
+    /// Checks the peer's hello (spoken in `role`); returns the peer's id.
+    fn check_hello(
+        &self,
+        connection: &quinn::Connection,
+        body: &[u8],
+        role: Role,
+        expected: Option<NodeId>,
+    ) -> Result<NodeId, String> {
+        let hello = Hello::decode(body).map_err(|error| format!("malformed hello: {error}"))?;
+        if expected.is_some_and(|expected| expected != hello.node) {
+            return Err(format!(
+                "expected node {}, it says it is node {}",
+                expected.map_or(0, |node| node.0),
+                hello.node
+            ));
+        }
+        if !self.inner.peers.contains_key(&hello.node) {
+            return Err(format!("node {} is not a configured peer", hello.node));
+        }
+        let exporter = exporter(connection, role)?;
+        let proof: &[u8; PROOF_BYTES] = &hello.proof;
+        if !auth::verify(&self.inner.secret, &exporter, proof) {
+            return Err(format!(
+                "node {} did not prove the cluster secret",
+                hello.node
+            ));
+        }
+        Ok(hello.node)
+    }
+
+    fn refuse(&self, connection: &quinn::Connection, addr: SocketAddr, reason: &str) {
+        self.inner.metrics.cluster_auth_failures.inc();
+        tracing::warn!(peer_addr = %addr, %reason, "cluster peer refused: authentication failed");
+        connection.close(CLOSE_AUTH_FAILED.into(), b"authentication failed");
+    }
+
+    async fn accept_loop(self) {
+        while let Some(incoming) = self.inner.endpoint.accept().await {
+            let cluster = self.clone();
+            tokio::spawn(async move {
+                let Ok(connection) = incoming.await else {
+                    return;
+                };
+                let accepted =
+                    tokio::time::timeout(HELLO_TIMEOUT, cluster.accept_hello(&connection))
+                        .await
+                        .unwrap_or_else(|_| Err("no hello in time".to_string()));
+                match accepted {
+                    Ok(peer) => {
+                        cluster.adopt(peer, &connection);
+                        cluster.serve_streams(peer, connection).await;
+                    }
+                    Err(reason) => {
+                        cluster.refuse(&connection, connection.remote_address(), &reason)
+                    }
+                }
+            });
+        }
+    }
+
+    /// The acceptor's side of the hellos: the dialler's first, then ours.
+    async fn accept_hello(&self, connection: &quinn::Connection) -> Result<NodeId, String> {
+        let (mut send, mut recv) = connection
+            .accept_bi()
+            .await
+            .map_err(|error| error.to_string())?;
+        let body = read_frame(&mut recv, &self.inner.metrics).await?;
+        let peer = self.check_hello(connection, &body, Role::Client, None)?;
+        let hello = self.hello(connection, Role::Server)?;
+        let framed = frame(&hello.encode()).expect("a hello is far below the frame limit");
+        send.write_all(&framed)
+            .await
+            .map_err(|error| error.to_string())?;
+        send.finish().map_err(|error| error.to_string())?;
+        Ok(peer)
+    }
+
+    /// Serves every stream `peer` opens on `connection`, until it closes.
+    async fn serve_streams(&self, peer: NodeId, connection: quinn::Connection) {
+        while let Ok((send, recv)) = connection.accept_bi().await {
+            let cluster = self.clone();
+            tokio::spawn(async move { cluster.serve_stream(peer, send, recv).await });
+        }
+    }
+
+    async fn serve_stream(
+        &self,
+        peer: NodeId,
+        mut send: quinn::SendStream,
+        mut recv: quinn::RecvStream,
+    ) {
+        let body = match read_frame(&mut recv, &self.inner.metrics).await {
+            Ok(body) => body,
+            Err(reason) => {
+                tracing::debug!(%peer, %reason, "cluster request unreadable");
+                let _ = send.reset(0u32.into());
+                return;
+            }
+        };
+        let Some(inbound) = self.inner.inbound.get().cloned() else {
+            let _ = send.reset(0u32.into());
+            return;
+        };
+        let answer = inbound.handle(peer, body).await;
+        match frame(&answer) {
+            Ok(framed) => {
+                if send.write_all(&framed).await.is_ok() {
+                    let _ = send.finish();
+                }
+            }
+            Err(error) => {
+                self.inner.metrics.cluster_frames_refused.inc();
+                tracing::error!(%peer, %error, "cluster answer over the frame limit");
+                let _ = send.reset(0u32.into());
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn transport_config() -> quinn::TransportConfig {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(KEEP_ALIVE_INTERVAL));
+    transport.max_idle_timeout(Some(
+        quinn::IdleTimeout::try_from(IDLE_TIMEOUT).expect("the idle timeout fits QUIC's varint"),
+    ));
+    transport.max_concurrent_bidi_streams(STREAMS_PER_CONNECTION_MAX.into());
+    transport.max_concurrent_uni_streams(0u32.into());
+    transport
+}
+
+fn exporter(connection: &quinn::Connection, role: Role) -> Result<[u8; EXPORTER_BYTES], String> {
+    let mut exporter = [0u8; EXPORTER_BYTES];
+    connection
+        .export_keying_material(&mut exporter, AUTH_LABEL, role.context())
+        .map_err(|_| "the connection has no TLS exporter".to_string())?;
+    Ok(exporter)
+}
+
+async fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = addr.parse() {
+        return Ok(addr);
+    }
+    tokio::net::lookup_host(addr)
+        .await
+        .map_err(|error| format!("resolving {addr}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to nothing"))
+}
+
+/// Reads one frame's body; refuses a header over the limit before reading the body.
+async fn read_frame(recv: &mut quinn::RecvStream, metrics: &Metrics) -> Result<Vec<u8>, String> {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    recv.read_exact(&mut header)
+        .await
+        .map_err(|error| error.to_string())?;
+    let len = frame_body_len(header).map_err(|error| {
+        metrics.cluster_frames_refused.inc();
+        error.to_string()
+    })?;
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(body)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! The cluster transport's TLS: a self-signed certificate per node, made at first start under the
+//! data directory, and the rustls configurations quinn runs on (TLS 1.3, ring, ALPN
+//! [`ALPN`]).
+//!
+//! Decision: a peer's self-signed certificate is not checked against anything. Who a peer is comes
+//! from its proof of the cluster secret over this connection's exporter value (`auth.rs`), which a
+//! man in the middle cannot produce; the certificate only keys the TLS session. The handshake's
+//! signatures are still verified, so the peer holds the key of the certificate it sent.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+
+/// The ALPN protocol of node-to-node traffic.
+pub const ALPN: &[u8] = b"narad-cluster/1";
+/// The directory (under the data dir) of the node's certificate and key.
+pub const TLS_DIR: &str = "cluster";
+/// The name the certificate is issued for, and the server name clients ask for.
+pub const SERVER_NAME: &str = "narad-node";
+
+/// Why the TLS set-up failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// The certificate files could not be read or written.
+    #[error("cluster certificate {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The certificate could not be made or used.
+    #[error("cluster TLS: {0}")]
+    Config(String),
+}
+
+/// A node's certificate and its key.
+#[derive(Debug)]
+pub struct NodeIdentity {
+    /// The DER certificate.
+    pub cert: CertificateDer<'static>,
+    /// The PKCS#8 DER key.
+    pub key: PrivatePkcs8KeyDer<'static>,
+}
+
+impl NodeIdentity {
+    /// Reads the node's certificate and key from `data_dir/cluster/`, making them at first start.
+    pub fn load_or_create(data_dir: &Path) -> Result<NodeIdentity, TlsError> {
+        let dir = data_dir.join(TLS_DIR);
+        let cert_path = dir.join("node.crt.der");
+        let key_path = dir.join("node.key.der");
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| TlsError::Io { path, source }
+        };
+        if cert_path.exists() && key_path.exists() {
+            let cert = std::fs::read(&cert_path).map_err(io(&cert_path))?;
+            let key = std::fs::read(&key_path).map_err(io(&key_path))?;
+            return Ok(NodeIdentity {
+                cert: CertificateDer::from(cert),
+                key: PrivatePkcs8KeyDer::from(key),
+            });
+        }
+        let identity = NodeIdentity::generate()?;
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        // The key first, each through a temporary name: a crash leaves either both files or a
+        // start that makes them again.
+        write_atomically(&key_path, identity.key.secret_pkcs8_der()).map_err(io(&key_path))?;
+        write_atomically(&cert_path, identity.cert.as_ref()).map_err(io(&cert_path))?;
+        Ok(identity)
+    }
+
+    /// A fresh self-signed certificate (in memory only).
+    pub fn generate() -> Result<NodeIdentity, TlsError> {
+        let certified = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
+            .map_err(|error| TlsError::Config(error.to_string()))?;
+        Ok(NodeIdentity {
+            cert: certified.cert.der().clone(),
+            key: PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der()),
+        })
+    }
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let temp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temp, path)?;
+    Ok(())
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The server side's rustls configuration.
+pub fn server_config(identity: &NodeIdentity) -> Result<rustls::ServerConfig, TlsError> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|error| TlsError::Config(error.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![identity.cert.clone()],
+            PrivateKeyDer::Pkcs8(identity.key.clone_key()),
+        )
+        .map_err(|error| TlsError::Config(error.to_string()))?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+/// The client side's rustls configuration: any certificate, its handshake signatures verified.
+pub fn client_config() -> Result<rustls::ClientConfig, TlsError> {
+    let provider = provider();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|error| TlsError::Config(error.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PeerCertificate { provider }))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(config)
+}
+
+/// Accepts any peer certificate (identity comes from the secret's proof); checks the signatures.
+#[derive(Debug)]
+struct PeerCertificate {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for PeerCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
