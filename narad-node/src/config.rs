@@ -5,8 +5,13 @@
 //! - The file is TOML (the Go release read JSON); unknown keys are refused with the key's name and
 //!   place, so a misspelt setting never silently keeps its default.
 //! - Environment variables are read from an explicit table ([`ENV_KEYS`]), not through clap, so the
-//!   precedence file < env < flags holds for keys that have no flag as well. Other `NARAD_*` variables
-//!   (the CLI client's `NARAD_ADDR`, say) are ignored.
+//!   precedence file < env < flags holds for keys that have no flag as well. Any other `NARAD_*`
+//!   variable is a start-up error naming it ([`check_env_names`]), so a misspelt variable never
+//!   silently keeps its default; [`ENV_OTHER`] lists the few the node reads outside the table.
+//! - `NARAD_CLUSTER_SECRET` is read from the environment only (never from the file, which is often
+//!   world-readable or checked in), and required once peers are set.
+//! - A node with `cluster.peers` set is a cluster member; without, it is a single node (its own sole
+//!   voter), as with `--dev`.
 //! - `--dev` is a flag only: single node, auth off, and the HTTP address must be a loopback one.
 //! - Basic auth is not built yet, so a node started without `--dev` must say `security.enabled = false`
 //!   (file or `NARAD_SECURITY_ENABLED=false`); otherwise start-up refuses with a message saying so,
@@ -72,11 +77,73 @@ pub struct HttpConfig {
 }
 
 /// `[cluster]`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
     /// This node's member id (`NARAD_NODE_ID`, `--node-id`); never 0 (raft reserves it).
     pub node_id: u32,
+    /// The UDP address of all node-to-node traffic (QUIC) (`NARAD_CLUSTER_ADDR`).
+    pub addr: String,
+    /// The members' cluster addresses, `id@host:port,...`; this node may be listed
+    /// (`NARAD_CLUSTER_PEERS`). Empty: a single node.
+    pub peers: String,
+    /// The cluster secret peers prove to each other (`NARAD_CLUSTER_SECRET`, environment only).
+    #[serde(skip)]
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("node_id", &self.node_id)
+            .field("addr", &self.addr)
+            .field("peers", &self.peers)
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+/// Default cluster (QUIC, UDP) address.
+pub const CLUSTER_ADDR_DEFAULT: &str = "127.0.0.1:7943";
+
+impl ClusterConfig {
+    /// The members listed in `peers`, by id (this node included when listed).
+    pub fn peer_map(&self) -> Result<std::collections::BTreeMap<u32, String>, ConfigError> {
+        let mut peers = std::collections::BTreeMap::new();
+        for entry in self.peers.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+            let parsed = entry.split_once('@').and_then(|(id, addr)| {
+                let id: u32 = id.trim().parse().ok()?;
+                let addr = addr.trim();
+                (id != 0 && addr.rsplit_once(':').is_some()).then(|| (id, addr.to_string()))
+            });
+            let Some((id, addr)) = parsed else {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.peers entry {entry:?} is not id@host:port (id ≥ 1)"
+                )));
+            };
+            if peers.insert(id, addr).is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "cluster.peers lists node {id} twice"
+                )));
+            }
+        }
+        Ok(peers)
+    }
+
+    /// Whether this node is a cluster member (peers are set).
+    pub fn is_member(&self) -> bool {
+        !self.peers.trim().is_empty()
+    }
+
+    /// The cluster address, parsed.
+    pub fn socket_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.addr.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "cluster.addr {:?} is not an IP:port address",
+                self.addr
+            ))
+        })
+    }
 }
 
 /// `[storage]`.
@@ -129,7 +196,12 @@ impl Default for HttpConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { node_id: 1 }
+        ClusterConfig {
+            node_id: 1,
+            addr: CLUSTER_ADDR_DEFAULT.to_string(),
+            peers: String::new(),
+            secret: None,
+        }
     }
 }
 
@@ -189,6 +261,9 @@ pub enum ConfigError {
         /// Why it was refused.
         reason: String,
     },
+    /// A `NARAD_*` variable the node does not read (a typo would otherwise keep the default).
+    #[error("unknown environment variable {0}: no such setting (see the configuration reference)")]
+    UnknownEnv(String),
     /// The merged configuration breaks a rule.
     #[error("invalid configuration: {0}")]
     Invalid(String),
@@ -228,6 +303,18 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
     ("NARAD_NODE_ID", |config, value| {
         config.cluster.node_id = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_ADDR", |config, value| {
+        config.cluster.addr = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_PEERS", |config, value| {
+        config.cluster.peers = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_SECRET", |config, value| {
+        config.cluster.secret = Some(value.to_string());
         Ok(())
     }),
     ("NARAD_DATA_DIR", |config, value| {
@@ -273,6 +360,20 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
         Ok(())
     }),
 ];
+
+/// `NARAD_*` variables the node reads outside [`ENV_KEYS`]: the failpoint build's disk faults.
+pub const ENV_OTHER: &[&str] = &["NARAD_FAILPOINTS"];
+
+/// Refuses any `NARAD_*` variable among `names` that the node does not read, naming it.
+pub fn check_env_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    for name in names {
+        let known = ENV_KEYS.iter().any(|(var, _)| *var == name) || ENV_OTHER.contains(&name);
+        if name.starts_with("NARAD_") && !known {
+            return Err(ConfigError::UnknownEnv(name.to_string()));
+        }
+    }
+    Ok(())
+}
 
 fn parse_number<T: std::str::FromStr>(value: &str) -> Result<T, String> {
     value
@@ -394,12 +495,39 @@ impl Config {
                 "storage.data_dir must not be empty".to_string(),
             ));
         }
+        self.check_cluster()?;
         if self.security.enabled {
             return Err(ConfigError::Invalid(
                 "basic auth (security.enabled = true, the default) is not built yet: run \
                  `narad serve --dev`, or set security.enabled = false (NARAD_SECURITY_ENABLED=false)"
                     .to_string(),
             ));
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    fn check_cluster(&self) -> Result<(), ConfigError> {
+        let cluster = &self.cluster;
+        let peers = cluster.peer_map()?;
+        if peers.is_empty() {
+            return Ok(());
+        }
+        if self.dev {
+            return Err(ConfigError::Invalid(
+                "--dev is a single node: unset cluster.peers (NARAD_CLUSTER_PEERS)".to_string(),
+            ));
+        }
+        cluster.socket_addr()?;
+        match &cluster.secret {
+            Some(secret) if !secret.is_empty() => {}
+            Some(_) | None => {
+                return Err(ConfigError::Invalid(
+                    "cluster.peers is set, so NARAD_CLUSTER_SECRET must be set (environment only)"
+                        .to_string(),
+                ))
+            }
         }
         Ok(())
     }
@@ -591,5 +719,57 @@ mod tests {
             Config::load(&dev_flags(), &env).unwrap_err(),
             ConfigError::Invalid("cluster.node_id must not be 0".to_string())
         );
+    }
+
+    #[test]
+    fn an_unknown_narad_variable_is_refused_by_name() {
+        assert_eq!(
+            check_env_names(["PATH", "NARAD_NODE_ID", "NARAD_CLUSTER_SECRET", "NARAD_FAILPOINTS"]),
+            Ok(())
+        );
+        assert_eq!(
+            check_env_names(["NARAD_NODE_ID", "NARAD_CLUSTER_PEER"]),
+            Err(ConfigError::UnknownEnv("NARAD_CLUSTER_PEER".to_string()))
+        );
+    }
+
+    fn member_env(secret: Option<&str>) -> Vec<(&str, &str)> {
+        let mut env = vec![
+            ("NARAD_NODE_ID", "2"),
+            ("NARAD_CLUSTER_ADDR", "127.0.0.1:7962"),
+            ("NARAD_CLUSTER_PEERS", "1@127.0.0.1:7961, 2@127.0.0.1:7962,3@localhost:7963"),
+            ("NARAD_SECURITY_ENABLED", "false"),
+        ];
+        if let Some(secret) = secret {
+            env.push(("NARAD_CLUSTER_SECRET", secret));
+        }
+        env
+    }
+
+    #[test]
+    fn a_member_takes_its_peers_and_needs_the_secret() {
+        let flags = FlagOverrides::default();
+        let config = Config::load(&flags, &env_of(&member_env(Some("s3cret")))).unwrap();
+        assert!(config.cluster.is_member());
+        assert_eq!(config.cluster.node_id, 2);
+        assert_eq!(
+            config.cluster.peer_map().unwrap(),
+            BTreeMap::from([
+                (1, "127.0.0.1:7961".to_string()),
+                (2, "127.0.0.1:7962".to_string()),
+                (3, "localhost:7963".to_string()),
+            ])
+        );
+        assert!(!format!("{config:?}").contains("s3cret"));
+        let error = Config::load(&flags, &env_of(&member_env(None))).unwrap_err();
+        assert!(error.to_string().contains("NARAD_CLUSTER_SECRET"), "{error}");
+        let mut bad = member_env(Some("s"));
+        bad[2].1 = "1@127.0.0.1:7961,1@127.0.0.1:7962";
+        assert!(Config::load(&flags, &env_of(&bad)).is_err());
+        bad[2].1 = "x@127.0.0.1:7961";
+        assert!(Config::load(&flags, &env_of(&bad)).is_err());
+        // The secret is not a file key.
+        let file = Config::from_toml("[cluster]\nsecret = \"s\"\n", Path::new("f.toml"));
+        assert!(file.is_err());
     }
 }

@@ -21,6 +21,13 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => args,
         Command::Bench(args) => return narad_node::bench::main(args),
     };
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    if let Err(error) = narad_node::config::check_env_names(names.iter().map(String::as_str)) {
+        eprintln!("narad: {error}");
+        return ExitCode::from(2);
+    }
     let config = match Config::load(&args.overrides(), &|key| std::env::var(key).ok()) {
         Ok(config) => config,
         Err(error) => {
