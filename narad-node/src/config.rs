@@ -110,7 +110,12 @@ impl ClusterConfig {
     /// The members listed in `peers`, by id (this node included when listed).
     pub fn peer_map(&self) -> Result<std::collections::BTreeMap<u32, String>, ConfigError> {
         let mut peers = std::collections::BTreeMap::new();
-        for entry in self.peers.split(',').map(str::trim).filter(|entry| !entry.is_empty()) {
+        for entry in self
+            .peers
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+        {
             let parsed = entry.split_once('@').and_then(|(id, addr)| {
                 let id: u32 = id.trim().parse().ok()?;
                 let addr = addr.trim();
@@ -724,7 +729,12 @@ mod tests {
     #[test]
     fn an_unknown_narad_variable_is_refused_by_name() {
         assert_eq!(
-            check_env_names(["PATH", "NARAD_NODE_ID", "NARAD_CLUSTER_SECRET", "NARAD_FAILPOINTS"]),
+            check_env_names([
+                "PATH",
+                "NARAD_NODE_ID",
+                "NARAD_CLUSTER_SECRET",
+                "NARAD_FAILPOINTS"
+            ]),
             Ok(())
         );
         assert_eq!(
@@ -737,7 +747,10 @@ mod tests {
         let mut env = vec![
             ("NARAD_NODE_ID", "2"),
             ("NARAD_CLUSTER_ADDR", "127.0.0.1:7962"),
-            ("NARAD_CLUSTER_PEERS", "1@127.0.0.1:7961, 2@127.0.0.1:7962,3@localhost:7963"),
+            (
+                "NARAD_CLUSTER_PEERS",
+                "1@127.0.0.1:7961, 2@127.0.0.1:7962,3@localhost:7963",
+            ),
             ("NARAD_SECURITY_ENABLED", "false"),
         ];
         if let Some(secret) = secret {
@@ -762,7 +775,10 @@ mod tests {
         );
         assert!(!format!("{config:?}").contains("s3cret"));
         let error = Config::load(&flags, &env_of(&member_env(None))).unwrap_err();
-        assert!(error.to_string().contains("NARAD_CLUSTER_SECRET"), "{error}");
+        assert!(
+            error.to_string().contains("NARAD_CLUSTER_SECRET"),
+            "{error}"
+        );
         let mut bad = member_env(Some("s"));
         bad[2].1 = "1@127.0.0.1:7961,1@127.0.0.1:7962";
         assert!(Config::load(&flags, &env_of(&bad)).is_err());

@@ -28,10 +28,11 @@
 //! variants go at the end, and a field change needs a new format byte. Decoding is total: bad bytes are an
 //! [`EncodingError`], never a panic.
 
+pub mod liveness;
 pub mod replica;
 mod topic;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -64,8 +65,10 @@ pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
 
 /// Format byte of an encoded [`Command`].
 pub const COMMAND_FORMAT_1: u8 = 1;
-/// Format byte of an encoded [`MetaState`] snapshot.
+/// Format byte of a [`MetaState`] snapshot from before member liveness (still read).
 pub const SNAPSHOT_FORMAT_1: u8 = 1;
+/// Format byte of an encoded [`MetaState`] snapshot: format 1 plus the members marked dead.
+pub const SNAPSHOT_FORMAT_2: u8 = 2;
 /// Most members the state holds.
 pub const MEMBERS_MAX: usize = 1024;
 /// Longest member address, in bytes.
@@ -117,6 +120,14 @@ pub enum Command {
         /// Member id.
         node: NodeId,
     },
+    /// Mark a member dead (its heartbeats stopped) or alive again: the leader's liveness decision,
+    /// through the log so every replica agrees. A dead member keeps its partitions.
+    SetMemberAlive {
+        /// Member id.
+        node: NodeId,
+        /// Alive (`true`) or dead.
+        alive: bool,
+    },
 }
 
 impl Command {
@@ -132,7 +143,7 @@ impl Command {
 }
 
 /// What an applied command changed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
     /// The created topic, as stored.
     TopicCreated(Topic),
@@ -146,6 +157,13 @@ pub enum Applied {
     MemberAdded(NodeId),
     /// The member was removed (or was not there).
     MemberRemoved(NodeId),
+    /// The member's liveness, as now recorded.
+    MemberStatus {
+        /// Member id.
+        node: NodeId,
+        /// Alive or dead.
+        alive: bool,
+    },
 }
 
 /// A cluster member.
@@ -163,6 +181,17 @@ pub struct MetaState {
     /// The id the next create takes (ids start at 1; 0 is never an incarnation).
     next_topic_id: u64,
     /// Applied commands so far, refused ones included.
+    version: u64,
+    /// Members the leader marked dead (a subset of `members`).
+    dead: BTreeSet<NodeId>,
+}
+
+/// [`SNAPSHOT_FORMAT_1`]'s state: no liveness.
+#[derive(Deserialize)]
+struct MetaStateFormat1 {
+    topics: BTreeMap<String, Topic>,
+    members: BTreeMap<NodeId, Member>,
+    next_topic_id: u64,
     version: u64,
 }
 
@@ -191,8 +220,10 @@ impl MetaState {
             Command::AddMember { node, addr } => self.add_member(*node, addr),
             Command::RemoveMember { node } => {
                 self.members.remove(node);
+                self.dead.remove(node);
                 Ok(Applied::MemberRemoved(*node))
             }
+            Command::SetMemberAlive { node, alive } => self.set_member_alive(*node, *alive),
         };
         self.check_invariants();
         result
@@ -231,19 +262,37 @@ impl MetaState {
         &self.members
     }
 
+    /// Whether `node` is a member the leader has not marked dead.
+    pub fn is_alive(&self, node: NodeId) -> bool {
+        self.members.contains_key(&node) && !self.dead.contains(&node)
+    }
+
     /// How many commands have been applied (refused ones included).
     pub fn version(&self) -> u64 {
         self.version
     }
 
-    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_1`].
+    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_2`].
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        encode_with_format(SNAPSHOT_FORMAT_1, self)
+        encode_with_format(SNAPSHOT_FORMAT_2, self)
     }
 
-    /// Decodes a snapshot written by [`MetaState::encode_snapshot`].
+    /// Decodes a snapshot written by [`MetaState::encode_snapshot`] (or by a release before member
+    /// liveness: every member alive).
     pub fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
-        let state: MetaState = decode_with_format(SNAPSHOT_FORMAT_1, bytes)?;
+        let state: MetaState = match bytes.first() {
+            Some(&SNAPSHOT_FORMAT_1) => {
+                let old: MetaStateFormat1 = decode_with_format(SNAPSHOT_FORMAT_1, bytes)?;
+                MetaState {
+                    topics: old.topics,
+                    members: old.members,
+                    next_topic_id: old.next_topic_id,
+                    version: old.version,
+                    dead: BTreeSet::new(),
+                }
+            }
+            _ => decode_with_format(SNAPSHOT_FORMAT_2, bytes)?,
+        };
         state
             .invariant_violation()
             .map_or(Ok(()), |what| Err(EncodingError::Malformed(what)))?;
@@ -323,6 +372,18 @@ impl MetaState {
         Ok(Applied::PartitionAssigned(topic.clone()))
     }
 
+    fn set_member_alive(&mut self, node: NodeId, alive: bool) -> Result<Applied, TopicError> {
+        if !self.members.contains_key(&node) {
+            return Err(TopicError::UnknownMember(node));
+        }
+        if alive {
+            self.dead.remove(&node);
+        } else {
+            self.dead.insert(node);
+        }
+        Ok(Applied::MemberStatus { node, alive })
+    }
+
     fn add_member(&mut self, node: NodeId, addr: &str) -> Result<Applied, TopicError> {
         if addr.len() > MEMBER_ADDR_BYTES_MAX
             || (self.members.len() >= MEMBERS_MAX && !self.members.contains_key(&node))
@@ -381,6 +442,13 @@ impl MetaState {
             if topic.metadata_version > self.version {
                 return Some(format!("topic {name} is from a future version"));
             }
+        }
+        if let Some(node) = self
+            .dead
+            .iter()
+            .find(|node| !self.members.contains_key(node))
+        {
+            return Some(format!("node {node} is marked dead but is not a member"));
         }
         None
     }

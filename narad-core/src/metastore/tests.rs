@@ -630,3 +630,83 @@ fn replicas_applying_one_log_agree_and_snapshots_resume_it() {
         assert_eq!(first, resumed, "seed {seed}");
     }
 }
+
+#[test]
+fn liveness_is_replicated_state_and_survives_a_snapshot() {
+    let mut state = MetaState::new();
+    for node in [1, 2] {
+        state
+            .apply(&Command::AddMember {
+                node: NodeId(node),
+                addr: format!("127.0.0.1:{node}"),
+            })
+            .unwrap();
+    }
+    assert!(state.is_alive(NodeId(2)));
+    let dead = Command::SetMemberAlive {
+        node: NodeId(2),
+        alive: false,
+    };
+    assert_eq!(
+        state.apply(&dead),
+        Ok(Applied::MemberStatus {
+            node: NodeId(2),
+            alive: false
+        })
+    );
+    assert!(!state.is_alive(NodeId(2)));
+    assert!(state.is_alive(NodeId(1)));
+    assert_eq!(
+        state.apply(&Command::SetMemberAlive {
+            node: NodeId(9),
+            alive: false
+        }),
+        Err(TopicError::UnknownMember(NodeId(9)))
+    );
+    let restored = MetaState::decode_snapshot(&state.encode_snapshot()).unwrap();
+    assert_eq!(restored, state);
+    assert!(!restored.is_alive(NodeId(2)));
+    state
+        .apply(&Command::SetMemberAlive {
+            node: NodeId(2),
+            alive: true,
+        })
+        .unwrap();
+    assert!(state.is_alive(NodeId(2)));
+}
+
+#[test]
+fn a_format_1_snapshot_still_reads_with_every_member_alive() {
+    #[derive(serde::Serialize)]
+    struct Format1<'a> {
+        topics: &'a BTreeMap<String, Topic>,
+        members: &'a BTreeMap<NodeId, Member>,
+        next_topic_id: u64,
+        version: u64,
+    }
+    let mut state = MetaState::new();
+    state
+        .apply(&Command::AddMember {
+            node: NodeId(1),
+            addr: "a".to_string(),
+        })
+        .unwrap();
+    state.apply(&create_command("t", 0)).unwrap();
+    let topics: BTreeMap<String, Topic> = state
+        .topics_after("", 10)
+        .0
+        .into_iter()
+        .map(|topic| (topic.name.clone(), topic.clone()))
+        .collect();
+    let mut bytes = vec![SNAPSHOT_FORMAT_1];
+    bytes.extend(
+        postcard::to_allocvec(&Format1 {
+            topics: &topics,
+            members: state.members(),
+            next_topic_id: 2,
+            version: state.version(),
+        })
+        .unwrap(),
+    );
+    assert_eq!(MetaState::decode_snapshot(&bytes).unwrap(), state);
+}

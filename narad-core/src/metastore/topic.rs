@@ -28,7 +28,7 @@ pub const TOPICS_MAX: usize = 10_000;
 pub const SCHEMA_BYTES_MAX: usize = 1024 * 1024;
 
 /// Why a topic command was refused. Every replica refuses the same command for the same reason.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum TopicError {
     /// The name is empty.
     #[error("invalid argument: topic name required")]
