@@ -38,13 +38,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let local_addr = listener.local_addr()?;
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
     let dev = config.dev;
+    let (cluster, member_addr) = cluster_setup(&config)?;
     let options = NodeOptions {
         disk,
         config,
         clock: Clock::start(),
         seed: ChaCha8Rng::from_os_rng().random(),
-        member_addr: local_addr.to_string(),
+        member_addr: member_addr.unwrap_or_else(|| local_addr.to_string()),
         hooks: node::NodeHooks::default(),
+        cluster,
     };
     let node = node::start(options).await.context("starting the node")?;
     let app = node.app().clone();
@@ -88,6 +90,30 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A member's transport set-up and its members entry (its cluster address); none for a single node.
+fn cluster_setup(config: &Config) -> anyhow::Result<(Option<node::ClusterSetup>, Option<String>)> {
+    let cluster = &config.cluster;
+    if !cluster.is_member() {
+        return Ok((None, None));
+    }
+    let peers = cluster
+        .peer_map()?
+        .into_iter()
+        .map(|(id, addr)| (narad_core::ids::NodeId(id), addr))
+        .collect();
+    let options = crate::cluster::ClusterOptions {
+        node: narad_core::ids::NodeId(cluster.node_id),
+        bind: cluster.socket_addr()?,
+        peers,
+        secret: cluster.secret.clone().unwrap_or_default().into_bytes(),
+    };
+    let identity = crate::cluster::tls::NodeIdentity::load_or_create(&config.storage.data_dir)?;
+    Ok((
+        Some(node::ClusterSetup { options, identity }),
+        Some(cluster.addr.clone()),
+    ))
 }
 
 async fn shutdown_signal() {

@@ -300,6 +300,8 @@ impl SimNode for NaradSimNode {
             seed: derive_seed(ctx.seed, &format!("narad/{}", ctx.boot)),
             member_addr: MEMBER_ADDR.to_string(),
             hooks,
+            #[cfg(not(madsim))]
+            cluster: None,
         };
         let node = node::start(options)
             .await

@@ -18,7 +18,7 @@
 //!
 //! # Assignments
 //! A partition's owner is picked at create (and at a partition increase) round-robin over the members in
-//! id order, starting at member `id mod members`. A partition created while there are no members stays
+//! id order (those alive, unless none is), starting at member `id mod members`. A partition created while there are no members stays
 //! unassigned (`None`) until a member is added, which assigns every unassigned partition by the same rule.
 //! Rebalancing on membership change belongs to the cluster issue.
 //!
@@ -412,8 +412,18 @@ impl MetaState {
     }
 
     /// Extends `topic.owners` to `partitions`, assigning the new partitions round-robin.
+    /// Assigns the new partitions round-robin over the members alive (over every member when none
+    /// is): a member marked dead would only have its new partitions rerouted from the start.
     fn grow_partitions(&self, topic: &mut Topic, partitions: u32) {
-        let members: Vec<NodeId> = self.members.keys().copied().collect();
+        let mut members: Vec<NodeId> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|node| !self.dead.contains(node))
+            .collect();
+        if members.is_empty() {
+            members = self.members.keys().copied().collect();
+        }
         let from = topic.owners.len();
         for index in from..partitions as usize {
             let owner = (!members.is_empty()).then(|| pick_owner(&members, topic.id, index));

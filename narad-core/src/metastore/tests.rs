@@ -710,3 +710,27 @@ fn a_format_1_snapshot_still_reads_with_every_member_alive() {
     );
     assert_eq!(MetaState::decode_snapshot(&bytes).unwrap(), state);
 }
+
+#[test]
+fn new_partitions_go_to_members_alive_only() {
+    let mut state = MetaState::new();
+    for node in [1, 2, 3] {
+        state
+            .apply(&Command::AddMember {
+                node: NodeId(node),
+                addr: format!("n{node}"),
+            })
+            .unwrap();
+    }
+    state
+        .apply(&Command::SetMemberAlive {
+            node: NodeId(2),
+            alive: false,
+        })
+        .unwrap();
+    let Ok(Applied::TopicCreated(topic)) = state.apply(&create_command("t", 6)) else {
+        panic!("created")
+    };
+    let owners: BTreeSet<NodeId> = topic.owners.iter().flatten().copied().collect();
+    assert_eq!(owners, BTreeSet::from([NodeId(1), NodeId(3)]));
+}

@@ -71,6 +71,14 @@ async fn replay(app: &App, topic_name: &str, query: Option<&str>) -> Result<Repl
         )),
         Ok(ReadOutcome::PastEnd) => Ok(Reply::empty(204)),
         Ok(ReadOutcome::Gone) => Err(Reply::error(410, "offset is no longer retained")),
+        // Cluster forwarding's errors are plain text, as the surface gives them.
+        Ok(ReadOutcome::OwnerDown) => {
+            Err(Reply::plain(503, "partition owner is down; retry later"))
+        }
+        Ok(ReadOutcome::PeerFailed(reason)) => {
+            tracing::warn!(%reason, topic = topic_name, %partition, offset, "forwarded replay read failed");
+            Err(Reply::plain(502, &format!("peer RPC failed: {reason}")))
+        }
         Err(error) => {
             tracing::warn!(%error, topic = topic_name, %partition, offset, "replay read failed");
             app.metrics.error("messaging", "consume").inc();

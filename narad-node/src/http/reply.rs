@@ -39,6 +39,16 @@ impl Reply {
         Reply::json(status, format!("{{\"error\":{}}}", json_string(message)))
     }
 
+    /// A plain-text answer (the cluster-forwarding errors).
+    pub fn plain(status: u16, text: &str) -> Reply {
+        Reply {
+            status,
+            content_type: Some("text/plain; charset=utf-8"),
+            headers: Vec::new(),
+            body: format!("{text}\n").into_bytes(),
+        }
+    }
+
     /// An answer with no body and no `Content-Type`.
     pub fn empty(status: u16) -> Reply {
         Reply {

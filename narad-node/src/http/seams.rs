@@ -69,6 +69,10 @@ pub enum ReadOutcome {
     PastEnd,
     /// The offset is below the oldest retained record (HTTP 410).
     Gone,
+    /// The partition's owner is another node, marked dead (HTTP 503, plain text).
+    OwnerDown,
+    /// Forwarding the read to the partition's owner failed (HTTP 502, plain text).
+    PeerFailed(String),
 }
 
 /// Why a replay read failed (HTTP 410, as the surface answers an unreadable offset).

@@ -7,8 +7,19 @@
 //! has passed on the node's [`Clock`] (virtual under madsim). The metastore host decides nothing: after
 //! each input it drains the replica's outputs until `None` and executes them. A `Persist` runs on the
 //! blocking pool (inline under madsim) and comes back as `PersistDone` (the replica keeps at most one
-//! outstanding); a `Send` has no transport yet (a sole voter sends none; one that appears is logged as
-//! an error); `Applied` publishes the view; answers go to their callers.
+//! outstanding); the `Send`s of one turn go to [`MetaPeers::send_raft`], grouped by peer, in order
+//! (the cluster transport carries them; a single node sends none); `Applied` publishes the view;
+//! answers go to their callers. Raft messages from peers come in through [`Metastore::step`], and
+//! heartbeats through [`Metastore::heard`], both into the same mailbox.
+//!
+//! Proposals work on every node: a follower's replica refuses one as "not leader", naming the leader
+//! it knows, and [`Metastore::propose`] then forwards the command to that leader
+//! ([`MetaPeers::propose_at`]), which proposes it on its own replica and answers with its own
+//! outcome. While no leader is known (an election), the proposal is retried every
+//! [`PROPOSE_RETRY`] until [`PROPOSE_TIMEOUT`]; then it is "control plane unavailable".
+//!
+//! Liveness: on every tick and heartbeat the host asks [`Liveness`] which members to mark dead or
+//! alive; on the leader those become proposals of its own, whose answers nobody waits for.
 //!
 //! A proposal is answered once its entry is applied, with the state machine's own answer, so "created"
 //! means "in the durable log and applied". [`Metastore::read_index`] is the replica's ReadIndex barrier:
@@ -24,10 +35,10 @@
 //! A disk failure latches the replica: pending and later proposals get [`ProposeError::Unavailable`],
 //! reads keep serving the last applied state, and a restart is the only way out (as for the WAL).
 //!
-//! Decisions: one voter for now (the cluster issue adds peers and a transport for `Send`). The replica
-//! is configured to campaign when it is constructed if it is the only voter (`fast_start_sole_voter`):
-//! it leads before the first proposal (this node's own join) arrives, instead of refusing proposals
-//! for the one to two seconds of its own election timeout.
+//! Decisions: the voters are given ([`MetastoreOptions::voters`]: the first three members of the
+//! cluster, by id). A sole voter campaigns when it is constructed (`fast_start_sole_voter`): it leads
+//! before the first proposal (this node's own join) arrives, instead of refusing proposals for the
+//! one to two seconds of its own election timeout.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -37,11 +48,14 @@ use narad_core::actor::Actor;
 use narad_core::disk::Disk;
 use narad_core::error::IoFault;
 use narad_core::ids::NodeId;
+use narad_core::metastore::liveness::Liveness;
 use narad_core::metastore::replica::{
     MetaReplica, MetaReplicaConfig, PersistId, PersistRequest, ProposalError, ProposalId, ReadId,
     RecoveredLog, ReplicaInput, ReplicaOutput, REQUEST_TIMEOUT,
 };
 use narad_core::metastore::{Applied, Command, MetaState, TopicError};
+use raft::eraftpb::Message;
+use raft::StateRole;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -61,8 +75,11 @@ pub const PROPOSALS_QUEUED_MAX: usize = 1024;
 /// (the replica fails the request itself after the same time).
 pub const PROPOSE_TIMEOUT: Duration = REQUEST_TIMEOUT;
 
+/// How often a proposal is tried again while no leader is known.
+pub const PROPOSE_RETRY: Duration = Duration::from_millis(100);
+
 /// Why a proposal got no answer from the state machine.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ProposeError {
     /// The state machine refused the command (the same answer on every replica).
     #[error(transparent)]
@@ -83,6 +100,25 @@ pub struct MetaView {
     pub caught_up: bool,
     /// The disk failure that latched the metastore, if any.
     pub failed: Option<String>,
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// The replica's raft term.
+    pub term: u64,
+    /// The replica's raft commit index.
+    pub commit_index: u64,
+}
+
+/// The metastore's way to its peers: the cluster transport (absent on a single node).
+pub trait MetaPeers: Send + Sync + std::fmt::Debug {
+    /// Sends raft messages to `to`, in order (each raft-rs's protobuf encoding). Never blocks; messages
+    /// that cannot be sent are dropped (raft sends again).
+    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>);
+    /// Asks `leader` to propose the encoded command on its own replica; its answer.
+    fn propose_at(
+        &self,
+        leader: NodeId,
+        command: Vec<u8>,
+    ) -> crate::http::BoxFuture<'static, Result<Applied, ProposeError>>;
 }
 
 /// Who this node is in the metastore, its snapshot cadence and its seeds.
@@ -101,6 +137,10 @@ pub struct MetastoreOptions {
     pub seed: u64,
     /// The clock the replica's ticks are timed on; `None`: one started at open.
     pub clock: Option<Clock>,
+    /// The voters when the log holds no snapshot (empty: this node alone).
+    pub voters: Vec<NodeId>,
+    /// The cluster transport, for raft messages and forwarded proposals (`None`: a single node).
+    pub peers: Option<Arc<dyn MetaPeers>>,
 }
 
 impl MetastoreOptions {
@@ -113,6 +153,8 @@ impl MetastoreOptions {
             boot_nonce: None,
             seed: 0,
             clock: None,
+            voters: Vec::new(),
+            peers: None,
         }
     }
 }
@@ -120,12 +162,14 @@ impl MetastoreOptions {
 /// A handle on the running metastore; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metastore {
+    node: NodeId,
     requests: mpsc::Sender<Request>,
     view: watch::Receiver<Arc<MetaView>>,
+    peers: Option<Arc<dyn MetaPeers>>,
 }
 
-/// Where a proposal's answer goes.
-type ProposalReply = oneshot::Sender<Result<Applied, ProposeError>>;
+/// Where a proposal's answer goes: the replica's own, so a "not leader" can be forwarded.
+type ProposalReply = oneshot::Sender<Result<Applied, ProposalError>>;
 /// Where a read barrier's answer goes.
 type ReadReply = oneshot::Sender<Result<(), ProposeError>>;
 
@@ -138,6 +182,10 @@ enum Request {
     ReadIndex {
         reply: ReadReply,
     },
+    /// Raft messages from a peer.
+    Raft(Vec<Message>),
+    /// A heartbeat from a peer.
+    Heard(NodeId),
 }
 
 impl std::fmt::Debug for Request {
@@ -147,6 +195,8 @@ impl std::fmt::Debug for Request {
                 f.debug_struct("Propose").field("command", command).finish()
             }
             Request::ReadIndex { .. } => f.write_str("ReadIndex"),
+            Request::Raft(messages) => write!(f, "Raft({} messages)", messages.len()),
+            Request::Heard(node) => write!(f, "Heard({node})"),
         }
     }
 }
@@ -179,7 +229,12 @@ impl Metastore {
             completions_capacity: 1,
         };
         let requests = host::spawn(config, clock, move |_completions| hosted);
-        let metastore = Metastore { requests, view };
+        let metastore = Metastore {
+            node: options.node_id,
+            requests,
+            view,
+            peers: options.peers.clone(),
+        };
         let joining = metastore.clone();
         tokio::spawn(async move { joining.join_as_member(&options).await });
         Ok(metastore)
@@ -218,11 +273,56 @@ impl Metastore {
         }
     }
 
-    /// Proposes a command and waits until it is applied (or [`PROPOSE_TIMEOUT`] passes).
+    /// Proposes a command and waits until it is applied (or [`PROPOSE_TIMEOUT`] passes): on this
+    /// replica if it leads, else forwarded to the leader (see the module documentation).
     pub async fn propose(&self, command: Command) -> Result<Applied, ProposeError> {
+        let deadline = tokio::time::Instant::now() + PROPOSE_TIMEOUT;
+        loop {
+            let leader = match self.propose_here(command.clone()).await {
+                Err(ProposeError::Unavailable(reason)) if reason.starts_with(NOT_LEADER) => {
+                    self.view().leader.filter(|leader| *leader != self.node)
+                }
+                outcome => return outcome,
+            };
+            if let (Some(leader), Some(peers)) = (leader, &self.peers) {
+                let forwarded =
+                    tokio::time::timeout_at(deadline, peers.propose_at(leader, command.encode()))
+                        .await;
+                match forwarded {
+                    Ok(Err(ProposeError::Unavailable(reason)))
+                        if reason.starts_with(NOT_LEADER) => {}
+                    Ok(outcome) => return outcome,
+                    Err(_) => break,
+                }
+            }
+            if tokio::time::Instant::now() + PROPOSE_RETRY >= deadline {
+                break;
+            }
+            tokio::time::sleep(PROPOSE_RETRY).await;
+        }
+        Err(ProposeError::Unavailable(
+            "no metastore leader answered in time (no quorum?)".to_string(),
+        ))
+    }
+
+    /// Proposes a command on this replica only (a forwarded proposal: never forwarded again).
+    pub async fn propose_here(&self, command: Command) -> Result<Applied, ProposeError> {
         let (reply, answer) = oneshot::channel();
-        self.ask(Request::Propose { command, reply }, answer, "proposal")
-            .await
+        let answer = self
+            .ask(Request::Propose { command, reply }, answer, "proposal")
+            .await?;
+        answer.map_err(propose_error)
+    }
+
+    /// Hands raft messages from a peer to the replica; dropped when the mailbox is full (raft sends
+    /// again).
+    pub fn step(&self, messages: Vec<Message>) {
+        let _ = self.requests.try_send(Request::Raft(messages));
+    }
+
+    /// Notes a heartbeat from `node` (dropped when the mailbox is full: the next one comes in a second).
+    pub fn heard(&self, node: NodeId) {
+        let _ = self.requests.try_send(Request::Heard(node));
     }
 
     /// A read barrier: resolves once this replica has applied everything committed at the time of the
@@ -232,18 +332,18 @@ impl Metastore {
     pub async fn read_index(&self) -> Result<(), ProposeError> {
         let (reply, answer) = oneshot::channel();
         self.ask(Request::ReadIndex { reply }, answer, "read barrier")
-            .await
+            .await?
     }
 
     async fn ask<T>(
         &self,
         request: Request,
-        answer: oneshot::Receiver<Result<T, ProposeError>>,
+        answer: oneshot::Receiver<T>,
         what: &str,
     ) -> Result<T, ProposeError> {
         let outcome = tokio::time::timeout(PROPOSE_TIMEOUT, async {
             self.requests.send(request).await.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?
+            answer.await.map_err(|_| stopped())
         })
         .await;
         match outcome {
@@ -267,8 +367,23 @@ impl Metastore {
             node: options.node_id,
             addr: options.addr.clone(),
         };
-        if let Err(error) = self.propose(command).await {
-            tracing::error!(%error, "could not add this node to the metastore members");
+        // Until it lands: a member's peers may not be up yet, or electing.
+        loop {
+            match self.propose(command.clone()).await {
+                Ok(_) => return,
+                Err(ProposeError::Refused(error)) => {
+                    tracing::error!(%error, "the metastore refused this node as a member");
+                    return;
+                }
+                Err(ProposeError::Unavailable(reason)) => {
+                    if self.view().failed.is_some() || self.requests.is_closed() {
+                        tracing::error!(%reason, "could not add this node to the metastore members");
+                        return;
+                    }
+                    tracing::info!(%reason, "joining the cluster: the metastore has no leader yet; retrying");
+                    tokio::time::sleep(PROPOSE_RETRY * 5).await;
+                }
+            }
         }
     }
 }
@@ -310,7 +425,7 @@ fn persist(disk: &mut MetaDisk, request: &PersistRequest) -> Result<(), IoFault>
 
 /// An answer, sent once the view that shows it is published.
 enum Answer {
-    Proposal(ProposalReply, Result<Applied, ProposeError>),
+    Proposal(ProposalReply, Result<Applied, ProposalError>),
     Read(ReadReply, Result<(), ProposeError>),
 }
 
@@ -326,6 +441,22 @@ struct MetaHost {
     view_tx: watch::Sender<Arc<MetaView>>,
     /// Every handle is gone.
     closed: bool,
+    peers: Option<Arc<dyn MetaPeers>>,
+    /// This turn's raft messages, by peer, in order.
+    outbox: BTreeMap<u64, Vec<Vec<u8>>>,
+    liveness: Liveness,
+}
+
+fn view_of(replica: &MetaReplica) -> MetaView {
+    MetaView {
+        state: replica.state().clone(),
+        applied_index: replica.applied_index().0,
+        caught_up: replica.caught_up(),
+        failed: replica.failure().map(|failure| failure.to_string()),
+        leader: replica.leader(),
+        term: replica.term(),
+        commit_index: replica.commit_index(),
+    }
 }
 
 fn recovered_log(recovered: Recovered) -> RecoveredLog {
@@ -336,12 +467,18 @@ fn recovered_log(recovered: Recovered) -> RecoveredLog {
     }
 }
 
+/// How an "unavailable" answer that a leader elsewhere could take starts.
+const NOT_LEADER: &str = "not the metastore leader";
+
 /// The caller's form of the replica's answer: only the state machine's refusals are not "unavailable".
 fn propose_error(error: ProposalError) -> ProposeError {
     match error {
         ProposalError::Refused(refusal) => ProposeError::Refused(refusal),
-        error @ (ProposalError::NotLeader { .. }
-        | ProposalError::TooLarge { .. }
+        ProposalError::NotLeader { leader } => ProposeError::Unavailable(format!(
+            "{NOT_LEADER} (leader: {})",
+            leader.map_or("none known".to_string(), |leader| leader.to_string())
+        )),
+        error @ (ProposalError::TooLarge { .. }
         | ProposalError::Overloaded
         | ProposalError::Dropped
         | ProposalError::Lost
@@ -359,11 +496,12 @@ impl MetaHost {
         options: &MetastoreOptions,
         clock: &Clock,
     ) -> Result<MetaHost, MetaStorageError> {
-        let mut config = MetaReplicaConfig::new(
-            options.node_id,
-            vec![options.node_id],
-            slog_bridge::logger(),
-        );
+        let voters = if options.voters.is_empty() {
+            vec![options.node_id]
+        } else {
+            options.voters.clone()
+        };
+        let mut config = MetaReplicaConfig::new(options.node_id, voters, slog_bridge::logger());
         config.election_seed = options.seed;
         config.boot_nonce = options
             .boot_nonce
@@ -377,12 +515,7 @@ impl MetaHost {
                     reason: error.to_string(),
                 }
             })?;
-        let view = MetaView {
-            state: replica.state().clone(),
-            applied_index: replica.applied_index().0,
-            caught_up: replica.caught_up(),
-            failed: None,
-        };
+        let view = view_of(&replica);
         Ok(MetaHost {
             replica,
             disk: Some(disk),
@@ -392,7 +525,24 @@ impl MetaHost {
             answers: Vec::new(),
             view_tx: watch::Sender::new(Arc::new(view)),
             closed: false,
+            peers: options.peers.clone(),
+            outbox: BTreeMap::new(),
+            liveness: Liveness::new(options.node_id),
         })
+    }
+
+    /// Proposes the liveness changes due now (on the leader only); nobody waits for their answers.
+    fn check_liveness(&mut self, turn: &mut Turn<'_, Persisted>) {
+        let leader = self.replica.role() == StateRole::Leader;
+        let changes = self
+            .liveness
+            .decide(turn.now(), leader, self.replica.state());
+        for command in changes {
+            tracing::info!(?command, "metastore leader: member liveness changed");
+            let id = ProposalId(self.next_request);
+            self.next_request += 1;
+            self.handle(turn, ReplicaInput::Propose { id, command });
+        }
     }
 
     /// Feeds one input and carries out what the replica emits.
@@ -414,6 +564,15 @@ impl MetaHost {
                 let id = ReadId(id);
                 self.reads.insert(id, reply);
                 self.handle(turn, ReplicaInput::ReadIndex { id });
+            }
+            Request::Raft(messages) => {
+                for message in messages {
+                    self.handle(turn, ReplicaInput::Raft(message));
+                }
+            }
+            Request::Heard(node) => {
+                self.liveness.heard(node, turn.now());
+                self.check_liveness(turn);
             }
         }
     }
@@ -438,15 +597,15 @@ impl MetaHost {
                     }));
                 }
                 ReplicaOutput::Send(message) => {
-                    tracing::error!(
-                        to = message.to,
-                        "metastore has no transport for a raft message yet"
-                    );
+                    use protobuf::Message as _;
+                    match message.write_to_bytes() {
+                        Ok(bytes) => self.outbox.entry(message.to).or_default().push(bytes),
+                        Err(error) => tracing::error!(%error, "a raft message did not encode"),
+                    }
                 }
                 ReplicaOutput::Applied { .. } => changed = true,
                 ReplicaOutput::Answered { id, result } => {
                     if let Some(reply) = self.proposals.remove(&id) {
-                        let result = result.map_err(propose_error);
                         self.answers.push(Answer::Proposal(reply, result));
                     }
                 }
@@ -467,7 +626,18 @@ impl MetaHost {
                 }
             }
         }
-        if changed {
+        let outbox = std::mem::take(&mut self.outbox);
+        for (to, messages) in outbox {
+            match &self.peers {
+                Some(peers) => peers.send_raft(NodeId(to as u32), messages),
+                None => tracing::error!(to, "a raft message for a peer on a single node"),
+            }
+        }
+        let view = self.view_tx.borrow().clone();
+        let moved = view.leader != self.replica.leader()
+            || view.term != self.replica.term()
+            || view.commit_index != self.replica.commit_index();
+        if changed || moved {
             self.publish();
         }
         for answer in self.answers.drain(..) {
@@ -484,13 +654,7 @@ impl MetaHost {
     }
 
     fn publish(&self) {
-        let view = MetaView {
-            state: self.replica.state().clone(),
-            applied_index: self.replica.applied_index().0,
-            caught_up: self.replica.caught_up(),
-            failed: self.replica.failure().map(|failure| failure.to_string()),
-        };
-        self.view_tx.send_replace(Arc::new(view));
+        self.view_tx.send_replace(Arc::new(view_of(&self.replica)));
     }
 }
 
@@ -521,6 +685,7 @@ impl Hosted for MetaHost {
 
     fn on_timeout(&mut self, turn: &mut Turn<'_, Persisted>) {
         self.handle(turn, ReplicaInput::Tick);
+        self.check_liveness(turn);
     }
 
     fn poll_timeout(&self) -> Option<narad_core::time::Instant> {

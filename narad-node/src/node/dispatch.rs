@@ -16,7 +16,7 @@
 //!
 //! Inputs it feeds besides the answers: `Durable` on every advance of the WAL's durable frontier,
 //! `Topic` for every topic whose view changed in the replica, `Member` (this node alive, and every other
-//! member as the replica lists it), and `Tick` at the dispatcher's timeout. After every turn it
+//! member alive or dead as the replica's log last marked it, on every change), and `Tick` at the dispatcher's timeout. After every turn it
 //! publishes the gauges it alone knows (backlog bytes, oldest undispatched age, reroutes); the backlog
 //! records gauge is read from the WAL host at scrape time (durable end minus the written checkpoint),
 //! so it is never behind a 202.
@@ -31,7 +31,7 @@
 //! up at their deadlines (whatever they carried is replayed from the checkpoint at the next start, a
 //! duplicate the delivery contract allows), and their answers are dropped.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use futures_util::future::{AbortHandle, AbortRegistration, Abortable};
@@ -96,7 +96,7 @@ impl DispatchHost {
             deadlines: Deadlines::default(),
             durable_fed: status.durable_next_seq,
             topics: BTreeMap::new(),
-            members: BTreeSet::new(),
+            members: BTreeMap::new(),
             reroutes_published: 0,
             produced: ProducedCounters::default(),
             probe: hooks.probe.clone(),
@@ -162,8 +162,8 @@ pub(crate) struct DispatchPart {
     durable_fed: Seq,
     /// The topic views last fed, by name.
     topics: BTreeMap<String, TopicPlacement>,
-    /// Members last fed alive.
-    members: BTreeSet<NodeId>,
+    /// Members last fed, with the liveness fed.
+    members: BTreeMap<NodeId, bool>,
     reroutes_published: u64,
     /// The produced-records series, by partition.
     produced: ProducedCounters,
@@ -199,7 +199,7 @@ impl DispatchPart {
                 alive: true,
             },
         );
-        self.members.insert(self.node);
+        self.members.insert(self.node, true);
         let mut receiver = self.metastore.subscribe();
         let view = receiver.borrow_and_update().clone();
         self.on_meta(turn, wal, view);
@@ -416,10 +416,17 @@ impl DispatchPart {
                 );
             }
         }
-        let members: Vec<NodeId> = view.state.members().keys().copied().collect();
-        for node in members {
-            if self.members.insert(node) {
-                self.feed(turn, wal, DispatcherInput::Member { node, alive: true });
+        // This node is alive to its own dispatcher whatever the log says (the leader may not have
+        // heard it yet after a restart); every other member as the leader last marked it.
+        let members: Vec<(NodeId, bool)> = view
+            .state
+            .members()
+            .keys()
+            .map(|node| (*node, *node == self.node || view.state.is_alive(*node)))
+            .collect();
+        for (node, alive) in members {
+            if self.members.insert(node, alive) != Some(alive) {
+                self.feed(turn, wal, DispatcherInput::Member { node, alive });
             }
         }
     }

@@ -27,6 +27,8 @@
 pub mod dispatch;
 pub mod metered_disk;
 pub mod partitions;
+#[cfg(not(madsim))]
+pub mod peers;
 pub mod sink;
 pub mod transport;
 
@@ -72,7 +74,32 @@ pub struct NodeOptions {
     pub member_addr: String,
     /// What a test or the simulator plugs in; [`NodeHooks::default`] in production.
     pub hooks: NodeHooks,
+    /// The cluster transport to start, for a cluster member (`None`: a single node).
+    #[cfg(not(madsim))]
+    pub cluster: Option<ClusterSetup>,
 }
+
+/// What a cluster member starts its transport with.
+#[cfg(not(madsim))]
+#[derive(Debug)]
+pub struct ClusterSetup {
+    /// The transport's address, peers and secret.
+    pub options: crate::cluster::ClusterOptions,
+    /// This node's certificate.
+    pub identity: crate::cluster::tls::NodeIdentity,
+}
+
+/// The metastore's voters among a cluster's members: the first three by id; the others are learners.
+pub fn voters_of(members: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+    let mut members: Vec<NodeId> = members.into_iter().collect();
+    members.sort_unstable();
+    members.dedup();
+    members.truncate(VOTERS_MAX);
+    members
+}
+
+/// Voters of the metastore (the first members by id).
+pub const VOTERS_MAX: usize = 3;
 
 /// What a test or the simulator plugs into a node: a probe, smaller files, a planted bug.
 #[derive(Clone, Debug, Default)]
@@ -117,6 +144,9 @@ pub enum StartError {
     /// The partition host stopped during recovery.
     #[error("partition logs: {0}")]
     Partitions(String),
+    /// The cluster transport could not start.
+    #[error("cluster transport: {0}")]
+    Cluster(String),
 }
 
 /// Where recovery is.
@@ -157,6 +187,8 @@ struct Inner {
     wal: OnceLock<WalHost>,
     dispatcher: OnceLock<DispatchHost>,
     recovery: watch::Receiver<Recovery>,
+    #[cfg(not(madsim))]
+    cluster: Option<crate::cluster::Cluster>,
 }
 
 /// Starts a node on `options.disk`; see the module documentation. Returns once the metastore is open
@@ -169,6 +201,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         seed,
         member_addr,
         hooks,
+        #[cfg(not(madsim))]
+        cluster,
     } = options;
     let node_id = NodeId(config.cluster.node_id);
     let metrics = Arc::new(Metrics::new());
@@ -184,6 +218,29 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
     metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
     metastore_options.clock = Some(clock.clone());
+    #[cfg(not(madsim))]
+    let cluster = match cluster {
+        Some(setup) => {
+            let voters = voters_of(
+                setup
+                    .options
+                    .peers
+                    .keys()
+                    .copied()
+                    .chain(std::iter::once(node_id)),
+            );
+            let cluster =
+                crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
+                    .map_err(|error| StartError::Cluster(error.to_string()))?;
+            tracing::info!(voters = ?voters, addr = ?cluster.local_addr().ok(), "cluster transport listening");
+            metastore_options.voters = voters;
+            let peers: Arc<dyn crate::metastore::MetaPeers> =
+                peers::ClusterPeers::new(cluster.clone());
+            metastore_options.peers = Some(peers);
+            Some(cluster)
+        }
+        None => None,
+    };
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;
@@ -198,14 +255,51 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     );
     let sink = WalSink::new();
     let partitions_seam = Arc::new(partitions.clone());
+    #[allow(unused_mut)]
+    let mut reader: Arc<dyn crate::http::PartitionReader> = partitions_seam.clone();
+    #[cfg(not(madsim))]
+    if let Some(cluster) = &cluster {
+        cluster.serve(Arc::new(peers::NodeInbound {
+            partitions: partitions.clone(),
+            metastore: metastore.clone(),
+            clock: clock.clone(),
+            ids: narad_core::codec::cluster::IdSection::Accept,
+        }));
+        peers::spawn_heartbeats(cluster.clone());
+        reader = Arc::new(peers::ForwardingReader {
+            local: partitions.clone(),
+            cluster: cluster.clone(),
+            metastore: metastore.clone(),
+        });
+    }
     let app = Arc::new(App::new(
         metastore.clone(),
         sink.clone(),
-        partitions_seam.clone(),
+        reader,
         partitions_seam,
         metrics.clone(),
         seed,
     ));
+    let gauges = metastore.clone();
+    metrics.add_refresh(move |metrics| {
+        let view = gauges.view();
+        let alive = view
+            .state
+            .members()
+            .keys()
+            .filter(|node| view.state.is_alive(**node))
+            .count();
+        metrics.cluster_members_alive.set(alive as i64);
+        metrics
+            .cluster_raft_term
+            .set(i64::try_from(view.term).unwrap_or(i64::MAX));
+        metrics
+            .cluster_raft_leader
+            .set(view.leader.map_or(0, |leader| i64::from(leader.0)));
+        metrics
+            .cluster_raft_commit_index
+            .set(i64::try_from(view.commit_index).unwrap_or(i64::MAX));
+    });
     let (recovery_tx, recovery) = watch::channel(Recovery::Running);
     let inner = Arc::new(Inner {
         app,
@@ -215,6 +309,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         wal: OnceLock::new(),
         dispatcher: OnceLock::new(),
         recovery,
+        #[cfg(not(madsim))]
+        cluster,
     });
     let wal_config = wal_config(&config, &hooks);
     let recovering = inner.clone();
@@ -317,7 +413,18 @@ async fn recover(
             "partition logs failed to open; their partitions refuse commits and reads"
         );
     }
-    let transport = Arc::new(LocalTransport::new(inner.partitions.clone()));
+    let local = LocalTransport::new(inner.partitions.clone());
+    #[cfg(not(madsim))]
+    let transport: Arc<dyn transport::CommitTransport> = match &inner.cluster {
+        Some(cluster) => Arc::new(peers::RemoteTransport::new(
+            local,
+            cluster.clone(),
+            clock.clone(),
+        )),
+        None => Arc::new(local),
+    };
+    #[cfg(madsim)]
+    let transport: Arc<dyn transport::CommitTransport> = Arc::new(local);
     let dispatcher = DispatchHost::start(
         node_id,
         wal,

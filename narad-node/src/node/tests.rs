@@ -24,6 +24,7 @@ fn options(disk: &SimDisk, seed: u64) -> NodeOptions {
         clock: Clock::start(),
         seed,
         member_addr: "127.0.0.1:7942".to_string(),
+        cluster: None,
         hooks: NodeHooks::default(),
     }
 }

@@ -215,6 +215,11 @@ impl MetaReplica {
         self.node.raft.term
     }
 
+    /// raft's commit index.
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
     /// The voters of the current configuration, in id order.
     pub fn voters(&self) -> Vec<NodeId> {
         let conf = self.node.raft.prs().conf().to_conf_state();

@@ -1,0 +1,474 @@
+//! The node's side of the cluster transport: what it asks peers ([`RemoteTransport`] for commits,
+//! [`ClusterPeers`] for the metastore, [`ForwardingReader`] for replay reads, the heartbeats) and how
+//! it answers them ([`NodeInbound`]).
+//!
+//! # Owner side
+//! A remote `CommitProduceBatch` enters this node's partition host exactly as a local commit does: the
+//! same combiner, under the same checks under the produce lock (ownership and freeze, the log current,
+//! the caller still waiting, the incarnation). The caller's remaining budget rides in the frame, so a
+//! batch whose caller gave up is left out of a cycle that starts after it. The combiner's refusal is
+//! answered as the wire's: not owner; 412 naming both incarnations (logged at info); 400 for a frame
+//! that does not decode (trailing bytes from a newer sender among them).
+//!
+//! # Dispatcher side
+//! [`RemoteTransport`] is the node's one [`CommitTransport`] in a cluster: a local owner goes to the
+//! [`LocalTransport`], a remote one over QUIC on what is left of the commit's budget (30 s, a probe's
+//! 5 s). The incarnation section is written iff the dispatcher asks for ids (`with_ids`) and a record
+//! has one. A 400 to a batch that carried the section is [`CommitFailure::RefusedTrailingIds`] (the
+//! dispatcher resends without ids and remembers the owner as legacy); a 412 is
+//! [`CommitFailure::IncarnationMismatch`]; an unreachable peer is `Unavailable`, a call past its
+//! budget `Timeout`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use narad_core::codec::cluster::{
+    CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer,
+    ReplayRecord, Request, WireRecord,
+};
+use narad_core::dispatcher::{CommitFailure, CommitOwner, SendCommit};
+use narad_core::ids::{NodeId, Offset, PartitionId};
+use narad_core::metastore::liveness::HEARTBEAT_INTERVAL;
+use narad_core::metastore::{Applied, Command};
+use narad_core::partition::{BatchRecord, CommittedRange};
+use tokio::sync::mpsc;
+
+use super::partitions::{PartitionCommitError, PartitionHost};
+use super::transport::{CommitOutcome, CommitTransport, LocalTransport};
+use crate::clock::Clock;
+use crate::cluster::{Cluster, Inbound, RpcError};
+use crate::http::{BoxFuture, PartitionReader, ReadError, ReadOutcome, StoredRecord, TopicKey};
+use crate::metastore::{MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
+
+/// Raft batches queued for one peer before more are dropped (raft sends again).
+pub const RAFT_QUEUE_MAX: usize = 256;
+/// How long one raft delivery may take.
+pub const RAFT_SEND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a forwarded replay read may take.
+pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The metastore's way to its peers over the cluster transport.
+#[derive(Debug)]
+pub struct ClusterPeers {
+    cluster: Cluster,
+    queues: BTreeMap<NodeId, mpsc::Sender<Vec<Vec<u8>>>>,
+}
+
+impl ClusterPeers {
+    /// One sender task per peer, delivering raft messages in order.
+    pub fn new(cluster: Cluster) -> Arc<ClusterPeers> {
+        let mut queues = BTreeMap::new();
+        for peer in cluster.peers() {
+            let (sender, receiver) = mpsc::channel(RAFT_QUEUE_MAX);
+            queues.insert(peer, sender);
+            let cluster = cluster.clone();
+            tokio::spawn(deliver_raft(cluster, peer, receiver));
+        }
+        Arc::new(ClusterPeers { cluster, queues })
+    }
+}
+
+/// Sends each queued batch, with whatever queued behind it, as one call.
+async fn deliver_raft(cluster: Cluster, peer: NodeId, mut queue: mpsc::Receiver<Vec<Vec<u8>>>) {
+    while let Some(mut messages) = queue.recv().await {
+        while let Ok(more) = queue.try_recv() {
+            messages.extend(more);
+        }
+        let body = Control::Raft { messages }.encode();
+        if let Err(error) = cluster.call(peer, "raft", &body, RAFT_SEND_TIMEOUT).await {
+            tracing::debug!(%peer, %error, "raft messages not delivered");
+        }
+    }
+}
+
+impl MetaPeers for ClusterPeers {
+    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>) {
+        if let Some(queue) = self.queues.get(&to) {
+            let _ = queue.try_send(messages);
+        }
+    }
+
+    fn propose_at(
+        &self,
+        leader: NodeId,
+        command: Vec<u8>,
+    ) -> BoxFuture<'static, Result<Applied, ProposeError>> {
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            let body = Control::Propose { command }.encode();
+            let answer = cluster
+                .call(leader, "propose", &body, PROPOSE_TIMEOUT)
+                .await
+                .map_err(|error| ProposeError::Unavailable(error.to_string()))?;
+            match ControlAnswer::decode(&answer) {
+                Ok(ControlAnswer::Proposed(bytes)) => postcard::from_bytes(&bytes)
+                    .map_err(|error| ProposeError::Unavailable(error.to_string()))?,
+                Ok(other) => Err(ProposeError::Unavailable(format!(
+                    "the leader answered {other:?}"
+                ))),
+                Err(error) => Err(ProposeError::Unavailable(error.to_string())),
+            }
+        })
+    }
+}
+
+/// Sends a heartbeat to every peer each [`HEARTBEAT_INTERVAL`], for as long as the process runs.
+pub fn spawn_heartbeats(cluster: Cluster) {
+    tokio::spawn(async move {
+        let body = Control::Heartbeat {
+            from: cluster.node(),
+        }
+        .encode();
+        let mut interval = tokio::time::interval(HEARTBEAT_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            for peer in cluster.peers().collect::<Vec<_>>() {
+                let cluster = cluster.clone();
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let _ = cluster
+                        .call(peer, "heartbeat", &body, HEARTBEAT_INTERVAL)
+                        .await;
+                });
+            }
+        }
+    });
+}
+
+/// Commits to local owners on this node, to remote ones over QUIC.
+#[derive(Debug)]
+pub struct RemoteTransport {
+    local: LocalTransport,
+    cluster: Cluster,
+    clock: Clock,
+}
+
+impl RemoteTransport {
+    /// The cluster's commit transport.
+    pub fn new(local: LocalTransport, cluster: Cluster, clock: Clock) -> RemoteTransport {
+        RemoteTransport {
+            local,
+            cluster,
+            clock,
+        }
+    }
+}
+
+impl CommitTransport for RemoteTransport {
+    fn commit(&self, commit: SendCommit) -> BoxFuture<'static, CommitOutcome> {
+        let CommitOwner::Remote(node) = commit.owner else {
+            return self.local.commit(commit);
+        };
+        let with_ids = commit.with_ids;
+        let records: Vec<WireRecord> = commit
+            .records
+            .iter()
+            .map(|record| WireRecord {
+                topic_id: if with_ids { record.topic_id() } else { None },
+                key: record.key().map(<[u8]>::to_vec),
+                payload: record.payload().to_vec(),
+            })
+            .collect();
+        let carried_ids = records.iter().any(|record| record.topic_id.is_some());
+        let budget = commit.deadline.saturating_duration_since(self.clock.now());
+        let batch = CommitProduceBatch {
+            budget_ms: u32::try_from(budget.as_millis()).unwrap_or(u32::MAX),
+            topic: commit.topic.to_string(),
+            partition: commit.partition,
+            records,
+        };
+        drop(commit);
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            let body = batch.encode();
+            drop(batch);
+            let answer = cluster.call(node, "commit_batch", &body, budget).await;
+            match answer {
+                Ok(answer) => commit_outcome(&answer, carried_ids),
+                Err(RpcError::Timeout(_)) => Err(CommitFailure::Timeout),
+                Err(RpcError::TooLarge(error)) => Err(CommitFailure::Failed(error.to_string())),
+                Err(error @ (RpcError::UnknownPeer(_) | RpcError::Unreachable { .. })) => {
+                    Err(CommitFailure::Unavailable(error.to_string()))
+                }
+            }
+        })
+    }
+}
+
+/// The dispatcher's form of an owner's answer.
+fn commit_outcome(answer: &[u8], carried_ids: bool) -> CommitOutcome {
+    match CommitAnswer::decode(answer) {
+        Ok(CommitAnswer::Committed {
+            base,
+            count,
+            committed_at_ms,
+        }) => Ok(CommittedRange {
+            base,
+            count,
+            committed_at_ms,
+        }),
+        Ok(CommitAnswer::NotOwner) => Err(CommitFailure::NotOwner),
+        Ok(CommitAnswer::IncarnationMismatch {
+            record_topic_id,
+            live_topic_id,
+        }) => Err(CommitFailure::IncarnationMismatch {
+            record_topic_id,
+            live_topic_id,
+        }),
+        Ok(CommitAnswer::BadRequest(_)) if carried_ids => Err(CommitFailure::RefusedTrailingIds),
+        Ok(CommitAnswer::BadRequest(reason)) => Err(CommitFailure::Failed(reason)),
+        Ok(CommitAnswer::Unavailable(reason)) => Err(CommitFailure::Unavailable(reason)),
+        Ok(CommitAnswer::Failed(reason)) => Err(CommitFailure::Failed(reason)),
+        Err(error) => Err(CommitFailure::Failed(format!(
+            "undecodable commit answer: {error}"
+        ))),
+    }
+}
+
+/// The wire's form of a commit's outcome on this node.
+fn commit_answer(outcome: Result<CommittedRange, PartitionCommitError>) -> CommitAnswer {
+    let failure = match outcome {
+        Ok(range) => {
+            return CommitAnswer::Committed {
+                base: range.base,
+                count: range.count,
+                committed_at_ms: range.committed_at_ms,
+            }
+        }
+        Err(PartitionCommitError::Stopped) => {
+            return CommitAnswer::Unavailable("the partition host has stopped".to_string())
+        }
+        Err(PartitionCommitError::Combiner(error)) => CommitFailure::from(error),
+    };
+    match failure {
+        CommitFailure::NotOwner => CommitAnswer::NotOwner,
+        CommitFailure::IncarnationMismatch {
+            record_topic_id,
+            live_topic_id,
+        } => {
+            tracing::info!(
+                record_topic_id = %record_topic_id,
+                live_topic_id = ?live_topic_id.map(|id| id.0),
+                "refused a remote commit for another topic incarnation (412)"
+            );
+            CommitAnswer::IncarnationMismatch {
+                record_topic_id,
+                live_topic_id,
+            }
+        }
+        CommitFailure::RefusedTrailingIds => {
+            CommitAnswer::BadRequest("trailing incarnation ids".to_string())
+        }
+        CommitFailure::Unavailable(reason) => CommitAnswer::Unavailable(reason),
+        CommitFailure::Failed(reason) => CommitAnswer::Failed(reason),
+        CommitFailure::Timeout => CommitAnswer::Unavailable("the caller gave up".to_string()),
+    }
+}
+
+/// Answers the requests peers send this node.
+#[derive(Debug)]
+pub struct NodeInbound {
+    /// This node's partition host.
+    pub partitions: PartitionHost,
+    /// This node's metastore.
+    pub metastore: Metastore,
+    /// The node's clock (commit budgets).
+    pub clock: Clock,
+    /// Reads the trailing incarnation section (`Refuse`: behave as an owner from before it).
+    pub ids: IdSection,
+}
+
+impl Inbound for NodeInbound {
+    fn handle(&self, from: NodeId, body: Vec<u8>) -> BoxFuture<'static, Vec<u8>> {
+        let request = Request::decode(&body, self.ids);
+        drop(body);
+        let partitions = self.partitions.clone();
+        let metastore = self.metastore.clone();
+        let clock = self.clock.clone();
+        Box::pin(async move {
+            match request {
+                Ok(Request::CommitProduceBatch(batch)) => {
+                    let deadline = clock.now() + Duration::from_millis(u64::from(batch.budget_ms));
+                    let records = batch.records.into_iter().map(batch_record).collect();
+                    let outcome = partitions
+                        .commit(batch.topic.into(), batch.partition, records, Some(deadline))
+                        .await;
+                    commit_answer(outcome).encode()
+                }
+                Ok(Request::CommitProduce(single)) => {
+                    let deadline = clock.now() + Duration::from_millis(u64::from(single.budget_ms));
+                    let records = vec![batch_record(single.record)];
+                    let outcome = partitions
+                        .commit(
+                            single.topic.into(),
+                            single.partition,
+                            records,
+                            Some(deadline),
+                        )
+                        .await;
+                    commit_answer(outcome).encode()
+                }
+                Ok(Request::Control(control)) => {
+                    control_answer(from, control, &partitions, &metastore)
+                        .await
+                        .encode()
+                }
+                // The 400 an older owner gives a newer sender's trailing data.
+                Err(error) => {
+                    CommitAnswer::BadRequest(format!("malformed request: {error}")).encode()
+                }
+            }
+        })
+    }
+}
+
+fn batch_record(record: WireRecord) -> BatchRecord {
+    BatchRecord {
+        topic_id: record.topic_id,
+        key: record.key,
+        payload: record.payload,
+    }
+}
+
+async fn control_answer(
+    from: NodeId,
+    control: Control,
+    partitions: &PartitionHost,
+    metastore: &Metastore,
+) -> ControlAnswer {
+    match control {
+        Control::Raft { messages } => {
+            use protobuf::Message as _;
+            let decoded: Result<Vec<raft::eraftpb::Message>, _> = messages
+                .iter()
+                .map(|bytes| raft::eraftpb::Message::parse_from_bytes(bytes))
+                .collect();
+            match decoded {
+                Ok(messages) => {
+                    metastore.step(messages);
+                    ControlAnswer::Done
+                }
+                Err(error) => ControlAnswer::BadRequest(format!("raft message: {error}")),
+            }
+        }
+        Control::Heartbeat { from: said } => {
+            // The connection's authenticated peer, not what the frame says.
+            if said != from {
+                return ControlAnswer::BadRequest("heartbeat for another node".to_string());
+            }
+            metastore.heard(from);
+            ControlAnswer::Done
+        }
+        Control::Propose { command } => {
+            let outcome = match Command::decode(&command) {
+                Ok(command) => metastore.propose_here(command).await,
+                Err(error) => Err(ProposeError::Unavailable(error.to_string())),
+            };
+            ControlAnswer::Proposed(
+                postcard::to_stdvec(&outcome).expect("postcard encodes to a Vec"),
+            )
+        }
+        Control::ReadIndex => match metastore.read_index().await {
+            Ok(()) => ControlAnswer::ReadIndex {
+                index: metastore.view().applied_index,
+            },
+            Err(error) => ControlAnswer::Unavailable(error.to_string()),
+        },
+        Control::Replay {
+            topic,
+            topic_id,
+            partition,
+            offset,
+            records_max,
+        } => {
+            let key = TopicKey {
+                name: topic,
+                id: topic_id,
+            };
+            let read = PartitionReader::read(partitions, &key, partition, offset).await;
+            let _ = records_max;
+            ControlAnswer::Replay(match read {
+                Ok(ReadOutcome::Record(record)) => ReplayAnswer::Records(vec![ReplayRecord {
+                    offset: record.offset,
+                    key: record.key,
+                    payload: record.payload,
+                    committed_at_ms: record.committed_at_ms,
+                }]),
+                Ok(ReadOutcome::PastEnd) => ReplayAnswer::PastEnd,
+                Ok(ReadOutcome::Gone) => ReplayAnswer::Gone,
+                Ok(ReadOutcome::OwnerDown | ReadOutcome::PeerFailed(_)) => {
+                    ReplayAnswer::Failed("not a local read".to_string())
+                }
+                Err(error) => ReplayAnswer::Failed(error.to_string()),
+            })
+        }
+    }
+}
+
+/// Replay reads: of a partition owned here from the local log, of one owned elsewhere from its owner.
+#[derive(Debug)]
+pub struct ForwardingReader {
+    /// This node's partition host.
+    pub local: PartitionHost,
+    /// The transport to owners.
+    pub cluster: Cluster,
+    /// Who owns what, and who is alive.
+    pub metastore: Metastore,
+}
+
+impl PartitionReader for ForwardingReader {
+    fn read(
+        &self,
+        topic: &TopicKey,
+        partition: PartitionId,
+        offset: Offset,
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>> {
+        let view = self.metastore.view();
+        let owner = view
+            .state
+            .topic(&topic.name)
+            .and_then(|record| record.owner_of(partition));
+        let owner = match owner {
+            Some(owner) if owner != self.cluster.node() => owner,
+            _ => return PartitionReader::read(&self.local, topic, partition, offset),
+        };
+        if !view.state.is_alive(owner) {
+            return Box::pin(std::future::ready(Ok(ReadOutcome::OwnerDown)));
+        }
+        let body = Control::Replay {
+            topic: topic.name.clone(),
+            topic_id: topic.id,
+            partition,
+            offset,
+            records_max: 1,
+        }
+        .encode();
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            let answer = match cluster.call(owner, "replay", &body, REPLAY_TIMEOUT).await {
+                Ok(answer) => answer,
+                Err(error) => return Ok(ReadOutcome::PeerFailed(error.to_string())),
+            };
+            match ControlAnswer::decode(&answer) {
+                Ok(ControlAnswer::Replay(ReplayAnswer::Records(records))) => {
+                    match records.into_iter().next() {
+                        Some(record) => Ok(ReadOutcome::Record(StoredRecord {
+                            offset: record.offset,
+                            key: record.key,
+                            payload: record.payload,
+                            committed_at_ms: record.committed_at_ms,
+                        })),
+                        None => Ok(ReadOutcome::PastEnd),
+                    }
+                }
+                Ok(ControlAnswer::Replay(ReplayAnswer::PastEnd)) => Ok(ReadOutcome::PastEnd),
+                Ok(ControlAnswer::Replay(ReplayAnswer::Gone)) => Ok(ReadOutcome::Gone),
+                Ok(ControlAnswer::Replay(ReplayAnswer::Failed(reason))) => Err(ReadError(reason)),
+                Ok(other) => Ok(ReadOutcome::PeerFailed(format!("owner answered {other:?}"))),
+                Err(error) => Ok(ReadOutcome::PeerFailed(error.to_string())),
+            }
+        })
+    }
+}
