@@ -18,8 +18,13 @@
 //!
 //! The HTTP surface shows no incarnation ids: every record is registered, and every copy read, under
 //! [`INCARNATION`], so the incarnation check holds trivially; the topic name and key checks stand.
+//! Except for a topic the test deletes and creates again: it tells the ledger
+//! ([`SharedLedger::recreated`]), which registers the topic's later records under a new incarnation id
+//! and excuses the old incarnation's records from being visible; the test reads the new incarnation
+//! labelled with that id ([`crate::load::replay_incarnation`]), so an old record served there is
+//! misplaced.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -59,6 +64,15 @@ struct State {
     ledger: Ledger,
     /// Why each call that was not accepted ended so.
     reasons: BTreeMap<AttemptId, String>,
+    /// The current incarnation of every topic recreated at least once; every other topic is in
+    /// [`INCARNATION`].
+    incarnations: BTreeMap<String, TopicId>,
+    /// The topics with records registered under [`INCARNATION`].
+    first_incarnation: BTreeSet<String>,
+    /// Whether [`INCARNATION`] was deleted (by recreating its only topic).
+    first_deleted: bool,
+    /// Incarnations made by [`SharedLedger::recreated`] so far (they number from 2).
+    recreations: u64,
 }
 
 impl SharedLedger {
@@ -75,6 +89,16 @@ impl SharedLedger {
     /// returns the call and its records, ids and payloads. Complete it with [`SharedLedger::complete`].
     pub fn begin(&self, topic: &str, keys: Vec<Option<String>>) -> (AttemptId, Vec<Record>) {
         let mut state = self.lock();
+        let incarnation = state.incarnation(topic);
+        if incarnation == INCARNATION {
+            // Deletions are by incarnation id, and every topic starts in the same one.
+            assert!(
+                !state.first_deleted,
+                "topic {topic:?} would be registered in an incarnation the ledger deleted: \
+                 a test that recreates a topic produces to no other"
+            );
+            state.first_incarnation.insert(topic.to_string());
+        }
         let attempt = state.ledger.begin();
         let records = keys
             .into_iter()
@@ -82,7 +106,7 @@ impl SharedLedger {
                 let id = state.ledger.add_record_with_key(
                     attempt,
                     topic,
-                    INCARNATION,
+                    incarnation,
                     None,
                     key.as_deref().map(str::as_bytes),
                 );
@@ -103,6 +127,43 @@ impl SharedLedger {
         if outcome != Outcome::Accepted {
             state.reasons.insert(attempt, reason);
         }
+    }
+
+    /// The incarnation `topic`'s records are registered in now: [`INCARNATION`] until the topic is
+    /// recreated.
+    pub fn incarnation(&self, topic: &str) -> TopicId {
+        self.lock().incarnation(topic)
+    }
+
+    /// Tells the ledger that `topic` was deleted (the delete answered 204) and created again: its
+    /// records from now on are registered in a new incarnation, which this returns (label that
+    /// incarnation's replay with it, [`crate::load::replay_incarnation`]); the old incarnation's
+    /// records are excused from being visible, and a copy of one in the new incarnation is misplaced.
+    /// Call it while no call to `topic` is in flight: which incarnation a call that straddles the
+    /// delete reached is unknowable from outside.
+    ///
+    /// The incarnation ids are the ledger's (the HTTP surface shows none) and a deletion excuses a
+    /// whole id, so `topic` must be the only topic registered in [`INCARNATION`] (it panics otherwise).
+    pub fn recreated(&self, topic: &str) -> TopicId {
+        let mut state = self.lock();
+        let old = state.incarnation(topic);
+        if old == INCARNATION {
+            let others: Vec<&String> = state
+                .first_incarnation
+                .iter()
+                .filter(|name| *name != topic)
+                .collect();
+            assert!(
+                others.is_empty(),
+                "recreating {topic:?} would excuse the records of {others:?} too"
+            );
+            state.first_deleted = true;
+        }
+        state.recreations += 1;
+        let new = TopicId(INCARNATION.0 + state.recreations);
+        state.ledger.incarnation_deleted(old);
+        state.incarnations.insert(topic.to_string(), new);
+        new
     }
 
     /// The outcome of a record's call.
@@ -135,6 +196,12 @@ impl SharedLedger {
             ambiguous_reasons,
             refused_reasons,
         }
+    }
+}
+
+impl State {
+    fn incarnation(&self, topic: &str) -> TopicId {
+        self.incarnations.get(topic).copied().unwrap_or(INCARNATION)
     }
 }
 
@@ -337,6 +404,45 @@ mod tests {
             verdict.ambiguous_reasons,
             BTreeMap::from([("status 500".to_string(), 2)])
         );
+    }
+
+    #[test]
+    fn an_old_incarnation_record_in_the_recreated_topic_is_misplaced_and_not_lost() {
+        let ledger = SharedLedger::new();
+        let (call, old) = ledger.begin(TOPIC, vec![None, None]);
+        ledger.complete(call, judge(&answer(202)));
+        let new_incarnation = ledger.recreated(TOPIC);
+        assert_ne!(new_incarnation, INCARNATION);
+        assert_eq!(ledger.incarnation(TOPIC), new_incarnation);
+        let (call, new) = ledger.begin(TOPIC, vec![None]);
+        ledger.complete(call, judge(&answer(202)));
+        let in_new = |record: &Record, offset| {
+            Served::new(
+                TOPIC.into(),
+                new_incarnation,
+                PartitionId(0),
+                Offset(offset),
+                record.payload.clone(),
+            )
+            .with_key(None)
+        };
+        // The old records need not be served; the new one must be.
+        let verdict = ledger.check(&replay(vec![in_new(&new[0], 0)]));
+        assert!(verdict.is_ok(), "{verdict}");
+        assert_eq!(verdict.report.excused_deleted, 2);
+        let verdict = ledger.check(&replay(vec![in_new(&new[0], 0), in_new(&old[1], 1)]));
+        assert!(!verdict.is_ok());
+        assert_eq!(verdict.report.misplaced.len(), 1, "{verdict}");
+        assert!(verdict.report.lost.is_empty(), "{verdict}");
+    }
+
+    #[test]
+    #[should_panic(expected = "would excuse the records")]
+    fn recreating_a_topic_that_shares_its_incarnation_id_is_refused() {
+        let ledger = SharedLedger::new();
+        ledger.begin(TOPIC, vec![None]);
+        ledger.begin("other", vec![None]);
+        ledger.recreated(TOPIC);
     }
 
     #[test]

@@ -11,7 +11,13 @@
 //! (stderr) on a thread, learns the bound address from the `http listening` line and readiness from the
 //! `ready` line — no polling loops, no sleeps. Every wait is bounded ([`START_TIMEOUT`]). A node is
 //! killed (SIGKILL) when dropped; its log is printed if the test panicked, to explain the failure.
+//!
+//! A cluster member ([`Node::spawn_member`], and [`cluster::Cluster`] for a whole cluster) is started
+//! without `--dev` and without address flags: its environment (`NARAD_NODE_ID`, `NARAD_HTTP_ADDR`,
+//! `NARAD_CLUSTER_*`, ...) configures it, and is kept for every restart, so a restarted member comes
+//! back at the same addresses.
 
+pub mod cluster;
 pub mod conn;
 pub mod ledger;
 pub mod load;
@@ -29,10 +35,23 @@ use std::time::Duration;
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for one HTTP exchange.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The line the node logs once it is ready, with its log target, so that no other `ready` matches.
+const READY_LINE: &str = "narad_node::server: ready";
 
-/// A running `narad serve --dev` process.
+/// How a node is started, kept for its restarts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// `narad serve --dev --http-addr 127.0.0.1:0 --data-dir DIR`: a single node.
+    Dev,
+    /// `narad serve` without `--dev` or address flags: a cluster member, configured by its
+    /// environment (which names its HTTP address and data dir).
+    Member,
+}
+
+/// A running `narad serve` process: a single `--dev` node, or a cluster member.
 pub struct Node {
     binary: PathBuf,
+    mode: Mode,
     data_dir: PathBuf,
     /// Keeps the temporary data dir alive (and removes it at the end) when the harness made it.
     _temp: Option<tempfile::TempDir>,
@@ -82,14 +101,14 @@ impl Node {
     pub fn start(binary: &Path) -> Node {
         let temp = tempfile::tempdir().expect("temporary data dir");
         let data_dir = temp.path().to_path_buf();
-        let mut node = Node::spawn(binary, &data_dir, Some(temp), Vec::new());
+        let mut node = Node::spawn(binary, Mode::Dev, &data_dir, Some(temp), Vec::new());
         node.wait_ready();
         node
     }
 
     /// Starts a node on `data_dir` (kept after the test) and waits until it is ready.
     pub fn start_in(binary: &Path, data_dir: &Path) -> Node {
-        let mut node = Node::spawn(binary, data_dir, None, Vec::new());
+        let mut node = Node::spawn(binary, Mode::Dev, data_dir, None, Vec::new());
         node.wait_ready();
         node
     }
@@ -103,29 +122,77 @@ impl Node {
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
-        let mut node = Node::spawn(binary, &data_dir, Some(temp), env);
+        let mut node = Node::spawn(binary, Mode::Dev, &data_dir, Some(temp), env);
         node.wait_ready();
         node
     }
 
+    /// Starts a cluster member: `narad serve --log-format text` without `--dev` or address flags, on
+    /// `data_dir` (which the caller keeps; it is passed as `NARAD_DATA_DIR`), configured by `env`
+    /// (kept for every restart). Returns once it logged `http listening`, without waiting for `ready`:
+    /// a member is ready only once it joined its cluster ([`Node::wait_ready`]).
+    pub fn spawn_member(binary: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Node {
+        let mut node = Node::launch_member(binary, data_dir, env);
+        node.wait_listening();
+        node
+    }
+
+    /// Starts a cluster member like [`Node::spawn_member`] but returns at once, before it listens:
+    /// members that can only listen once a quorum is up are all launched first, then waited for
+    /// ([`Node::wait_listening`]). Its [`Node::addr`] is unknown until then.
+    pub fn launch_member(binary: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Node {
+        let env = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        Node::launch(binary, Mode::Member, data_dir, None, env)
+    }
+
     fn spawn(
         binary: &Path,
+        mode: Mode,
         data_dir: &Path,
         temp: Option<tempfile::TempDir>,
         env: Vec<(String, String)>,
     ) -> Node {
-        let mut child = Command::new(binary)
-            .args([
-                "serve",
-                "--dev",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "text",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("NARAD_LOG_LEVEL", "info")
+        let mut node = Node::launch(binary, mode, data_dir, temp, env);
+        node.wait_listening();
+        node
+    }
+
+    /// Starts the process and the thread that reads its log; does not wait for anything.
+    fn launch(
+        binary: &Path,
+        mode: Mode,
+        data_dir: &Path,
+        temp: Option<tempfile::TempDir>,
+        env: Vec<(String, String)>,
+    ) -> Node {
+        let mut command = Command::new(binary);
+        match mode {
+            Mode::Dev => {
+                command
+                    .args([
+                        "serve",
+                        "--dev",
+                        "--http-addr",
+                        "127.0.0.1:0",
+                        "--log-format",
+                        "text",
+                    ])
+                    .arg("--data-dir")
+                    .arg(data_dir);
+            }
+            Mode::Member => {
+                // No address flags: flags override the environment, and a member's fixed addresses
+                // come from it (so that a restart keeps them).
+                command
+                    .args(["serve", "--log-format", "text"])
+                    .env("NARAD_DATA_DIR", data_dir);
+            }
+        }
+        command.env("NARAD_LOG_LEVEL", "info");
+        let mut child = command
             .envs(env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -147,8 +214,9 @@ impl Node {
                 }
             }
         });
-        let mut node = Node {
+        Node {
             binary: binary.to_path_buf(),
+            mode,
             data_dir: data_dir.to_path_buf(),
             _temp: temp,
             env,
@@ -156,15 +224,25 @@ impl Node {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             lines: Some(lines),
             log,
-        };
-        let listening = node.wait_for_line(|line| line.contains("http listening"));
-        node.addr = parse_addr(&listening)
-            .unwrap_or_else(|| node.fail(&format!("no address in {listening:?}")));
-        node
+        }
     }
 
-    fn wait_ready(&mut self) {
-        self.wait_for_line(|line| line.contains("narad_node::server: ready"));
+    /// Waits (at most [`START_TIMEOUT`]) for the `http listening` line and learns the address from it.
+    pub fn wait_listening(&mut self) {
+        let listening = self.wait_for_line(|line| line.contains("http listening"));
+        self.addr = parse_addr(&listening)
+            .unwrap_or_else(|| self.fail(&format!("no address in {listening:?}")));
+    }
+
+    /// Waits (at most [`START_TIMEOUT`]) for the `ready` line: recovery done (and, for a cluster
+    /// member, the cluster joined).
+    pub fn wait_ready(&mut self) {
+        self.wait_for_line(|line| line.contains(READY_LINE));
+    }
+
+    /// Whether the node logged its `ready` line so far (without waiting).
+    pub fn logged_ready(&self) -> bool {
+        self.log().iter().any(|line| line.contains(READY_LINE))
     }
 
     /// Waits (at most [`START_TIMEOUT`]) for a log line matching `wanted`, and returns it.
@@ -257,7 +335,7 @@ impl Node {
         self.kill();
         let temp = self._temp.take();
         let env = std::mem::take(&mut self.env);
-        let mut next = Node::spawn(&self.binary, &self.data_dir, temp, env);
+        let mut next = Node::spawn(&self.binary, self.mode, &self.data_dir, temp, env);
         std::mem::swap(self, &mut next);
         // `next` is now the dead node: nothing left to kill, and its temp dir moved over.
     }

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use base64::Engine as _;
-use narad_core::{Offset, PartitionId};
+use narad_core::{Offset, PartitionId, TopicId};
 
 use crate::conn::Conn;
 use crate::ledger::{judge, Observation, Outcome, Record, Served, SharedLedger, INCARNATION};
@@ -324,6 +324,17 @@ fn consumed_payload(message: &serde_json::Value) -> Result<Vec<u8>, String> {
 /// 204), on one keep-alive connection, each copy with the key it is served with. An unexpected answer
 /// is an error naming it.
 pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Observation, String> {
+    replay_incarnation(addr, topic, INCARNATION, partitions)
+}
+
+/// Reads every record of `topic` like [`replay_all`], labelling each copy as served from the ledger's
+/// `incarnation` of it ([`SharedLedger::recreated`]): the current one, the only one a replay reads.
+pub fn replay_incarnation(
+    addr: SocketAddr,
+    topic: &str,
+    incarnation: TopicId,
+    partitions: u32,
+) -> Result<Observation, String> {
     let mut conn = Conn::new(addr);
     let mut replay = Observation::default();
     let name: Arc<str> = Arc::from(topic);
@@ -350,7 +361,7 @@ pub fn replay_all(addr: SocketAddr, topic: &str, partitions: u32) -> Result<Obse
                     replay.served.push(
                         Served::new(
                             name.clone(),
-                            INCARNATION,
+                            incarnation,
                             PartitionId(partition),
                             Offset(offset),
                             payload,

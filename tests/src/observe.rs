@@ -15,18 +15,30 @@ pub const WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Polls `probe` until it returns `Some`, at most [`WAIT_TIMEOUT`]; panics naming `what` otherwise.
+pub fn wait_until<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    poll_until(what, WAIT_TIMEOUT, POLL_INTERVAL, probe)
+}
+
+/// Polls `probe` every `interval` until it returns `Some`, at most `timeout` (for bounds the contract
+/// under test names, such as a failure detector's delay, and for probes that ask several processes,
+/// which should not poll at [`POLL_INTERVAL`]); panics naming `what` otherwise.
 #[allow(clippy::disallowed_methods)] // Waiting on a real process needs the real clock and a pause.
-pub fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + WAIT_TIMEOUT;
+pub fn poll_until<T>(
+    what: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
     loop {
         if let Some(value) = probe() {
             return value;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "timed out after {WAIT_TIMEOUT:?} waiting for {what}"
+            "timed out after {timeout:?} waiting for {what}"
         );
-        std::thread::sleep(POLL_INTERVAL);
+        std::thread::sleep(interval);
     }
 }
 
