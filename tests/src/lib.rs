@@ -169,6 +169,13 @@ impl Node {
         env: Vec<(String, String)>,
     ) -> Node {
         let mut command = Command::new(binary);
+        // The node refuses `NARAD_*` variables it does not read: the test's own (seeds, rounds) stay
+        // with the test.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("NARAD_") {
+                command.env_remove(name);
+            }
+        }
         match mode {
             Mode::Dev => {
                 command

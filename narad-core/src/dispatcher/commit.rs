@@ -535,7 +535,22 @@ impl Dispatcher {
 
     /// Keeps the first record as the probe (tried again in 1 s on a 5 s budget) and returns the rest,
     /// and everything queued, to the WAL. The reroute grace counts from the first failed attempt.
+    ///
+    /// A destination whose owner membership reports dead keeps no probe: its records all go back and
+    /// are rerouted, and membership, not a probe, tells when the owner is back. A probe there would
+    /// pin the checkpoint (and the WAL behind it) for the whole outage.
     fn fail_destination(&mut self, now: Instant, idx: DestIdx, post: PostFailure) {
+        if self.owner_is_dead(idx) {
+            for queued in post.records {
+                self.return_to_wal(queued);
+            }
+            self.return_queue(idx);
+            self.dest_mut(idx).failing = None;
+            self.failing_dests.remove(&idx);
+            self.refresh_candidate(idx);
+            self.want_rescan();
+            return;
+        }
         let mut records = post.records.into_iter();
         let probe = records.next().expect("a commit has at least one record");
         for queued in records {

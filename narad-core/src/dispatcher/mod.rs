@@ -58,8 +58,10 @@
 //! - **Reroute**: 3 s after the start of the first failed attempt, or at once when membership reports
 //!   the owner dead, new and skipped records go to the next partition counting up (wrapping) whose
 //!   owner is alive and whose own commits are neither failing nor hung. The probe keeps trying the
-//!   original, which gets its records back once it succeeds. Records of a commit in flight are never
-//!   resent or rerouted.
+//!   original, which gets its records back once it succeeds; but a destination whose owner
+//!   membership reports dead keeps no probe (its probe is rerouted too, and membership tells when
+//!   the owner is back), so a dead owner never pins the checkpoint and the WAL behind it for the
+//!   length of its outage. Records of a commit in flight are never resent or rerouted.
 //! - **Skipped records** (probe held, hung, full queue, an earlier record of the same partition
 //!   skipped, a deletion or incarnation change unconfirmed, a 412 until the next periodic pass) are
 //!   read again in WAL order when their destination recovers or drains, and at least once a second.

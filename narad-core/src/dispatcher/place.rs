@@ -481,11 +481,28 @@ impl Dispatcher {
             return;
         }
         if !alive {
-            // A dead owner's queued records reroute at once; its commit in flight is never resent.
+            // A dead owner's queued records reroute at once, and so does a waiting probe (membership
+            // tells when the owner is back); its commit in flight is never resent.
             for index in self.dests.indices() {
                 let idx = DestIdx(index);
-                if !self.dest(idx).queue.is_empty() && self.owner_is_dead(idx) {
+                if !self.owner_is_dead(idx) {
+                    continue;
+                }
+                if !self.dest(idx).queue.is_empty() {
                     self.return_queue(idx);
+                }
+                let waiting_probe = self
+                    .dest(idx)
+                    .failing
+                    .as_ref()
+                    .is_some_and(|failing| failing.probe.is_some());
+                if waiting_probe {
+                    let failing = self.dest_mut(idx).failing.take().expect("checked above");
+                    self.failing_dests.remove(&idx);
+                    if let Some(probe) = failing.probe {
+                        self.return_to_wal(probe);
+                    }
+                    self.refresh_candidate(idx);
                 }
             }
         }

@@ -114,16 +114,44 @@ fn a_dead_owner_reroutes_at_once() {
     );
     h.done(&rerouted[0]);
     h.append_n(0, 1);
-    assert_eq!(h.take_commits()[0].partition, PartitionId(1));
-    // The commit in flight fails: its records are never resent elsewhere while in flight; the probe
-    // keeps trying the original.
+    let sibling = h.take_commits().remove(0);
+    assert_eq!(sibling.partition, PartitionId(1));
+    h.done(&sibling);
+    // The commit in flight fails: its records were never resent elsewhere while in flight; now they
+    // reroute too, with no probe left on the dead owner to pin the checkpoint.
     h.error(&in_flight);
-    h.advance(ms(1000));
-    let probe = h.take_commits();
+    let rerouted = h.take_commits();
     assert_eq!(
-        (probe[0].partition, seqs(&probe[0])),
-        (PartitionId(0), vec![0])
+        (rerouted[0].partition, seqs(&rerouted[0])),
+        (PartitionId(1), vec![0])
     );
+    h.done(&rerouted[0]);
+    assert_eq!(h.d.checkpoint(), Seq(4));
+    h.advance(ms(5000));
+    assert!(h.take_commits().is_empty(), "no probe tries the dead owner");
+    // Alive again: its partition gets its records back.
+    h.member(1, true);
+    h.append_n(0, 1);
+    assert_eq!(h.take_commits()[0].partition, PartitionId(0));
+}
+
+#[test]
+fn a_waiting_probe_reroutes_once_its_owner_is_reported_dead() {
+    let mut h = Harness::with_topic(&[1, 2]);
+    h.append_n(0, 2);
+    let first = h.take_commits().remove(0);
+    h.error(&first);
+    assert_eq!(h.d.held_records(), 1, "the probe waits for its next try");
+    h.member(1, false);
+    let rerouted = h.take_commits();
+    assert_eq!(
+        (rerouted[0].partition, seqs(&rerouted[0])),
+        (PartitionId(1), vec![0, 1])
+    );
+    h.done(&rerouted[0]);
+    assert_eq!(h.d.checkpoint(), Seq(2));
+    h.advance(ms(5000));
+    assert!(h.take_commits().is_empty(), "no probe tries the dead owner");
 }
 
 #[test]
