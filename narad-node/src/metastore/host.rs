@@ -285,9 +285,9 @@ impl Metastore {
                 outcome => return outcome,
             };
             if let (Some(leader), Some(peers)) = (leader, &self.peers) {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                 let forwarded =
-                    tokio::time::timeout_at(deadline, peers.propose_at(leader, command.encode()))
-                        .await;
+                    tokio::time::timeout(left, peers.propose_at(leader, command.encode())).await;
                 match forwarded {
                     Ok(Err(ProposeError::Unavailable(reason)))
                         if reason.starts_with(NOT_LEADER) => {}
