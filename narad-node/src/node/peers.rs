@@ -198,7 +198,7 @@ impl CommitTransport for RemoteTransport {
 }
 
 /// The dispatcher's form of an owner's answer.
-fn commit_outcome(answer: &[u8], carried_ids: bool) -> CommitOutcome {
+pub(crate) fn commit_outcome(answer: &[u8], carried_ids: bool) -> CommitOutcome {
     match CommitAnswer::decode(answer) {
         Ok(CommitAnswer::Committed {
             base,

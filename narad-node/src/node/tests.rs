@@ -421,3 +421,88 @@ async fn the_local_transport_answers_with_the_owner_s_typed_outcome() {
     );
     stop(node).await;
 }
+
+/// The owner side of a remote commit, as the cluster transport hands it over: the frame's bytes in,
+/// the answer's bytes out.
+#[tokio::test]
+async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
+    use narad_core::codec::cluster::{CommitAnswer, CommitProduceBatch, IdSection, WireRecord};
+
+    use crate::cluster::Inbound;
+    use crate::node::peers::{commit_outcome, NodeInbound};
+
+    let disk = SimDisk::new(11);
+    let node = started(&disk, 11).await;
+    create_topic(&node, "wire", 3).await;
+    let live = node.metastore().view().state.topic("wire").unwrap().id;
+    let inbound = |ids| NodeInbound {
+        partitions: node.partitions().clone(),
+        metastore: node.metastore().clone(),
+        clock: Clock::start(),
+        ids,
+    };
+    let batch = |topic_id: Option<TopicId>| {
+        CommitProduceBatch {
+            budget_ms: 5_000,
+            topic: "wire".to_string(),
+            partition: PartitionId(1),
+            records: ["a", "b"]
+                .iter()
+                .map(|payload| WireRecord {
+                    topic_id,
+                    key: None,
+                    payload: payload.as_bytes().to_vec(),
+                })
+                .collect(),
+        }
+        .encode()
+    };
+    let answer = |bytes: Vec<u8>| CommitAnswer::decode(&bytes).expect("an answer");
+    let ours = inbound(IdSection::Accept);
+    assert!(matches!(
+        answer(ours.handle(NodeId(2), batch(Some(live))).await),
+        CommitAnswer::Committed {
+            base: Offset(0),
+            count: 2,
+            ..
+        }
+    ));
+    // Records of another incarnation: 412 naming both ids, nothing appended.
+    let stale = TopicId(live.0 + 7);
+    assert_eq!(
+        answer(ours.handle(NodeId(2), batch(Some(stale))).await),
+        CommitAnswer::IncarnationMismatch {
+            record_topic_id: stale,
+            live_topic_id: Some(live)
+        }
+    );
+    // An owner from before the section refuses it as trailing data (400); the sender's transport
+    // reads that as "resend without ids", and the id-less frame commits there.
+    let legacy = inbound(IdSection::Refuse);
+    let refused = legacy.handle(NodeId(2), batch(Some(live))).await;
+    assert_eq!(answer(refused.clone()).status(), 400);
+    assert_eq!(
+        commit_outcome(&refused, true),
+        Err(CommitFailure::RefusedTrailingIds)
+    );
+    assert!(matches!(
+        answer(legacy.handle(NodeId(2), batch(None)).await),
+        CommitAnswer::Committed {
+            base: Offset(2),
+            count: 2,
+            ..
+        }
+    ));
+    // A frame that is not a request: 400 too, never a panic.
+    assert_eq!(
+        answer(ours.handle(NodeId(2), vec![0xff, 1]).await).status(),
+        400
+    );
+    for (offset, payload) in [(0, "a"), (1, "b"), (2, "a"), (3, "b")] {
+        let reply = consume_at(&node, "wire", 1, offset).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.text().contains(payload), "{}", reply.text());
+    }
+    assert_eq!(consume_at(&node, "wire", 1, 4).await.status, 204);
+    stop(node).await;
+}
