@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// Topic to produce to (created with `--partitions` if missing).
     #[arg(default_value = "bench")]
     pub topic: String,
-    /// The node's HTTP address (`host:port` or `http://host:port`).
+    /// The node's HTTP address (`host:port` or `http://host:port`); several, comma-separated, spread
+    /// the workers over a cluster's nodes round-robin.
     #[arg(
         long,
         short = 's',

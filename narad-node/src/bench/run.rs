@@ -81,7 +81,8 @@ pub fn main(args: BenchArgs) -> ExitCode {
 /// What every worker shares.
 struct Shared {
     plan: Plan,
-    addr: SocketAddr,
+    /// The nodes; worker `i` loads `addrs[i mod n]`.
+    addrs: Vec<SocketAddr>,
     start: Instant,
     measure_start: Instant,
     /// No request due at or after this is sent (`--duration`).
@@ -137,7 +138,12 @@ struct Tally {
 
 /// Runs a bench against a node.
 pub async fn run(plan: Plan) -> anyhow::Result<Report> {
-    let addr = resolve(&plan.authority)?;
+    let addrs = plan
+        .authorities
+        .iter()
+        .map(|authority| resolve(authority))
+        .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
+    let addr = addrs[0];
     ensure_topic(addr, &plan).await?;
     eprintln!("narad bench: producing ({})...", plan.describe());
     let per_request = plan.messages_per_request();
@@ -157,7 +163,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
     let shared = Arc::new(Shared {
         interval_s: plan.rate_per_s.map(|rate| per_request as f64 / rate),
         plan: plan.clone(),
-        addr,
+        addrs: addrs.clone(),
         start,
         measure_start,
         end,
@@ -166,13 +172,14 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         payload,
         fixed_request,
     });
+    let scraped = addrs.clone();
     let before = tokio::spawn(async move {
         tokio::time::sleep_until(measure_start).await;
-        scrape(addr).await
+        scrape_all(&scraped).await
     });
     let samples_max = LATENCY_SAMPLES_MAX / plan.workers;
     let workers: Vec<_> = (0..plan.workers)
-        .map(|_| tokio::spawn(worker(shared.clone(), samples_max)))
+        .map(|index| tokio::spawn(worker(shared.clone(), index, samples_max)))
         .collect();
     let mut tally = Tally::default();
     for handle in workers {
@@ -189,7 +196,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         .saturating_duration_since(measure_start)
         .as_secs_f64();
     let before = before.await.context("the metrics task panicked")?;
-    let (after, drained, backlog) = drain(addr, plan.drain_timeout).await;
+    let (after, drained, backlog) = drain_all(&addrs, plan.drain_timeout).await;
     let node = match (before, after) {
         (Ok(before), Ok(after)) => Some(node_figures(&before, &after, drained, backlog)),
         (Err(error), _) | (_, Err(error)) => {
@@ -210,7 +217,8 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
     })
 }
 
-async fn worker(shared: Arc<Shared>, samples_max: usize) -> Tally {
+async fn worker(shared: Arc<Shared>, index: usize, samples_max: usize) -> Tally {
+    let addr = shared.addrs[index % shared.addrs.len()];
     let mut tally = Tally::default();
     let mut connection: Option<Connection> = None;
     loop {
@@ -230,7 +238,7 @@ async fn worker(shared: Arc<Shared>, samples_max: usize) -> Tally {
             tokio::time::sleep_until(due).await;
         }
         let request = shared.request(ticket);
-        let outcome = exchange(&mut connection, shared.addr, &request).await;
+        let outcome = exchange(&mut connection, addr, &request).await;
         let done = Instant::now();
         if !measured {
             continue;
@@ -318,6 +326,38 @@ async fn ensure_topic(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
             String::from_utf8_lossy(&response.body).trim()
         ),
     }
+}
+
+/// The nodes' metrics as one scrape: counters and histogram buckets add up over the nodes.
+async fn scrape_all(addrs: &[SocketAddr]) -> anyhow::Result<Scrape> {
+    let mut text = String::new();
+    for addr in addrs {
+        text.push_str(&scrape_text(*addr).await?);
+        text.push('\n');
+    }
+    Ok(Scrape::parse(&text))
+}
+
+/// [`drain`] on every node; the scrapes joined, whether all drained, the backlogs summed.
+async fn drain_all(addrs: &[SocketAddr], timeout: Duration) -> (anyhow::Result<Scrape>, bool, f64) {
+    let mut all_drained = true;
+    let mut backlog_sum = 0.0;
+    for addr in addrs {
+        let (_, drained, backlog) = drain(*addr, timeout).await;
+        all_drained &= drained;
+        backlog_sum += backlog;
+    }
+    (scrape_all(addrs).await, all_drained, backlog_sum)
+}
+
+async fn scrape_text(addr: SocketAddr) -> anyhow::Result<String> {
+    let request = http1::request("GET", "/metrics", &addr.to_string(), &[], b"");
+    let mut connection = Connection::connect(addr).await?;
+    let response = connection.exchange(&request).await?;
+    if response.status != 200 {
+        bail!("GET /metrics answered {}", response.status);
+    }
+    Ok(String::from_utf8_lossy(&response.body).into_owned())
 }
 
 async fn scrape(addr: SocketAddr) -> anyhow::Result<Scrape> {

@@ -36,8 +36,10 @@ pub enum Stop {
 /// A checked bench configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
-    /// `host:port` of the node.
+    /// `host:port` of the node (the first of [`Plan::authorities`]).
     pub authority: String,
+    /// `host:port` of every node the workers are spread over (worker `i` takes `i mod n`).
+    pub authorities: Vec<String>,
     /// Topic name.
     pub topic: String,
     /// Partitions when the bench creates the topic.
@@ -87,7 +89,12 @@ fn flag(flag: &'static str, reason: impl Into<String>) -> PlanError {
 impl Plan {
     /// Checks the flags.
     pub fn from_args(args: &BenchArgs) -> Result<Plan, PlanError> {
-        let authority = authority(&args.server)?;
+        let authorities = args
+            .server
+            .split(',')
+            .map(|server| authority(server.trim()))
+            .collect::<Result<Vec<String>, PlanError>>()?;
+        let authority = authorities[0].clone();
         if !(1..=WORKERS_MAX).contains(&args.workers) {
             return Err(flag("workers", format!("between 1 and {WORKERS_MAX}")));
         }
@@ -130,6 +137,7 @@ impl Plan {
         };
         Ok(Plan {
             authority,
+            authorities,
             topic: args.topic.clone(),
             partitions: args.partitions,
             workers: args.workers,
@@ -555,6 +563,7 @@ mod tests {
             plan,
             Plan {
                 authority: "127.0.0.1:7942".to_string(),
+                authorities: vec!["127.0.0.1:7942".to_string()],
                 topic: "bench".to_string(),
                 partitions: 8,
                 workers: 8,
