@@ -573,3 +573,42 @@ fn delete_and_recreate_keeps_incarnations_apart() {
         "no record of the first incarnation was excused:\n{verdict}"
     );
 }
+
+#[test]
+fn a_fourth_member_is_a_learner_that_owns_partitions_and_takes_proposals() {
+    let cluster = Cluster::start(binary(), 4, SECRET);
+    // Created through the learner: forwarded to the leader, one of the three voters.
+    cluster.node(4).create_topic("wide", 8);
+    let owners = cluster.wait_topic("wide", 8);
+    let leader = cluster.leader();
+    assert!((1..=3).contains(&leader), "leader {leader} is not a voter");
+    let on_learner: Vec<u32> = (0..8u32)
+        .filter(|&partition| owners[partition as usize] == 4)
+        .collect();
+    assert!(
+        !on_learner.is_empty(),
+        "the learner owns nothing: {owners:?}"
+    );
+    // A record for the learner's partition, accepted by node 1, is read back through node 2.
+    let partition = on_learner[0];
+    let produced = http(
+        cluster.node(1).addr(),
+        "POST",
+        &format!("/v1/topics/wide/produce?partition={partition}"),
+        &[],
+        b"to-the-learner",
+    )
+    .expect("produce answered");
+    assert_eq!(produced.status, 202, "{}", produced.text());
+    let path = format!("/v1/topics/wide/consume?partition={partition}&offset=0");
+    let read = poll_until(
+        "the record to be visible through node 2",
+        MEMBER_TIMEOUT,
+        CLUSTER_POLL_INTERVAL,
+        || {
+            let answer = http(cluster.node(2).addr(), "GET", &path, &[], b"").ok()?;
+            (answer.status == 200).then_some(answer)
+        },
+    );
+    assert!(read.text().contains("to-the-learner"), "{}", read.text());
+}

@@ -411,6 +411,15 @@ pub enum Control {
         /// Most records to return.
         records_max: u32,
     },
+    /// The storage figures of a partition this node owns (`GET /v1/topics/{t}` on another node).
+    Stat {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the asker resolved.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+    },
 }
 
 /// The answer to a [`Control`] request.
@@ -431,6 +440,25 @@ pub enum ControlAnswer {
     Unavailable(String),
     /// The request is not valid here.
     BadRequest(String),
+    /// A partition's storage figures.
+    Stat(WireStat),
+}
+
+/// A partition's storage figures, as its owner reports them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireStat {
+    /// Segment files.
+    pub segments: u64,
+    /// Oldest retained offset.
+    pub oldest_offset: Offset,
+    /// The offset the next record takes.
+    pub next_offset: Offset,
+    /// The visibility boundary.
+    pub high_watermark: Offset,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+    /// When the oldest segment was created, Unix s.
+    pub oldest_segment_at_s: Option<u64>,
 }
 
 /// What a forwarded replay read found.

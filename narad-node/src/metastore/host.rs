@@ -139,6 +139,8 @@ pub struct MetastoreOptions {
     pub clock: Option<Clock>,
     /// The voters when the log holds no snapshot (empty: this node alone).
     pub voters: Vec<NodeId>,
+    /// The learners when the log holds no snapshot: the members beyond the voters.
+    pub learners: Vec<NodeId>,
     /// The cluster transport, for raft messages and forwarded proposals (`None`: a single node).
     pub peers: Option<Arc<dyn MetaPeers>>,
 }
@@ -154,6 +156,7 @@ impl MetastoreOptions {
             seed: 0,
             clock: None,
             voters: Vec::new(),
+            learners: Vec::new(),
             peers: None,
         }
     }
@@ -502,6 +505,7 @@ impl MetaHost {
             options.voters.clone()
         };
         let mut config = MetaReplicaConfig::new(options.node_id, voters, slog_bridge::logger());
+        config.learners = options.learners.clone();
         config.election_seed = options.seed;
         config.boot_nonce = options
             .boot_nonce

@@ -221,19 +221,26 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     #[cfg(not(madsim))]
     let cluster = match cluster {
         Some(setup) => {
-            let voters = voters_of(
-                setup
-                    .options
-                    .peers
-                    .keys()
-                    .copied()
-                    .chain(std::iter::once(node_id)),
-            );
+            let members: Vec<NodeId> = setup
+                .options
+                .peers
+                .keys()
+                .copied()
+                .chain(std::iter::once(node_id))
+                .collect();
+            let voters = voters_of(members.iter().copied());
+            let mut learners: Vec<NodeId> = members
+                .into_iter()
+                .filter(|member| !voters.contains(member))
+                .collect();
+            learners.sort_unstable();
+            learners.dedup();
             let cluster =
                 crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
                     .map_err(|error| StartError::Cluster(error.to_string()))?;
-            tracing::info!(voters = ?voters, addr = ?cluster.local_addr().ok(), "cluster transport listening");
+            tracing::info!(voters = ?voters, learners = ?learners, addr = ?cluster.local_addr().ok(), "cluster transport listening");
             metastore_options.voters = voters;
+            metastore_options.learners = learners;
             let peers: Arc<dyn crate::metastore::MetaPeers> =
                 peers::ClusterPeers::new(cluster.clone());
             metastore_options.peers = Some(peers);
@@ -257,6 +264,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let partitions_seam = Arc::new(partitions.clone());
     #[allow(unused_mut)]
     let mut reader: Arc<dyn crate::http::PartitionReader> = partitions_seam.clone();
+    #[allow(unused_mut)]
+    let mut stats: Arc<dyn crate::http::PartitionStats> = partitions_seam.clone();
     #[cfg(not(madsim))]
     if let Some(cluster) = &cluster {
         cluster.serve(Arc::new(peers::NodeInbound {
@@ -266,17 +275,19 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             ids: narad_core::codec::cluster::IdSection::Accept,
         }));
         peers::spawn_heartbeats(cluster.clone());
-        reader = Arc::new(peers::ForwardingReader {
+        let forwarding = Arc::new(peers::ForwardingReader {
             local: partitions.clone(),
             cluster: cluster.clone(),
             metastore: metastore.clone(),
         });
+        reader = forwarding.clone();
+        stats = forwarding;
     }
     let app = Arc::new(App::new(
         metastore.clone(),
         sink.clone(),
         reader,
-        partitions_seam,
+        stats,
         metrics.clone(),
         seed,
     ));

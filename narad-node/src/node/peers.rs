@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use narad_core::codec::cluster::{
     CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer,
-    ReplayRecord, Request, WireRecord,
+    ReplayRecord, Request, WireRecord, WireStat,
 };
 use narad_core::dispatcher::{CommitFailure, CommitOwner, SendCommit};
 use narad_core::ids::{NodeId, Offset, PartitionId};
@@ -38,7 +38,10 @@ use super::partitions::{PartitionCommitError, PartitionHost};
 use super::transport::{CommitOutcome, CommitTransport, LocalTransport};
 use crate::clock::Clock;
 use crate::cluster::{Cluster, Inbound, RpcError};
-use crate::http::{BoxFuture, PartitionReader, ReadError, ReadOutcome, StoredRecord, TopicKey};
+use crate::http::{
+    BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome,
+    StoredRecord, TopicKey,
+};
 use crate::metastore::{MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
 
 /// Raft batches queued for one peer before more are dropped (raft sends again).
@@ -404,10 +407,30 @@ async fn control_answer(
                 Err(error) => ReplayAnswer::Failed(error.to_string()),
             })
         }
+        Control::Stat {
+            topic,
+            topic_id,
+            partition,
+        } => {
+            let key = TopicKey {
+                name: topic,
+                id: topic_id,
+            };
+            let stat = partitions.stat(&key, partition).await;
+            ControlAnswer::Stat(WireStat {
+                segments: stat.segments,
+                oldest_offset: stat.oldest_offset,
+                next_offset: stat.next_offset,
+                high_watermark: stat.high_watermark,
+                size_bytes: stat.size_bytes,
+                oldest_segment_at_s: stat.oldest_segment_at_s,
+            })
+        }
     }
 }
 
-/// Replay reads: of a partition owned here from the local log, of one owned elsewhere from its owner.
+/// Replay reads and storage figures: of a partition owned here from the local log, of one owned
+/// elsewhere from its owner.
 #[derive(Debug)]
 pub struct ForwardingReader {
     /// This node's partition host.
@@ -468,6 +491,53 @@ impl PartitionReader for ForwardingReader {
                 Ok(ControlAnswer::Replay(ReplayAnswer::Failed(reason))) => Err(ReadError(reason)),
                 Ok(other) => Ok(ReadOutcome::PeerFailed(format!("owner answered {other:?}"))),
                 Err(error) => Ok(ReadOutcome::PeerFailed(error.to_string())),
+            }
+        })
+    }
+}
+
+/// How long a forwarded stat may take (a topic's GET asks one per partition owned elsewhere).
+pub const STAT_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl PartitionStats for ForwardingReader {
+    fn partition_stat(
+        &self,
+        topic: &TopicKey,
+        partition: PartitionId,
+    ) -> BoxFuture<'_, PartitionStat> {
+        let view = self.metastore.view();
+        let owner = view
+            .state
+            .topic(&topic.name)
+            .and_then(|record| record.owner_of(partition));
+        let owner = match owner {
+            Some(owner) if owner != self.cluster.node() && view.state.is_alive(owner) => owner,
+            // Owned here, unassigned, or its owner is dead: what this node holds (zeros when none).
+            _ => return PartitionStats::partition_stat(&self.local, topic, partition),
+        };
+        let body = Control::Stat {
+            topic: topic.name.clone(),
+            topic_id: topic.id,
+            partition,
+        }
+        .encode();
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            let answer = cluster.call(owner, "stat", &body, STAT_TIMEOUT).await;
+            match answer.map(|bytes| ControlAnswer::decode(&bytes)) {
+                Ok(Ok(ControlAnswer::Stat(stat))) => PartitionStat {
+                    segments: stat.segments,
+                    oldest_offset: stat.oldest_offset,
+                    next_offset: stat.next_offset,
+                    high_watermark: stat.high_watermark,
+                    size_bytes: stat.size_bytes,
+                    oldest_segment_at_s: stat.oldest_segment_at_s,
+                },
+                // The figures are informative: an owner that cannot answer reports zeros.
+                other => {
+                    tracing::debug!(%owner, ?other, "partition figures not forwarded");
+                    PartitionStat::default()
+                }
             }
         })
     }

@@ -103,10 +103,20 @@ impl MetaReplica {
                 if voters.is_empty() || voters.contains(&0) {
                     return Err(refused(format!("voters {voters:?}")));
                 }
+                let learners: Vec<u64> = config
+                    .learners
+                    .iter()
+                    .map(|learner| u64::from(learner.0))
+                    .collect();
+                if learners.contains(&0) || learners.iter().any(|id| voters.contains(id)) {
+                    return Err(refused(format!(
+                        "learners {learners:?} among voters {voters:?}"
+                    )));
+                }
                 storage
                     .memory
                     .wl()
-                    .set_conf_state(ConfState::from((voters, Vec::new())));
+                    .set_conf_state(ConfState::from((voters, learners)));
                 (MetaState::new(), 0)
             }
         };

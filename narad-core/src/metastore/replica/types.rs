@@ -71,6 +71,9 @@ pub struct MetaReplicaConfig {
     /// The voters when the recovered state holds no snapshot (a snapshot carries its own). The cluster
     /// passes the same list to every replica.
     pub voters: Vec<NodeId>,
+    /// The learners when the recovered state holds no snapshot: members beyond the voters, which
+    /// receive the log but neither vote nor count towards a quorum. Disjoint from `voters`.
+    pub learners: Vec<NodeId>,
     /// The interval between [`ReplicaInput::Tick`]s that advance raft (one raft tick each).
     pub tick_interval: Duration,
     /// Ticks before an election may start ([`ELECTION_TICKS`]).
@@ -103,6 +106,7 @@ impl MetaReplicaConfig {
         MetaReplicaConfig {
             id,
             voters,
+            learners: Vec::new(),
             tick_interval: TICK_INTERVAL,
             election_ticks: ELECTION_TICKS,
             election_jitter_ticks_max: ELECTION_JITTER_TICKS_MAX,

@@ -598,3 +598,32 @@ fn requests_past_their_timeout_are_failed() {
         Err(ProposalError::TimedOut)
     );
 }
+
+#[test]
+fn a_learner_gets_the_log_but_no_vote_and_no_say_in_the_quorum() {
+    let learner_only = |config: &mut MetaReplicaConfig| {
+        config.voters = (1..=3).map(NodeId).collect();
+        config.learners = vec![NodeId(4)];
+    };
+    let mut cluster = Cluster::with(4, 5, learner_only);
+    let leader = cluster.elect();
+    assert!((1..=3).contains(&leader), "a learner never leads");
+    propose(&mut cluster, leader, 1, create("orders"));
+    assert_eq!(created_id(&answer(&mut cluster, leader, 1)), TopicId(1));
+    let replicated = cluster.run_until(Duration::from_secs(5), |cluster| {
+        cluster.replica(4).state().topic("orders").is_some()
+    });
+    assert!(replicated, "the learner applied the entry");
+    assert_eq!(
+        cluster.replica(4).voters(),
+        vec![NodeId(1), NodeId(2), NodeId(3)]
+    );
+    // Two voters still make a quorum with the learner cut off; the learner alone makes none.
+    cluster.cut.insert(4);
+    propose(&mut cluster, leader, 2, create("payments"));
+    assert!(answer(&mut cluster, leader, 2).is_ok());
+    // Learners beyond the voters only: a learner that is also a voter is refused.
+    let mut config = config(1, 3, 5);
+    config.learners = vec![NodeId(2)];
+    assert!(MetaReplica::new(config, RecoveredLog::default(), Instant::ZERO).is_err());
+}
