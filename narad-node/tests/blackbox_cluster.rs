@@ -612,3 +612,41 @@ fn a_fourth_member_is_a_learner_that_owns_partitions_and_takes_proposals() {
     );
     assert!(read.text().contains("to-the-learner"), "{}", read.text());
 }
+
+/// Proposals a member misses while down, past the replicas' snapshot cadence (1,000 applied entries),
+/// so it can only catch up from a snapshot.
+const MISSED_PROPOSALS: usize = 1_100;
+
+#[test]
+fn a_member_that_missed_a_snapshot_s_worth_of_log_catches_up_from_a_snapshot() {
+    let mut cluster = start();
+    let leader = cluster.leader();
+    let lagging = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("a follower");
+    cluster.kill(lagging);
+    let mut conn = Conn::new(cluster.node(leader).addr());
+    for round in 0..MISSED_PROPOSALS / 2 {
+        let created = conn
+            .post("/v1/topics", br#"{"name":"churn","partitions":3}"#)
+            .expect("create answered");
+        assert_eq!(created.status, 201, "round {round}: {}", created.text());
+        let deleted = conn
+            .request("DELETE", "/v1/topics/churn", &[], b"")
+            .expect("delete answered");
+        assert_eq!(deleted.status, 204, "round {round}: {}", deleted.text());
+    }
+    cluster.node(leader).create_topic("after", 3);
+    cluster.restart(lagging);
+    let owners = poll_until(
+        "the restarted member to show the topic created while it was down",
+        MEMBER_TIMEOUT,
+        CLUSTER_POLL_INTERVAL,
+        || cluster.try_owners(lagging, "after").ok(),
+    );
+    assert_eq!(owners.len(), 3);
+    assert!(cluster.try_topic(lagging, "churn").is_err(), "churn is deleted");
+    cluster.wait_member_status(lagging, "alive");
+}

@@ -110,9 +110,10 @@ pub struct MetaView {
 
 /// The metastore's way to its peers: the cluster transport (absent on a single node).
 pub trait MetaPeers: Send + Sync + std::fmt::Debug {
-    /// Sends raft messages to `to`, in order (each raft-rs's protobuf encoding). Never blocks; messages
-    /// that cannot be sent are dropped (raft sends again).
-    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>);
+    /// Sends raft messages to `to`, in order (each raft-rs's protobuf encoding); `snapshot` says one
+    /// of them carries a snapshot. Never blocks; messages that cannot be sent are dropped (raft sends
+    /// again). The outcome comes back through [`Metastore::report`].
+    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>, snapshot: bool);
     /// Asks `leader` to propose the encoded command on its own replica; its answer.
     fn propose_at(
         &self,
@@ -189,6 +190,12 @@ enum Request {
     Raft(Vec<Message>),
     /// A heartbeat from a peer.
     Heard(NodeId),
+    /// How a delivery of raft messages to a peer went.
+    Report {
+        peer: NodeId,
+        delivered: bool,
+        snapshot: bool,
+    },
 }
 
 impl std::fmt::Debug for Request {
@@ -200,6 +207,9 @@ impl std::fmt::Debug for Request {
             Request::ReadIndex { .. } => f.write_str("ReadIndex"),
             Request::Raft(messages) => write!(f, "Raft({} messages)", messages.len()),
             Request::Heard(node) => write!(f, "Heard({node})"),
+            Request::Report {
+                peer, delivered, ..
+            } => write!(f, "Report({peer}, delivered: {delivered})"),
         }
     }
 }
@@ -321,6 +331,17 @@ impl Metastore {
     /// again).
     pub fn step(&self, messages: Vec<Message>) {
         let _ = self.requests.try_send(Request::Raft(messages));
+    }
+
+    /// How a delivery of raft messages to `peer` went: raft learns a peer it could not reach (it then
+    /// probes it gently) and whether a snapshot arrived (until told, it sends that follower nothing
+    /// more).
+    pub fn report(&self, peer: NodeId, delivered: bool, snapshot: bool) {
+        let _ = self.requests.try_send(Request::Report {
+            peer,
+            delivered,
+            snapshot,
+        });
     }
 
     /// Notes a heartbeat from `node` (dropped when the mailbox is full: the next one comes in a second).
@@ -445,8 +466,8 @@ struct MetaHost {
     /// Every handle is gone.
     closed: bool,
     peers: Option<Arc<dyn MetaPeers>>,
-    /// This turn's raft messages, by peer, in order.
-    outbox: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// This turn's raft messages, by peer, in order, and whether one carries a snapshot.
+    outbox: BTreeMap<u64, (Vec<Vec<u8>>, bool)>,
     liveness: Liveness,
 }
 
@@ -578,6 +599,18 @@ impl MetaHost {
                 self.liveness.heard(node, turn.now());
                 self.check_liveness(turn);
             }
+            Request::Report {
+                peer,
+                delivered,
+                snapshot,
+            } => {
+                if snapshot {
+                    self.handle(turn, ReplicaInput::SnapshotSent { peer, delivered });
+                }
+                if !delivered {
+                    self.handle(turn, ReplicaInput::PeerUnreachable { peer });
+                }
+            }
         }
     }
 
@@ -602,8 +635,14 @@ impl MetaHost {
                 }
                 ReplicaOutput::Send(message) => {
                     use protobuf::Message as _;
+                    let snapshot =
+                        message.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot;
                     match message.write_to_bytes() {
-                        Ok(bytes) => self.outbox.entry(message.to).or_default().push(bytes),
+                        Ok(bytes) => {
+                            let outbox = self.outbox.entry(message.to).or_default();
+                            outbox.0.push(bytes);
+                            outbox.1 |= snapshot;
+                        }
                         Err(error) => tracing::error!(%error, "a raft message did not encode"),
                     }
                 }
@@ -631,9 +670,9 @@ impl MetaHost {
             }
         }
         let outbox = std::mem::take(&mut self.outbox);
-        for (to, messages) in outbox {
+        for (to, (messages, snapshot)) in outbox {
             match &self.peers {
-                Some(peers) => peers.send_raft(NodeId(to as u32), messages),
+                Some(peers) => peers.send_raft(NodeId(to as u32), messages, snapshot),
                 None => tracing::error!(to, "a raft message for a peer on a single node"),
             }
         }

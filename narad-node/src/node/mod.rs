@@ -241,16 +241,20 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             tracing::info!(voters = ?voters, learners = ?learners, addr = ?cluster.local_addr().ok(), "cluster transport listening");
             metastore_options.voters = voters;
             metastore_options.learners = learners;
-            let peers: Arc<dyn crate::metastore::MetaPeers> =
-                peers::ClusterPeers::new(cluster.clone());
-            metastore_options.peers = Some(peers);
-            Some(cluster)
+            let peers = peers::ClusterPeers::new(cluster.clone());
+            metastore_options.peers = Some(peers.clone());
+            Some((cluster, peers))
         }
         None => None,
     };
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;
+    #[cfg(not(madsim))]
+    let cluster = cluster.map(|(cluster, peers)| {
+        peers.report_to(metastore.clone());
+        cluster
+    });
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,

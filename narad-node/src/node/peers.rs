@@ -55,40 +55,75 @@ pub const REPLAY_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct ClusterPeers {
     cluster: Cluster,
-    queues: BTreeMap<NodeId, mpsc::Sender<Vec<Vec<u8>>>>,
+    queues: BTreeMap<NodeId, mpsc::Sender<RaftBatch>>,
+    /// Where deliveries are reported, once the metastore is open.
+    metastore: Arc<std::sync::OnceLock<Metastore>>,
 }
+
+/// Raft messages for one peer, and whether one carries a snapshot.
+type RaftBatch = (Vec<Vec<u8>>, bool);
 
 impl ClusterPeers {
     /// One sender task per peer, delivering raft messages in order.
     pub fn new(cluster: Cluster) -> Arc<ClusterPeers> {
         let mut queues = BTreeMap::new();
+        let metastore = Arc::new(std::sync::OnceLock::new());
         for peer in cluster.peers() {
             let (sender, receiver) = mpsc::channel(RAFT_QUEUE_MAX);
             queues.insert(peer, sender);
             let cluster = cluster.clone();
-            tokio::spawn(deliver_raft(cluster, peer, receiver));
+            tokio::spawn(deliver_raft(cluster, peer, receiver, metastore.clone()));
         }
-        Arc::new(ClusterPeers { cluster, queues })
+        Arc::new(ClusterPeers {
+            cluster,
+            queues,
+            metastore,
+        })
+    }
+
+    /// Names the metastore deliveries are reported to (once it is open).
+    pub fn report_to(&self, metastore: Metastore) {
+        let _ = self.metastore.set(metastore);
     }
 }
 
-/// Sends each queued batch, with whatever queued behind it, as one call.
-async fn deliver_raft(cluster: Cluster, peer: NodeId, mut queue: mpsc::Receiver<Vec<Vec<u8>>>) {
-    while let Some(mut messages) = queue.recv().await {
-        while let Ok(more) = queue.try_recv() {
+/// Sends each queued batch, with whatever queued behind it, as one call, and reports how it went.
+async fn deliver_raft(
+    cluster: Cluster,
+    peer: NodeId,
+    mut queue: mpsc::Receiver<RaftBatch>,
+    metastore: Arc<std::sync::OnceLock<Metastore>>,
+) {
+    while let Some((mut messages, mut snapshot)) = queue.recv().await {
+        while let Ok((more, more_snapshot)) = queue.try_recv() {
             messages.extend(more);
+            snapshot |= more_snapshot;
         }
         let body = Control::Raft { messages }.encode();
-        if let Err(error) = cluster.call(peer, "raft", &body, RAFT_SEND_TIMEOUT).await {
-            tracing::debug!(%peer, %error, "raft messages not delivered");
+        let delivered = match cluster.call(peer, "raft", &body, RAFT_SEND_TIMEOUT).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "raft messages not delivered");
+                false
+            }
+        };
+        if snapshot || !delivered {
+            if let Some(metastore) = metastore.get() {
+                metastore.report(peer, delivered, snapshot);
+            }
         }
     }
 }
 
 impl MetaPeers for ClusterPeers {
-    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>) {
+    fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>, snapshot: bool) {
         if let Some(queue) = self.queues.get(&to) {
-            let _ = queue.try_send(messages);
+            if queue.try_send((messages, snapshot)).is_err() && snapshot {
+                // A dropped snapshot must be reported, or raft waits for it forever.
+                if let Some(metastore) = self.metastore.get() {
+                    metastore.report(to, false, true);
+                }
+            }
         }
     }
 
