@@ -647,6 +647,9 @@ fn a_member_that_missed_a_snapshot_s_worth_of_log_catches_up_from_a_snapshot() {
         || cluster.try_owners(lagging, "after").ok(),
     );
     assert_eq!(owners.len(), 3);
-    assert!(cluster.try_topic(lagging, "churn").is_err(), "churn is deleted");
+    assert!(
+        cluster.try_topic(lagging, "churn").is_err(),
+        "churn is deleted"
+    );
     cluster.wait_member_status(lagging, "alive");
 }

@@ -252,23 +252,42 @@ impl Cluster {
     }
 
     /// The peer's live connection, dialled if there is none.
+    ///
+    /// The dial runs in a task of its own, so a caller that gives up (a heartbeat's 1 s) does not cut
+    /// a handshake short: the connection is still made, and adopted, for the next call.
     async fn connection(&self, peer: NodeId) -> Result<quinn::Connection, RpcError> {
         if let Some(connection) = self.live(peer) {
             return Ok(connection);
         }
-        let dial = self
-            .inner
-            .dials
-            .get(&peer)
-            .ok_or(RpcError::UnknownPeer(peer))?;
-        let _dialling = dial.lock().await;
-        if let Some(connection) = self.live(peer) {
-            return Ok(connection);
+        if !self.inner.dials.contains_key(&peer) {
+            return Err(RpcError::UnknownPeer(peer));
         }
-        let connection = tokio::time::timeout(DIAL_TIMEOUT, self.dial(peer))
-            .await
-            .unwrap_or(Err(RpcError::Timeout(peer)))?;
-        Ok(connection)
+        let cluster = self.clone();
+        let dialling = tokio::spawn(async move {
+            let dial = cluster.inner.dials.get(&peer).expect("checked above");
+            let Ok(_dialling) = dial.try_lock() else {
+                // Another dial is under way: its outcome is this call's (no queue of dials to a
+                // dead peer, one per heartbeat).
+                let _dialled = dial.lock().await;
+                return cluster.live(peer).ok_or_else(|| RpcError::Unreachable {
+                    peer,
+                    reason: "the dial under way failed".to_string(),
+                });
+            };
+            if let Some(connection) = cluster.live(peer) {
+                return Ok(connection);
+            }
+            tokio::time::timeout(DIAL_TIMEOUT, cluster.dial(peer))
+                .await
+                .unwrap_or(Err(RpcError::Timeout(peer)))
+        });
+        match dialling.await {
+            Ok(outcome) => outcome,
+            Err(error) => Err(RpcError::Unreachable {
+                peer,
+                reason: format!("the dial task ended: {error}"),
+            }),
+        }
     }
 
     fn live(&self, peer: NodeId) -> Option<quinn::Connection> {
@@ -390,34 +409,53 @@ impl Cluster {
                 let accepted =
                     tokio::time::timeout(HELLO_TIMEOUT, cluster.accept_hello(&connection))
                         .await
-                        .unwrap_or_else(|_| Err("no hello in time".to_string()));
+                        .unwrap_or_else(|_| {
+                            Err(HelloError::Refused("no hello in time".to_string()))
+                        });
                 match accepted {
                     Ok(peer) => {
                         cluster.adopt(peer, &connection);
                         cluster.serve_streams(peer, connection).await;
                     }
-                    Err(reason) => {
+                    Err(HelloError::Refused(reason)) => {
                         cluster.refuse(&connection, connection.remote_address(), &reason)
                     }
+                    // The dialler went away before its hello (it crashed, or gave up): no refusal.
+                    Err(HelloError::Lost(reason)) => tracing::debug!(
+                        peer_addr = %connection.remote_address(),
+                        %reason,
+                        "cluster connection lost before its hello"
+                    ),
                 }
             });
         }
     }
 
     /// The acceptor's side of the hellos: the dialler's first, then ours.
-    async fn accept_hello(&self, connection: &quinn::Connection) -> Result<NodeId, String> {
+    async fn accept_hello(&self, connection: &quinn::Connection) -> Result<NodeId, HelloError> {
+        let lost = |error: String| HelloError::Lost(error);
         let (mut send, mut recv) = connection
             .accept_bi()
             .await
-            .map_err(|error| error.to_string())?;
-        let body = read_frame(&mut recv, &self.inner.metrics).await?;
-        let peer = self.check_hello(connection, &body, Role::Client, None)?;
-        let hello = self.hello(connection, Role::Server)?;
+            .map_err(|error| lost(error.to_string()))?;
+        let body = read_frame(&mut recv, &self.inner.metrics)
+            .await
+            .map_err(|reason| match connection.close_reason() {
+                Some(_) => HelloError::Lost(reason),
+                // A stream that ended without a whole hello on a live connection: a missing proof.
+                None => HelloError::Refused(format!("no hello: {reason}")),
+            })?;
+        let peer = self
+            .check_hello(connection, &body, Role::Client, None)
+            .map_err(HelloError::Refused)?;
+        let hello = self
+            .hello(connection, Role::Server)
+            .map_err(HelloError::Refused)?;
         let framed = frame(&hello.encode()).expect("a hello is far below the frame limit");
         send.write_all(&framed)
             .await
-            .map_err(|error| error.to_string())?;
-        send.finish().map_err(|error| error.to_string())?;
+            .map_err(|error| lost(error.to_string()))?;
+        send.finish().map_err(|error| lost(error.to_string()))?;
         Ok(peer)
     }
 
@@ -461,6 +499,14 @@ impl Cluster {
             }
         }
     }
+}
+
+/// Why an accepted connection's hello did not pass.
+enum HelloError {
+    /// A wrong or missing proof, or an unknown id: refused, logged and counted.
+    Refused(String),
+    /// The connection went away first.
+    Lost(String),
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
