@@ -90,6 +90,13 @@ pub struct ClusterConfig {
     /// The cluster secret peers prove to each other (`NARAD_CLUSTER_SECRET`, environment only).
     #[serde(skip)]
     pub secret: Option<String>,
+    /// Mutual TLS under an operator CA: this node's certificate (PEM, its chain), naming the host its
+    /// peers dial (`NARAD_CLUSTER_TLS_CERT_FILE`). With `tls_key_file` and `tls_ca_file`: all or none.
+    pub tls_cert_file: String,
+    /// Its private key (PEM) (`NARAD_CLUSTER_TLS_KEY_FILE`).
+    pub tls_key_file: String,
+    /// The operator CA (PEM) every peer's certificate must chain to (`NARAD_CLUSTER_TLS_CA_FILE`).
+    pub tls_ca_file: String,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -99,6 +106,9 @@ impl std::fmt::Debug for ClusterConfig {
             .field("addr", &self.addr)
             .field("peers", &self.peers)
             .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -133,6 +143,17 @@ impl ClusterConfig {
             }
         }
         Ok(peers)
+    }
+
+    /// The operator CA's files (certificate, key, CA) when mutual TLS is configured.
+    pub fn operator_tls(&self) -> Option<(&Path, &Path, &Path)> {
+        (!self.tls_cert_file.is_empty()).then(|| {
+            (
+                Path::new(&self.tls_cert_file),
+                Path::new(&self.tls_key_file),
+                Path::new(&self.tls_ca_file),
+            )
+        })
     }
 
     /// Whether this node is a cluster member (peers are set).
@@ -206,6 +227,9 @@ impl Default for ClusterConfig {
             addr: CLUSTER_ADDR_DEFAULT.to_string(),
             peers: String::new(),
             secret: None,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            tls_ca_file: String::new(),
         }
     }
 }
@@ -320,6 +344,18 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
     ("NARAD_CLUSTER_SECRET", |config, value| {
         config.cluster.secret = Some(value.to_string());
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_TLS_CERT_FILE", |config, value| {
+        config.cluster.tls_cert_file = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_TLS_KEY_FILE", |config, value| {
+        config.cluster.tls_key_file = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_TLS_CA_FILE", |config, value| {
+        config.cluster.tls_ca_file = value.to_string();
         Ok(())
     }),
     ("NARAD_DATA_DIR", |config, value| {
@@ -525,6 +561,18 @@ impl Config {
             ));
         }
         cluster.socket_addr()?;
+        let tls_files = [
+            &cluster.tls_cert_file,
+            &cluster.tls_key_file,
+            &cluster.tls_ca_file,
+        ];
+        let given = tls_files.iter().filter(|file| !file.is_empty()).count();
+        if given != 0 && given != tls_files.len() {
+            return Err(ConfigError::Invalid(
+                "cluster.tls_cert_file, tls_key_file and tls_ca_file go together: all or none"
+                    .to_string(),
+            ));
+        }
         match &cluster.secret {
             Some(secret) if !secret.is_empty() => {}
             Some(_) | None => {
@@ -784,6 +832,24 @@ mod tests {
         assert!(Config::load(&flags, &env_of(&bad)).is_err());
         bad[2].1 = "x@127.0.0.1:7961";
         assert!(Config::load(&flags, &env_of(&bad)).is_err());
+        // The operator CA's files: all or none.
+        let mut partial = member_env(Some("s"));
+        partial.push(("NARAD_CLUSTER_TLS_CERT_FILE", "/etc/narad/node.pem"));
+        let error = Config::load(&flags, &env_of(&partial)).unwrap_err();
+        assert!(error.to_string().contains("all or none"), "{error}");
+        partial.push(("NARAD_CLUSTER_TLS_KEY_FILE", "/etc/narad/node.key"));
+        partial.push(("NARAD_CLUSTER_TLS_CA_FILE", "/etc/narad/ca.pem"));
+        let config = Config::load(&flags, &env_of(&partial)).unwrap();
+        assert_eq!(
+            config
+                .cluster
+                .operator_tls()
+                .map(|(cert, _, ca)| (cert, ca)),
+            Some((
+                Path::new("/etc/narad/node.pem"),
+                Path::new("/etc/narad/ca.pem")
+            ))
+        );
         // The secret is not a file key.
         let file = Config::from_toml("[cluster]\nsecret = \"s\"\n", Path::new("f.toml"));
         assert!(file.is_err());

@@ -109,7 +109,11 @@ fn cluster_setup(config: &Config) -> anyhow::Result<(Option<node::ClusterSetup>,
         peers,
         secret: cluster.secret.clone().unwrap_or_default().into_bytes(),
     };
-    let identity = crate::cluster::tls::NodeIdentity::load_or_create(&config.storage.data_dir)?;
+    use crate::cluster::tls::{NodeIdentity, OperatorTls, TlsIdentity};
+    let identity = match cluster.operator_tls() {
+        Some((cert, key, ca)) => TlsIdentity::Operator(OperatorTls::load(cert, key, ca)?),
+        None => TlsIdentity::SelfSigned(NodeIdentity::load_or_create(&config.storage.data_dir)?),
+    };
     Ok((
         Some(node::ClusterSetup { options, identity }),
         Some(cluster.addr.clone()),

@@ -38,7 +38,7 @@ use narad_core::ids::NodeId;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 
 use self::auth::{Role, AUTH_LABEL, EXPORTER_BYTES};
-use self::tls::{NodeIdentity, TlsError, SERVER_NAME};
+use self::tls::{TlsError, TlsIdentity};
 use crate::http::BoxFuture;
 use crate::metrics::{Metrics, OpLabels};
 
@@ -138,6 +138,8 @@ struct Inner {
     /// One dial at a time per peer.
     dials: HashMap<NodeId, tokio::sync::Mutex<()>>,
     inbound: OnceLock<Arc<dyn Inbound>>,
+    /// Mutual TLS under an operator CA: dials ask for the peer's host as the server name.
+    operator_tls: bool,
 }
 
 impl Cluster {
@@ -145,15 +147,15 @@ impl Cluster {
     /// [`Cluster::serve`] names their handler are dropped (the peer times out and retries).
     pub fn bind(
         options: ClusterOptions,
-        identity: &NodeIdentity,
+        identity: &TlsIdentity,
         metrics: Arc<Metrics>,
     ) -> Result<Cluster, ClusterError> {
         let transport = Arc::new(transport_config());
-        let server_crypto = QuicServerConfig::try_from(tls::server_config(identity)?)
+        let server_crypto = QuicServerConfig::try_from(identity.server_config()?)
             .map_err(|error| TlsError::Config(error.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(server_crypto));
         server.transport_config(transport.clone());
-        let client_crypto = QuicClientConfig::try_from(tls::client_config()?)
+        let client_crypto = QuicClientConfig::try_from(identity.client_config()?)
             .map_err(|error| TlsError::Config(error.to_string()))?;
         let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
         client.transport_config(transport);
@@ -179,6 +181,7 @@ impl Cluster {
                 connections: Mutex::new(HashMap::new()),
                 dials,
                 inbound: OnceLock::new(),
+                operator_tls: matches!(identity, TlsIdentity::Operator(_)),
             }),
         };
         let accepting = cluster.clone();
@@ -321,10 +324,20 @@ impl Cluster {
             .get(&peer)
             .ok_or(RpcError::UnknownPeer(peer))?;
         let addr = resolve(addr_text).await.map_err(unreachable)?;
+        let host = addr_text
+            .rsplit_once(':')
+            .map_or(addr_text.as_str(), |(host, _)| host)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let server_name = if self.inner.operator_tls {
+            host
+        } else {
+            tls::SERVER_NAME
+        };
         let connecting = self
             .inner
             .endpoint
-            .connect(addr, SERVER_NAME)
+            .connect(addr, server_name)
             .map_err(|error| unreachable(error.to_string()))?;
         let connection = connecting
             .await

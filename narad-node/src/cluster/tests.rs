@@ -16,6 +16,16 @@ fn free_udp_port() -> SocketAddr {
 }
 
 fn start(node: u32, addrs: &[SocketAddr], secret: &[u8]) -> (Cluster, Arc<Metrics>) {
+    let identity = TlsIdentity::SelfSigned(tls::NodeIdentity::generate().unwrap());
+    start_with(node, addrs, secret, &identity)
+}
+
+fn start_with(
+    node: u32,
+    addrs: &[SocketAddr],
+    secret: &[u8],
+    identity: &TlsIdentity,
+) -> (Cluster, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     let peers = addrs
         .iter()
@@ -28,8 +38,7 @@ fn start(node: u32, addrs: &[SocketAddr], secret: &[u8]) -> (Cluster, Arc<Metric
         peers,
         secret: secret.to_vec(),
     };
-    let identity = NodeIdentity::generate().unwrap();
-    let cluster = Cluster::bind(options, &identity, metrics.clone()).unwrap();
+    let cluster = Cluster::bind(options, identity, metrics.clone()).unwrap();
     cluster.serve(Arc::new(Echo));
     (cluster, metrics)
 }
@@ -95,4 +104,66 @@ async fn a_frame_over_16_mib_is_refused_before_sending() {
     assert_eq!(metrics.cluster_frames_refused.get(), 1);
     // Nothing was dialled for it.
     assert!(one.live(NodeId(2)).is_none());
+}
+
+/// A CA and, for each name in `nodes`, a certificate it signed naming 127.0.0.1, as PEM files.
+fn operator_ca(dir: &std::path::Path, nodes: &[&str]) -> std::path::PathBuf {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    for node in nodes {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        std::fs::write(dir.join(format!("{node}.pem")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{node}.key")), key.serialize_pem()).unwrap();
+    }
+    ca_path
+}
+
+fn operator(dir: &std::path::Path, node: &str, ca: &std::path::Path) -> TlsIdentity {
+    let cert = dir.join(format!("{node}.pem"));
+    let key = dir.join(format!("{node}.key"));
+    TlsIdentity::Operator(tls::OperatorTls::load(&cert, &key, ca).unwrap())
+}
+
+#[tokio::test]
+async fn under_an_operator_ca_peers_need_its_certificates_and_the_secret() {
+    let ours = tempfile::tempdir().unwrap();
+    let ca = operator_ca(ours.path(), &["one", "two"]);
+    let theirs = tempfile::tempdir().unwrap();
+    let other_ca = operator_ca(theirs.path(), &["three"]);
+    let addrs = [free_udp_port(), free_udp_port(), free_udp_port()];
+    let (one, _) = start_with(1, &addrs, b"secret", &operator(ours.path(), "one", &ca));
+    let (_two, _) = start_with(2, &addrs, b"secret", &operator(ours.path(), "two", &ca));
+    let answer = one
+        .call(NodeId(2), "test", b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(answer, [&1u32.to_be_bytes()[..], b"ping"].concat());
+    // The secret, but a certificate from another CA: the handshake fails before any hello.
+    let (three, _) = start_with(
+        3,
+        &addrs,
+        b"secret",
+        &operator(theirs.path(), "three", &other_ca),
+    );
+    let refused = three
+        .call(NodeId(1), "test", b"ping", Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(refused, Err(RpcError::Unreachable { .. })),
+        "{refused:?}"
+    );
+    // A self-signed node is refused by the CA's members too.
+    let (four, _) = start(3, &[addrs[0], addrs[1], free_udp_port()], b"secret");
+    assert!(four
+        .call(NodeId(1), "test", b"ping", Duration::from_secs(5))
+        .await
+        .is_err());
 }

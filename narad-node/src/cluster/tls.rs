@@ -2,6 +2,11 @@
 //! data directory, and the rustls configurations quinn runs on (TLS 1.3, ring, ALPN
 //! [`ALPN`]).
 //!
+//! With an operator CA ([`OperatorTls`]: `cluster.tls_cert_file`, `tls_key_file`, `tls_ca_file`) the
+//! peers authenticate each other by mutual TLS as well: each presents its certificate from that CA,
+//! which must name the host its peers dial (a DNS or IP subject alternative name), and checks the
+//! other's. The secret's proof is required either way.
+//!
 //! Decision: a peer's self-signed certificate is not checked against anything. Who a peer is comes
 //! from its proof of the cluster secret over this connection's exporter value (`auth.rs`), which a
 //! man in the middle cannot produce; the certificate only keys the TLS session. The handshake's
@@ -12,6 +17,7 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
@@ -177,5 +183,98 @@ impl ServerCertVerifier for PeerCertificate {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
+    }
+}
+
+/// This node's certificate chain and key from an operator CA, and that CA: mutual TLS.
+#[derive(Debug)]
+pub struct OperatorTls {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<rustls::RootCertStore>,
+}
+
+impl OperatorTls {
+    /// Reads the PEM files: this node's certificate (chain), its key, and the CA.
+    pub fn load(cert: &Path, key: &Path, ca: &Path) -> Result<OperatorTls, TlsError> {
+        let pem = |path: &Path, error: rustls::pki_types::pem::Error| {
+            TlsError::Config(format!("{}: {error}", path.display()))
+        };
+        let chain = CertificateDer::pem_file_iter(cert)
+            .map_err(|error| pem(cert, error))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| pem(cert, error))?;
+        if chain.is_empty() {
+            return Err(TlsError::Config(format!(
+                "{}: no certificate",
+                cert.display()
+            )));
+        }
+        let key_der = PrivateKeyDer::from_pem_file(key).map_err(|error| pem(key, error))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for authority in CertificateDer::pem_file_iter(ca).map_err(|error| pem(ca, error))? {
+            let authority = authority.map_err(|error| pem(ca, error))?;
+            roots
+                .add(authority)
+                .map_err(|error| TlsError::Config(format!("{}: {error}", ca.display())))?;
+        }
+        if roots.is_empty() {
+            return Err(TlsError::Config(format!(
+                "{}: no CA certificate",
+                ca.display()
+            )));
+        }
+        Ok(OperatorTls {
+            chain,
+            key: key_der,
+            roots: Arc::new(roots),
+        })
+    }
+}
+
+/// How a node proves who it is in TLS.
+#[derive(Debug)]
+pub enum TlsIdentity {
+    /// Its self-signed certificate (identity comes from the secret's proof alone).
+    SelfSigned(NodeIdentity),
+    /// Mutual TLS under an operator CA (and the secret's proof).
+    Operator(OperatorTls),
+}
+
+impl TlsIdentity {
+    /// The server side's configuration.
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        let OperatorTls { chain, key, roots } = match self {
+            TlsIdentity::SelfSigned(identity) => return server_config(identity),
+            TlsIdentity::Operator(operator) => operator,
+        };
+        let verifier =
+            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                .build()
+                .map_err(|error| TlsError::Config(error.to_string()))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|error| TlsError::Config(error.to_string()))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(|error| TlsError::Config(error.to_string()))?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
+    }
+
+    /// The client side's configuration.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, TlsError> {
+        let OperatorTls { chain, key, roots } = match self {
+            TlsIdentity::SelfSigned(_) => return client_config(),
+            TlsIdentity::Operator(operator) => operator,
+        };
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|error| TlsError::Config(error.to_string()))?
+            .with_root_certificates(roots.clone())
+            .with_client_auth_cert(chain.clone(), key.clone_key())
+            .map_err(|error| TlsError::Config(error.to_string()))?;
+        config.alpn_protocols = vec![ALPN.to_vec()];
+        Ok(config)
     }
 }

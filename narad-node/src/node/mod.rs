@@ -85,8 +85,8 @@ pub struct NodeOptions {
 pub struct ClusterSetup {
     /// The transport's address, peers and secret.
     pub options: crate::cluster::ClusterOptions,
-    /// This node's certificate.
-    pub identity: crate::cluster::tls::NodeIdentity,
+    /// This node's certificate (self-signed, or from an operator CA).
+    pub identity: crate::cluster::tls::TlsIdentity,
 }
 
 /// The metastore's voters among a cluster's members: the first three by id; the others are learners.
