@@ -66,6 +66,21 @@ fn wait_acked(producers: &Producers, at_least: u64, what: &str) {
     );
 }
 
+/// A stretch of load on every member (every kind of producer), stopped once each group has
+/// [`STRETCH`] more records acknowledged; returns once every backlog drained.
+fn load_every_member(cluster: &Cluster, topic: &str, ledger: &SharedLedger, what: &str) {
+    let groups: Vec<Producers> = cluster
+        .ids()
+        .into_iter()
+        .map(|id| producers_on(cluster, id, topic, ledger))
+        .collect();
+    wait_each_acked_more(&groups.iter().collect::<Vec<_>>(), STRETCH, what);
+    for producers in groups {
+        producers.stop();
+    }
+    cluster.wait_backlogs_drained();
+}
+
 /// Waits until every group has `more` records acknowledged beyond what it had.
 fn wait_each_acked_more(groups: &[&Producers], more: u64, what: &str) {
     for (index, producers) in groups.iter().enumerate() {
@@ -493,20 +508,7 @@ fn delete_and_recreate_keeps_incarnations_apart() {
     let ledger = SharedLedger::new();
 
     // The first incarnation: records on every partition, all visible.
-    let groups: Vec<Producers> = cluster
-        .ids()
-        .into_iter()
-        .map(|id| producers_on(&cluster, id, TOPIC, &ledger))
-        .collect();
-    wait_each_acked_more(
-        &groups.iter().collect::<Vec<_>>(),
-        STRETCH,
-        "first incarnation",
-    );
-    for producers in groups {
-        producers.stop();
-    }
-    cluster.wait_backlogs_drained();
+    load_every_member(&cluster, TOPIC, &ledger, "first incarnation");
     let old = replay_through(&cluster, 2, TOPIC);
     assert_ledger_ok(&ledger, &old, "the first incarnation");
     // More records right before the delete, some likely still undispatched when it lands: they are
@@ -549,20 +551,7 @@ fn delete_and_recreate_keeps_incarnations_apart() {
     }
 
     // The second incarnation.
-    let groups: Vec<Producers> = cluster
-        .ids()
-        .into_iter()
-        .map(|id| producers_on(&cluster, id, TOPIC, &ledger))
-        .collect();
-    wait_each_acked_more(
-        &groups.iter().collect::<Vec<_>>(),
-        STRETCH,
-        "second incarnation",
-    );
-    for producers in groups {
-        producers.stop();
-    }
-    cluster.wait_backlogs_drained();
+    load_every_member(&cluster, TOPIC, &ledger, "second incarnation");
     let new = replay_incarnation(cluster.node(1).addr(), TOPIC, incarnation, PARTITIONS)
         .unwrap_or_else(|error| panic!("replay of the recreated topic failed: {error}"));
     // A record of the first incarnation served here is misplaced; the first incarnation's records

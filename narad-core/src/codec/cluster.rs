@@ -441,12 +441,13 @@ pub enum ControlAnswer {
     /// The request is not valid here.
     BadRequest(String),
     /// A partition's storage figures.
-    Stat(WireStat),
+    Stat(PartitionStat),
 }
 
-/// A partition's storage figures, as its owner reports them.
+/// A partition's storage figures, as `GET /v1/topics/{t}` reports them (and an owner answers a
+/// [`Control::Stat`] with). A partition with no log yet reports all zeros.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireStat {
+pub struct PartitionStat {
     /// Segment files.
     pub segments: u64,
     /// Oldest retained offset.

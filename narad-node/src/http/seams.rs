@@ -91,22 +91,7 @@ pub trait PartitionReader: Send + Sync {
     ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>>;
 }
 
-/// One partition's storage figures, as `GET /v1/topics/{t}` reports them.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PartitionStat {
-    /// Segment files.
-    pub segments: u64,
-    /// Oldest retained offset.
-    pub oldest_offset: Offset,
-    /// The offset the next record will take.
-    pub next_offset: Offset,
-    /// The visibility boundary.
-    pub high_watermark: Offset,
-    /// Bytes on disk.
-    pub size_bytes: u64,
-    /// When the oldest segment was created, Unix s (omitted when unknown).
-    pub oldest_segment_at_s: Option<u64>,
-}
+pub use narad_core::codec::cluster::PartitionStat;
 
 /// Storage figures of partitions. A partition with no log yet reports all zeros.
 pub trait PartitionStats: Send + Sync {

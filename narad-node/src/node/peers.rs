@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use narad_core::codec::cluster::{
     CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer,
-    ReplayRecord, Request, WireRecord, WireStat,
+    ReplayRecord, Request, WireRecord,
 };
 use narad_core::dispatcher::{CommitFailure, CommitOwner, SendCommit};
 use narad_core::ids::{NodeId, Offset, PartitionId};
@@ -451,15 +451,7 @@ async fn control_answer(
                 name: topic,
                 id: topic_id,
             };
-            let stat = partitions.stat(&key, partition).await;
-            ControlAnswer::Stat(WireStat {
-                segments: stat.segments,
-                oldest_offset: stat.oldest_offset,
-                next_offset: stat.next_offset,
-                high_watermark: stat.high_watermark,
-                size_bytes: stat.size_bytes,
-                oldest_segment_at_s: stat.oldest_segment_at_s,
-            })
+            ControlAnswer::Stat(partitions.stat(&key, partition).await)
         }
     }
 }
@@ -476,6 +468,18 @@ pub struct ForwardingReader {
     pub metastore: Metastore,
 }
 
+impl ForwardingReader {
+    /// The partition's owner when it is another node, and whether membership reports it alive.
+    fn remote_owner(&self, topic: &TopicKey, partition: PartitionId) -> Option<(NodeId, bool)> {
+        let view = self.metastore.view();
+        let owner = view
+            .state
+            .topic(&topic.name)
+            .and_then(|record| record.owner_of(partition))?;
+        (owner != self.cluster.node()).then(|| (owner, view.state.is_alive(owner)))
+    }
+}
+
 impl PartitionReader for ForwardingReader {
     fn read(
         &self,
@@ -483,18 +487,11 @@ impl PartitionReader for ForwardingReader {
         partition: PartitionId,
         offset: Offset,
     ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>> {
-        let view = self.metastore.view();
-        let owner = view
-            .state
-            .topic(&topic.name)
-            .and_then(|record| record.owner_of(partition));
-        let owner = match owner {
-            Some(owner) if owner != self.cluster.node() => owner,
-            _ => return PartitionReader::read(&self.local, topic, partition, offset),
+        let owner = match self.remote_owner(topic, partition) {
+            Some((owner, true)) => owner,
+            Some((_, false)) => return Box::pin(std::future::ready(Ok(ReadOutcome::OwnerDown))),
+            None => return PartitionReader::read(&self.local, topic, partition, offset),
         };
-        if !view.state.is_alive(owner) {
-            return Box::pin(std::future::ready(Ok(ReadOutcome::OwnerDown)));
-        }
         let body = Control::Replay {
             topic: topic.name.clone(),
             topic_id: topic.id,
@@ -540,15 +537,12 @@ impl PartitionStats for ForwardingReader {
         topic: &TopicKey,
         partition: PartitionId,
     ) -> BoxFuture<'_, PartitionStat> {
-        let view = self.metastore.view();
-        let owner = view
-            .state
-            .topic(&topic.name)
-            .and_then(|record| record.owner_of(partition));
-        let owner = match owner {
-            Some(owner) if owner != self.cluster.node() && view.state.is_alive(owner) => owner,
+        let owner = match self.remote_owner(topic, partition) {
+            Some((owner, true)) => owner,
             // Owned here, unassigned, or its owner is dead: what this node holds (zeros when none).
-            _ => return PartitionStats::partition_stat(&self.local, topic, partition),
+            Some((_, false)) | None => {
+                return PartitionStats::partition_stat(&self.local, topic, partition)
+            }
         };
         let body = Control::Stat {
             topic: topic.name.clone(),
@@ -560,14 +554,7 @@ impl PartitionStats for ForwardingReader {
         Box::pin(async move {
             let answer = cluster.call(owner, "stat", &body, STAT_TIMEOUT).await;
             match answer.map(|bytes| ControlAnswer::decode(&bytes)) {
-                Ok(Ok(ControlAnswer::Stat(stat))) => PartitionStat {
-                    segments: stat.segments,
-                    oldest_offset: stat.oldest_offset,
-                    next_offset: stat.next_offset,
-                    high_watermark: stat.high_watermark,
-                    size_bytes: stat.size_bytes,
-                    oldest_segment_at_s: stat.oldest_segment_at_s,
-                },
+                Ok(Ok(ControlAnswer::Stat(stat))) => stat,
                 // The figures are informative: an owner that cannot answer reports zeros.
                 other => {
                     tracing::debug!(%owner, ?other, "partition figures not forwarded");
