@@ -5,9 +5,10 @@
 //!
 //! # Contract
 //! - **Views.** Each combiner's [`TopicView`] is [`owner_view`] of the replica state last fed
-//!   ([`OwnerInput::Replica`]). A combiner exists for every partition of every topic the replica holds
-//!   (so every log opens at once, and at start-up before the node turns ready), and on demand for a
-//!   commit or read naming any other (topic, partition), whose view then says the name is absent.
+//!   ([`OwnerInput::Replica`]). A combiner exists for every partition this node owns of every topic
+//!   the replica holds (so its logs open at once, and at start-up before the node turns ready), and
+//!   on demand for a commit or read naming any other (topic, partition), whose view then says the
+//!   name is absent or not owned here. A peer's partitions open no log here.
 //! - **Commits** go to their partition's combiner and are answered [`OwnerOutput::Committed`] with
 //!   the combiner's outcome; an abandoned batch is left out if its cycle has not started.
 //! - **Reads** of an incarnation that is not the live one here are answered
@@ -389,7 +390,10 @@ impl Owner {
         for topic in topics {
             let name: Arc<str> = Arc::from(topic.name.as_str());
             for index in 0..topic.partitions() {
-                self.ensure(&name, PartitionId(index));
+                // Only this node's partitions: a peer's are committed and read on the peer.
+                if topic.owner_of(PartitionId(index)) == Some(self.config.node) {
+                    self.ensure(&name, PartitionId(index));
+                }
             }
         }
         let keys: Vec<LogKey> = self.slots.keys().copied().collect();

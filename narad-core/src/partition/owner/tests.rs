@@ -112,6 +112,19 @@ fn live_id(state: &MetaState, name: &str) -> TopicId {
     state.topic(name).expect("created").id
 }
 
+/// How many partitions of the topics `names` are assigned to this node.
+fn owned_count(state: &MetaState, names: &[&str]) -> usize {
+    names
+        .iter()
+        .map(|name| {
+            let record = state.topic(name).expect("created");
+            (0..record.partitions())
+                .filter(|partition| record.owner_of(PartitionId(*partition)) == Some(HERE))
+                .count()
+        })
+        .sum()
+}
+
 /// A partition of `name` assigned to this node.
 fn owned_here(state: &MetaState, name: &str) -> PartitionId {
     let record = state.topic(name).expect("created");
@@ -155,10 +168,13 @@ fn owner_view_owns_an_absent_name_and_only_the_partitions_assigned_here() {
 }
 
 #[test]
-fn every_partition_of_the_replica_gets_a_log_that_opens() {
+fn every_partition_owned_here_gets_a_log_that_opens_and_a_peer_s_none() {
     let mut h = Harness::new();
-    h.replica(&[create("t", 3), create("u", 3)]);
-    assert_eq!(h.owner.status().opening, 6);
+    let commands = [create("t", 3), create("u", 3)];
+    h.replica(&commands);
+    let here = owned_count(&state(&commands), &["t", "u"]);
+    assert!((1..6).contains(&here), "both members own some: {here}");
+    assert_eq!(h.owner.status().opening, here);
     h.run_all();
     let opened = h
         .take()
@@ -173,7 +189,7 @@ fn every_partition_of_the_replica_gets_a_log_that_opens() {
             )
         })
         .count();
-    assert_eq!(opened, 6);
+    assert_eq!(opened, here);
     assert_eq!(h.owner.status(), OwnerStatus::default());
 }
 
@@ -272,13 +288,14 @@ fn a_deleted_topic_s_log_files_are_removed_and_its_idle_combiner_dropped() {
             )
         })
         .count();
-    assert_eq!(removed, 3, "{outputs:?}");
+    let owned = owned_count(&state(&commands), &["t"]);
+    assert_eq!(removed, owned, "{outputs:?}");
     let forgotten = outputs
         .iter()
         .filter(|output| matches!(output, OwnerOutput::Forget { .. }))
         .count();
     assert_eq!(
-        forgotten, 3,
+        forgotten, owned,
         "every combiner is dropped once its removal ran"
     );
     assert!(crate::disk::Disk::list(&h.disk, &dir)
