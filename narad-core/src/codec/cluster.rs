@@ -406,10 +406,8 @@ pub enum Control {
         topic_id: TopicId,
         /// Partition index.
         partition: PartitionId,
-        /// First offset wanted.
+        /// The offset wanted.
         offset: Offset,
-        /// Most records to return.
-        records_max: u32,
     },
     /// The storage figures of a partition this node owns (`GET /v1/topics/{t}` on another node).
     Stat {
@@ -465,8 +463,8 @@ pub struct PartitionStat {
 /// What a forwarded replay read found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplayAnswer {
-    /// Records from the asked offset, in order (at least one).
-    Records(Vec<ReplayRecord>),
+    /// The record at the asked offset.
+    Record(StoredRecord),
     /// The offset is at or past the high watermark.
     PastEnd,
     /// The offset is below the oldest retained record, or its frame is damaged.
@@ -475,16 +473,17 @@ pub enum ReplayAnswer {
     Failed(String),
 }
 
-/// One record of a forwarded replay read.
+/// A visible record read back from a partition log, as a replay read answers it (locally, or
+/// forwarded from its owner).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplayRecord {
+pub struct StoredRecord {
     /// Its offset.
     pub offset: Offset,
-    /// Its key.
+    /// The key it was produced with, if any.
     pub key: Option<Vec<u8>>,
-    /// Its payload.
+    /// The payload bytes.
     pub payload: Vec<u8>,
-    /// Commit time, Unix ms.
+    /// When the owner committed it, Unix ms.
     pub committed_at_ms: u64,
 }
 

@@ -74,6 +74,21 @@ pub const MEMBERS_MAX: usize = 1024;
 /// Longest member address, in bytes.
 pub const MEMBER_ADDR_BYTES_MAX: usize = 255;
 
+/// Voters of the metastore: the first members by id.
+pub const VOTERS_MAX: usize = 3;
+
+/// The raft configuration of a cluster of `members` at bootstrap: the first [`VOTERS_MAX`] by id are
+/// voters, the others learners (they get the log but neither vote nor count towards a quorum). Every
+/// member computes it from the same list, so all agree.
+pub fn voters_and_learners(
+    members: impl IntoIterator<Item = NodeId>,
+) -> (Vec<NodeId>, Vec<NodeId>) {
+    let members: BTreeSet<NodeId> = members.into_iter().collect();
+    let mut members: Vec<NodeId> = members.into_iter().collect();
+    let learners = members.split_off(members.len().min(VOTERS_MAX));
+    (members, learners)
+}
+
 /// Why bytes did not decode as a command or snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EncodingError {

@@ -734,3 +734,13 @@ fn new_partitions_go_to_members_alive_only() {
     let owners: BTreeSet<NodeId> = topic.owners.iter().flatten().copied().collect();
     assert_eq!(owners, BTreeSet::from([NodeId(1), NodeId(3)]));
 }
+
+#[test]
+fn the_first_three_members_by_id_vote_and_the_others_learn() {
+    let ids = |ids: &[u32]| ids.iter().copied().map(NodeId).collect::<Vec<_>>();
+    assert_eq!(
+        voters_and_learners(ids(&[5, 1, 3, 2, 1])),
+        (ids(&[1, 2, 3]), ids(&[5]))
+    );
+    assert_eq!(voters_and_learners(ids(&[2, 1])), (ids(&[1, 2]), ids(&[])));
+}

@@ -47,18 +47,7 @@ pub struct TopicKey {
     pub id: TopicId,
 }
 
-/// A visible record read back from a partition log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredRecord {
-    /// Its offset.
-    pub offset: Offset,
-    /// The key it was produced with, if any.
-    pub key: Option<Vec<u8>>,
-    /// The payload bytes.
-    pub payload: Vec<u8>,
-    /// When the owner committed it, Unix ms.
-    pub committed_at_ms: u64,
-}
+pub use narad_core::codec::cluster::StoredRecord;
 
 /// What a replay read found.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -106,8 +106,8 @@ fn schema_text(schema: Option<Box<RawValue>>) -> Result<Option<String>, Reply> {
 fn propose_error(error: ProposeError) -> Reply {
     match error {
         ProposeError::Refused(error) => topic_error(&error),
-        ProposeError::Unavailable(reason) => {
-            tracing::warn!(%reason, "metastore proposal failed");
+        error @ (ProposeError::Unavailable(_) | ProposeError::NotLeader { .. }) => {
+            tracing::warn!(reason = %error, "metastore proposal failed");
             Reply::error(503, "control plane unavailable")
         }
     }

@@ -84,9 +84,16 @@ pub enum ProposeError {
     /// The state machine refused the command (the same answer on every replica).
     #[error(transparent)]
     Refused(#[from] TopicError),
-    /// No answer: not the leader, disk failed, shutting down, or timed out (HTTP 503).
+    /// No answer: disk failed, shutting down, or timed out (HTTP 503).
     #[error("control plane unavailable: {0}")]
     Unavailable(String),
+    /// This replica does not lead; `leader` is the one it knows of. Only [`Metastore::propose_here`]
+    /// answers it: [`Metastore::propose`] forwards to that leader instead (HTTP 503 if it surfaces).
+    #[error("control plane unavailable: not the metastore leader (leader: {leader:?})")]
+    NotLeader {
+        /// The leader this replica knows of.
+        leader: Option<NodeId>,
+    },
 }
 
 /// What the local replica shows.
@@ -104,7 +111,7 @@ pub struct MetaView {
     pub leader: Option<NodeId>,
     /// The replica's raft term.
     pub term: u64,
-    /// The replica's raft commit index.
+    /// The replica's raft commit index when the view was published.
     pub commit_index: u64,
 }
 
@@ -292,8 +299,8 @@ impl Metastore {
         let deadline = tokio::time::Instant::now() + PROPOSE_TIMEOUT;
         loop {
             let leader = match self.propose_here(command.clone()).await {
-                Err(ProposeError::Unavailable(reason)) if reason.starts_with(NOT_LEADER) => {
-                    self.view().leader.filter(|leader| *leader != self.node)
+                Err(ProposeError::NotLeader { leader }) => {
+                    leader.filter(|leader| *leader != self.node)
                 }
                 outcome => return outcome,
             };
@@ -302,8 +309,8 @@ impl Metastore {
                 let forwarded =
                     tokio::time::timeout(left, peers.propose_at(leader, command.encode())).await;
                 match forwarded {
-                    Ok(Err(ProposeError::Unavailable(reason)))
-                        if reason.starts_with(NOT_LEADER) => {}
+                    // It stopped leading meanwhile: ask again once the new leader is known.
+                    Ok(Err(ProposeError::NotLeader { .. })) => {}
                     Ok(outcome) => return outcome,
                     Err(_) => break,
                 }
@@ -399,7 +406,8 @@ impl Metastore {
                     tracing::error!(%error, "the metastore refused this node as a member");
                     return;
                 }
-                Err(ProposeError::Unavailable(reason)) => {
+                Err(error @ (ProposeError::Unavailable(_) | ProposeError::NotLeader { .. })) => {
+                    let reason = error.to_string();
                     if self.view().failed.is_some() || self.requests.is_closed() {
                         tracing::error!(%reason, "could not add this node to the metastore members");
                         return;
@@ -491,17 +499,11 @@ fn recovered_log(recovered: Recovered) -> RecoveredLog {
     }
 }
 
-/// How an "unavailable" answer that a leader elsewhere could take starts.
-const NOT_LEADER: &str = "not the metastore leader";
-
 /// The caller's form of the replica's answer: only the state machine's refusals are not "unavailable".
 fn propose_error(error: ProposalError) -> ProposeError {
     match error {
         ProposalError::Refused(refusal) => ProposeError::Refused(refusal),
-        ProposalError::NotLeader { leader } => ProposeError::Unavailable(format!(
-            "{NOT_LEADER} (leader: {})",
-            leader.map_or("none known".to_string(), |leader| leader.to_string())
-        )),
+        ProposalError::NotLeader { leader } => ProposeError::NotLeader { leader },
         error @ (ProposalError::TooLarge { .. }
         | ProposalError::Overloaded
         | ProposalError::Dropped
@@ -676,10 +678,10 @@ impl MetaHost {
                 None => tracing::error!(to, "a raft message for a peer on a single node"),
             }
         }
+        // A new leader or term is published at once (forwarding and `/v1/cluster/members` read it);
+        // the commit index rides along with the next publish, as every publish clones the state.
         let view = self.view_tx.borrow().clone();
-        let moved = view.leader != self.replica.leader()
-            || view.term != self.replica.term()
-            || view.commit_index != self.replica.commit_index();
+        let moved = view.leader != self.replica.leader() || view.term != self.replica.term();
         if changed || moved {
             self.publish();
         }

@@ -89,18 +89,6 @@ pub struct ClusterSetup {
     pub identity: crate::cluster::tls::TlsIdentity,
 }
 
-/// The metastore's voters among a cluster's members: the first three by id; the others are learners.
-pub fn voters_of(members: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
-    let mut members: Vec<NodeId> = members.into_iter().collect();
-    members.sort_unstable();
-    members.dedup();
-    members.truncate(VOTERS_MAX);
-    members
-}
-
-/// Voters of the metastore (the first members by id).
-pub const VOTERS_MAX: usize = 3;
-
 /// What a test or the simulator plugs into a node: a probe, smaller files, a planted bug.
 #[derive(Clone, Debug, Default)]
 pub struct NodeHooks {
@@ -221,20 +209,13 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     #[cfg(not(madsim))]
     let cluster = match cluster {
         Some(setup) => {
-            let members: Vec<NodeId> = setup
+            let members = setup
                 .options
                 .peers
                 .keys()
                 .copied()
-                .chain(std::iter::once(node_id))
-                .collect();
-            let voters = voters_of(members.iter().copied());
-            let mut learners: Vec<NodeId> = members
-                .into_iter()
-                .filter(|member| !voters.contains(member))
-                .collect();
-            learners.sort_unstable();
-            learners.dedup();
+                .chain(std::iter::once(node_id));
+            let (voters, learners) = narad_core::metastore::voters_and_learners(members);
             let cluster =
                 crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
                     .map_err(|error| StartError::Cluster(error.to_string()))?;
@@ -279,7 +260,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             ids: narad_core::codec::cluster::IdSection::Accept,
         }));
         peers::spawn_heartbeats(cluster.clone());
-        let forwarding = Arc::new(peers::ForwardingReader {
+        let forwarding = Arc::new(peers::Forwarding {
             local: partitions.clone(),
             cluster: cluster.clone(),
             metastore: metastore.clone(),

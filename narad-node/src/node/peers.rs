@@ -1,5 +1,5 @@
 //! The node's side of the cluster transport: what it asks peers ([`RemoteTransport`] for commits,
-//! [`ClusterPeers`] for the metastore, [`ForwardingReader`] for replay reads, the heartbeats) and how
+//! [`ClusterPeers`] for the metastore, [`Forwarding`] for replay reads and partition figures, the heartbeats) and how
 //! it answers them ([`NodeInbound`]).
 //!
 //! # Owner side
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_core::codec::cluster::{
-    CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer,
-    ReplayRecord, Request, WireRecord,
+    CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer, Request,
+    WireRecord,
 };
 use narad_core::dispatcher::{CommitFailure, CommitOwner, SendCommit};
 use narad_core::ids::{NodeId, Offset, PartitionId};
@@ -39,8 +39,7 @@ use super::transport::{CommitOutcome, CommitTransport, LocalTransport};
 use crate::clock::Clock;
 use crate::cluster::{Cluster, Inbound, RpcError};
 use crate::http::{
-    BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome,
-    StoredRecord, TopicKey,
+    BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome, TopicKey,
 };
 use crate::metastore::{MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
 
@@ -419,21 +418,14 @@ async fn control_answer(
             topic_id,
             partition,
             offset,
-            records_max,
         } => {
             let key = TopicKey {
                 name: topic,
                 id: topic_id,
             };
             let read = PartitionReader::read(partitions, &key, partition, offset).await;
-            let _ = records_max;
             ControlAnswer::Replay(match read {
-                Ok(ReadOutcome::Record(record)) => ReplayAnswer::Records(vec![ReplayRecord {
-                    offset: record.offset,
-                    key: record.key,
-                    payload: record.payload,
-                    committed_at_ms: record.committed_at_ms,
-                }]),
+                Ok(ReadOutcome::Record(record)) => ReplayAnswer::Record(record),
                 Ok(ReadOutcome::PastEnd) => ReplayAnswer::PastEnd,
                 Ok(ReadOutcome::Gone) => ReplayAnswer::Gone,
                 Ok(ReadOutcome::OwnerDown | ReadOutcome::PeerFailed(_)) => {
@@ -459,7 +451,7 @@ async fn control_answer(
 /// Replay reads and storage figures: of a partition owned here from the local log, of one owned
 /// elsewhere from its owner.
 #[derive(Debug)]
-pub struct ForwardingReader {
+pub struct Forwarding {
     /// This node's partition host.
     pub local: PartitionHost,
     /// The transport to owners.
@@ -468,7 +460,7 @@ pub struct ForwardingReader {
     pub metastore: Metastore,
 }
 
-impl ForwardingReader {
+impl Forwarding {
     /// The partition's owner when it is another node, and whether membership reports it alive.
     fn remote_owner(&self, topic: &TopicKey, partition: PartitionId) -> Option<(NodeId, bool)> {
         let view = self.metastore.view();
@@ -480,7 +472,7 @@ impl ForwardingReader {
     }
 }
 
-impl PartitionReader for ForwardingReader {
+impl PartitionReader for Forwarding {
     fn read(
         &self,
         topic: &TopicKey,
@@ -497,7 +489,6 @@ impl PartitionReader for ForwardingReader {
             topic_id: topic.id,
             partition,
             offset,
-            records_max: 1,
         }
         .encode();
         let cluster = self.cluster.clone();
@@ -507,16 +498,8 @@ impl PartitionReader for ForwardingReader {
                 Err(error) => return Ok(ReadOutcome::PeerFailed(error.to_string())),
             };
             match ControlAnswer::decode(&answer) {
-                Ok(ControlAnswer::Replay(ReplayAnswer::Records(records))) => {
-                    match records.into_iter().next() {
-                        Some(record) => Ok(ReadOutcome::Record(StoredRecord {
-                            offset: record.offset,
-                            key: record.key,
-                            payload: record.payload,
-                            committed_at_ms: record.committed_at_ms,
-                        })),
-                        None => Ok(ReadOutcome::PastEnd),
-                    }
+                Ok(ControlAnswer::Replay(ReplayAnswer::Record(record))) => {
+                    Ok(ReadOutcome::Record(record))
                 }
                 Ok(ControlAnswer::Replay(ReplayAnswer::PastEnd)) => Ok(ReadOutcome::PastEnd),
                 Ok(ControlAnswer::Replay(ReplayAnswer::Gone)) => Ok(ReadOutcome::Gone),
@@ -531,7 +514,7 @@ impl PartitionReader for ForwardingReader {
 /// How long a forwarded stat may take (a topic's GET asks one per partition owned elsewhere).
 pub const STAT_TIMEOUT: Duration = Duration::from_secs(2);
 
-impl PartitionStats for ForwardingReader {
+impl PartitionStats for Forwarding {
     fn partition_stat(
         &self,
         topic: &TopicKey,

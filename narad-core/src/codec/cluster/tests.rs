@@ -201,7 +201,6 @@ fn answers_hellos_and_control_requests_round_trip() {
         topic_id: TopicId(2),
         partition: PartitionId(1),
         offset: Offset(5),
-        records_max: 100,
     };
     let body = control.encode();
     assert_eq!(

@@ -146,18 +146,23 @@ async fn a_snapshot_keeps_the_state_and_shortens_the_log() {
     );
 }
 
-#[tokio::test]
-async fn a_disk_failure_latches_proposals_but_reads_keep_serving() {
-    let disk = SimDisk::new(4);
-    let metastore = open(&disk, options()).await;
-    created_id(metastore.propose(create("a")).await);
+/// Fails the next fdatasync of the metastore log; returns the latch's message.
+fn fail_next_log_sync(disk: &SimDisk) -> String {
     disk.add_fault(FaultRule {
         path_prefix: "metastore/log".to_string(),
         kind: FaultKind::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
-    let failure = "metastore disk failure: input/output error".to_string();
+    "metastore disk failure: input/output error".to_string()
+}
+
+#[tokio::test]
+async fn a_disk_failure_latches_proposals_but_reads_keep_serving() {
+    let disk = SimDisk::new(4);
+    let metastore = open(&disk, options()).await;
+    created_id(metastore.propose(create("a")).await);
+    let failure = fail_next_log_sync(&disk);
     assert_eq!(
         metastore.propose(create("b")).await,
         Err(ProposeError::Unavailable(failure.clone()))
@@ -181,13 +186,7 @@ async fn a_read_barrier_passes_on_a_sole_voter_and_fails_once_latched() {
     metastore.read_index().await.unwrap();
     let applied = metastore.view().applied_index;
     assert!(metastore.view().state.topic("a").is_some());
-    disk.add_fault(FaultRule {
-        path_prefix: "metastore/log".to_string(),
-        kind: FaultKind::SyncEio,
-        chance_ppm: 1_000_000,
-        remaining: Some(1),
-    });
-    let failure = "metastore disk failure: input/output error".to_string();
+    let failure = fail_next_log_sync(&disk);
     assert_eq!(
         metastore.propose(create("b")).await,
         Err(ProposeError::Unavailable(failure.clone()))
