@@ -14,8 +14,8 @@
 //! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
 //!   partition (owner) host, the dispatcher's part of the ingress host and the commit transport live
 //!   there.
-//! - `cluster` (not under madsim yet): the QUIC transport between nodes, with the peers'
-//!   authentication; [`node::peers`] serves it and carries the node's calls over it.
+//! - [`cluster`]: the QUIC transport between nodes (on madsim's network under the simulator), with
+//!   the peers' authentication; [`node::peers`] serves it and carries the node's calls over it.
 //! - `server` (not under madsim): wires it all to a real listener.
 //! - [`bench`]: `narad bench`, the HTTP load generator.
 
@@ -23,7 +23,6 @@ pub mod accept_times;
 pub mod bench;
 pub mod cli;
 pub mod clock;
-#[cfg(not(madsim))]
 pub mod cluster;
 pub mod config;
 pub mod failpoints;

@@ -108,6 +108,7 @@ fn cluster_setup(config: &Config) -> anyhow::Result<(Option<node::ClusterSetup>,
         bind: cluster.socket_addr()?,
         peers,
         secret: cluster.secret.clone().unwrap_or_default().into_bytes(),
+        rng_seed: None,
     };
     use crate::cluster::tls::{NodeIdentity, OperatorTls, TlsIdentity};
     let identity = match cluster.operator_tls() {

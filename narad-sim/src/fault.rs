@@ -51,6 +51,10 @@ pub enum FaultEvent {
     Crash {
         /// When, in microseconds of simulated time.
         at_us: u64,
+        /// The node it strikes (an index into the cluster); none: the single node, or in a cluster
+        /// the raft leader when it strikes (node 0 if no leader is known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
         /// How long the node stays down.
         down_ms: u64,
     },
@@ -58,6 +62,10 @@ pub enum FaultEvent {
     Pause {
         /// When.
         at_us: u64,
+        /// The node it strikes (an index into the cluster); none: the single node, or in a cluster
+        /// the raft leader when it strikes (node 0 if no leader is known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
         /// How long.
         duration_ms: u64,
     },
@@ -65,6 +73,10 @@ pub enum FaultEvent {
     Disk {
         /// When.
         at_us: u64,
+        /// The node it strikes (an index into the cluster); none: the single node, or in a cluster
+        /// the raft leader when it strikes (node 0 if no leader is known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
         /// Which files.
         target: Target,
         /// Which error.
@@ -78,6 +90,10 @@ pub enum FaultEvent {
     SlowDisk {
         /// When.
         at_us: u64,
+        /// The node it strikes (an index into the cluster); none: the single node, or in a cluster
+        /// the raft leader when it strikes (node 0 if no leader is known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
         /// Which files.
         target: Target,
         /// Mean latency per operation.
@@ -89,6 +105,10 @@ pub enum FaultEvent {
     BitRot {
         /// When.
         at_us: u64,
+        /// The node it strikes (an index into the cluster); none: the single node, or in a cluster
+        /// the raft leader when it strikes (node 0 if no leader is known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
         /// Which files.
         target: Target,
     },
@@ -106,8 +126,38 @@ impl FaultEvent {
         }
     }
 
+    /// The node it strikes: `None` is the single node, or a cluster's leader at that instant.
+    pub fn node(&self) -> Option<u32> {
+        match self {
+            FaultEvent::Crash { node, .. }
+            | FaultEvent::Pause { node, .. }
+            | FaultEvent::Disk { node, .. }
+            | FaultEvent::SlowDisk { node, .. }
+            | FaultEvent::BitRot { node, .. } => *node,
+        }
+    }
+
+    /// Aims the event at `node`.
+    pub fn set_node(&mut self, to: Option<u32>) {
+        match self {
+            FaultEvent::Crash { node, .. }
+            | FaultEvent::Pause { node, .. }
+            | FaultEvent::Disk { node, .. }
+            | FaultEvent::SlowDisk { node, .. }
+            | FaultEvent::BitRot { node, .. } => *node = to,
+        }
+    }
+
     /// A one-line description for traces.
     pub fn describe(&self) -> String {
+        let what = self.describe_fault();
+        match self.node() {
+            Some(node) => format!("{what} node={node}"),
+            None => what,
+        }
+    }
+
+    fn describe_fault(&self) -> String {
         match self {
             FaultEvent::Crash { down_ms, .. } => format!("crash down_ms={down_ms}"),
             FaultEvent::Pause { duration_ms, .. } => format!("pause duration_ms={duration_ms}"),

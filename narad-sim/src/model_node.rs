@@ -770,6 +770,7 @@ impl SimNode for ModelNode {
             // process restart after a failed fsync would adopt bytes a power loss then takes away.
             // Its latch holds until the next crash, as it always did.
             latched: false,
+            leader: true,
         }
     }
 }

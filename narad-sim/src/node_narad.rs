@@ -33,10 +33,12 @@ use narad_core::partition::ReadError as LogReadError;
 use narad_core::planted::Plant;
 use narad_core::{Offset, PartitionId};
 use narad_node::clock::Clock;
+use narad_node::cluster::tls::{NodeIdentity, TlsIdentity};
+use narad_node::cluster::ClusterOptions;
 use narad_node::config::Config;
 use narad_node::http::{self, Body, Reply, TopicKey};
 use narad_node::node::partitions::PartitionReadError;
-use narad_node::node::{self, Node, NodeHooks, NodeOptions, StorageSizes};
+use narad_node::node::{self, ClusterSetup, Node, NodeHooks, NodeOptions, StorageSizes};
 use narad_node::probe::{Invariant, NodeProbe};
 
 use crate::seam::{
@@ -44,8 +46,8 @@ use crate::seam::{
     ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
-/// The member address the node records for itself.
-const MEMBER_ADDR: &str = "10.0.0.1:7942";
+/// The cluster secret every simulated member shares.
+const CLUSTER_SECRET: &[u8] = b"narad-sim-cluster-secret";
 
 /// The simulated disk with the harness's latency model.
 struct LatencyDisk {
@@ -62,12 +64,25 @@ impl DiskLayer for LatencyDisk {
     }
 }
 
-/// The node's probe, reporting into the harness's.
-struct ProbeBridge(Probe);
+/// The node's probe, reporting into the harness's; in a cluster each source names its node
+/// (`wal@1`).
+struct ProbeBridge {
+    probe: Probe,
+    node: Option<usize>,
+}
+
+impl ProbeBridge {
+    fn source<'a>(&self, source: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.node {
+            Some(node) => format!("{source}@{node}").into(),
+            None => source.into(),
+        }
+    }
+}
 
 impl NodeProbe for ProbeBridge {
     fn event(&self, source: &str, args: std::fmt::Arguments<'_>) {
-        self.0.event(source, args);
+        self.probe.event(&self.source(source), args);
     }
 
     fn event_fields(
@@ -76,11 +91,16 @@ impl NodeProbe for ProbeBridge {
         fields: &[narad_node::probe::TraceField<'_>],
         text: std::fmt::Arguments<'_>,
     ) {
-        self.0.event_fields(source, fields, text);
+        self.probe.event_fields(&self.source(source), fields, text);
     }
 
     fn violation(&self, invariant: Invariant, args: std::fmt::Arguments<'_>) {
-        self.0.violation(invariant.name(), args);
+        match self.node {
+            Some(node) => self
+                .probe
+                .violation(invariant.name(), format_args!("node {node}: {args}")),
+            None => self.probe.violation(invariant.name(), args),
+        }
     }
 }
 
@@ -89,6 +109,45 @@ impl NodeProbe for ProbeBridge {
 pub struct NaradSimNode {
     node: Node,
     probe: Probe,
+    /// A single node (no cluster): it leads its own metastore.
+    single: bool,
+    /// Its member id.
+    own: narad_core::NodeId,
+}
+
+/// A cluster member's transport: the run's members as peers, the shared secret, and the QUIC
+/// endpoint's randomness and the node's certificate from its seed (so every run replays).
+fn cluster_setup(
+    ctx: &NodeContext,
+    index: usize,
+    own_addr: std::net::SocketAddr,
+) -> Result<ClusterSetup, String> {
+    let peers = ctx
+        .members
+        .iter()
+        .enumerate()
+        .map(|(member, addr)| (narad_core::NodeId(member as u32 + 1), addr.to_string()))
+        .collect();
+    let seed32 = |label: &str| {
+        let mut bytes = [0u8; 32];
+        for (chunk, part) in bytes.chunks_mut(8).zip(0u64..) {
+            let word = derive_seed(ctx.seed, &format!("{label}/{}/{part}", ctx.boot));
+            chunk.copy_from_slice(&word.to_le_bytes());
+        }
+        bytes
+    };
+    let identity = NodeIdentity::from_seed(seed32("tls"))
+        .map_err(|error| format!("cluster identity: {error}"))?;
+    Ok(ClusterSetup {
+        options: ClusterOptions {
+            node: narad_core::NodeId(index as u32 + 1),
+            bind: own_addr,
+            peers,
+            secret: CLUSTER_SECRET.to_vec(),
+            rng_seed: Some(seed32("quic")),
+        },
+        identity: TlsIdentity::SelfSigned(identity),
+    })
 }
 
 /// Maps a route's answer: 2xx `Ok`, 4xx refused, anything else failed.
@@ -183,8 +242,12 @@ impl NaradSimNode {
 
     /// Traces a topic-management answer (they are rare, and their failures explain a run).
     fn admin_event(&self, what: &str, name: &str, reply: &Reply) {
+        let source = match self.single {
+            true => "node".to_string(),
+            false => format!("node@{}", self.own.0 - 1),
+        };
         self.probe.event(
-            "node",
+            &source,
             format_args!(
                 "{what} topic {name}: {} {}",
                 reply.status,
@@ -283,12 +346,26 @@ impl SimNode for NaradSimNode {
         #[cfg(not(madsim))]
         let plant = Plant::NONE;
         let hooks = NodeHooks {
-            probe: narad_node::probe::Probe::new(Arc::new(ProbeBridge(ctx.probe.clone()))),
+            probe: narad_node::probe::Probe::new(Arc::new(ProbeBridge {
+                probe: ctx.probe.clone(),
+                node: (ctx.members.len() > 1).then_some(ctx.node_id.0 as usize),
+            })),
             sizes: StorageSizes {
                 wal_segment_bytes_max: nonzero(ctx.sizes.wal_segment_bytes),
                 partition_segment_bytes_max: nonzero(ctx.sizes.partition_segment_bytes),
             },
             plant,
+        };
+        let index = ctx.node_id.0 as usize;
+        let own_addr = ctx
+            .members
+            .get(index)
+            .copied()
+            .ok_or_else(|| format!("node {index} has no member address"))?;
+        let cluster = if ctx.members.len() > 1 {
+            Some(cluster_setup(&ctx, index, own_addr)?)
+        } else {
+            None
         };
         let options = NodeOptions {
             disk: Arc::new(LatencyDisk {
@@ -298,10 +375,9 @@ impl SimNode for NaradSimNode {
             config,
             clock: Clock::start(),
             seed: derive_seed(ctx.seed, &format!("narad/{}", ctx.boot)),
-            member_addr: MEMBER_ADDR.to_string(),
+            member_addr: own_addr.to_string(),
             hooks,
-            #[cfg(not(madsim))]
-            cluster: None,
+            cluster,
         };
         let node = node::start(options)
             .await
@@ -312,6 +388,8 @@ impl SimNode for NaradSimNode {
         Ok(NaradSimNode {
             node,
             probe: ctx.probe,
+            single: ctx.members.len() <= 1,
+            own: narad_core::NodeId(index as u32 + 1),
         })
     }
 
@@ -447,7 +525,21 @@ impl SimNode for NaradSimNode {
             latched: status.wal_failed
                 || status.metastore_failed
                 || status.partitions_restart_needed > 0,
+            leader: self.single || self.node.metastore().view().leader == Some(self.own),
         }
+    }
+
+    fn owner(&self, topic: &str, partition: PartitionId) -> Option<usize> {
+        if self.single {
+            return Some(0);
+        }
+        let view = self.node.metastore().view();
+        let owner = view.state.topic(topic)?.owner_of(partition)?;
+        (owner.0 as usize).checked_sub(1)
+    }
+
+    fn nodes_max() -> u32 {
+        crate::scenario::NODES_MAX
     }
 }
 

@@ -24,6 +24,8 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 128;
 pub const PARTITIONS_MAX: u32 = 1024;
 /// Most topics a scenario may declare.
 pub const TOPICS_MAX: usize = 64;
+/// Most nodes of one simulated cluster (their addresses are 10.0.0.1 upwards).
+pub const NODES_MAX: u32 = 9;
 /// Largest payload a scenario may ask for (the /v1 single-produce limit is 1 MiB).
 pub const PAYLOAD_BYTES_MAX: u64 = 1 << 20;
 /// Most records in one batch produce (the /v1 batch limit).
@@ -119,7 +121,7 @@ pub struct Scenario {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
-    /// Number of nodes; the harness supports 1 until the cluster issue lands.
+    /// Number of nodes: 1 runs a single node; more run a cluster (at most [`NODES_MAX`]).
     pub nodes: u32,
 }
 
@@ -370,9 +372,9 @@ impl Scenario {
 
     /// Checks every limit and relation the harness relies on.
     pub fn validate(&self) -> Result<(), String> {
-        if self.topology.nodes != 1 {
+        if self.topology.nodes == 0 || self.topology.nodes > NODES_MAX {
             return Err(format!(
-                "topology.nodes = {}: only single-node scenarios are supported until the cluster issue",
+                "topology.nodes = {}: between 1 and {NODES_MAX} are supported",
                 self.topology.nodes
             ));
         }
@@ -649,8 +651,11 @@ liveness_ms = 5000
         assert!(Scenario::parse(&text).unwrap_err().contains("reversed"));
         let text = MINIMAL.replace("partitions = 4", "partitions = 0");
         assert!(Scenario::parse(&text).unwrap_err().contains("partitions"));
-        let text = MINIMAL.replace("nodes = 1", "nodes = 3");
-        assert!(Scenario::parse(&text).unwrap_err().contains("single-node"));
+        let text = MINIMAL.replace("nodes = 1", "nodes = 0");
+        assert!(Scenario::parse(&text).unwrap_err().contains("nodes"));
+        let text = MINIMAL.replace("nodes = 1", "nodes = 10");
+        assert!(Scenario::parse(&text).unwrap_err().contains("nodes"));
+        assert!(Scenario::parse(&MINIMAL.replace("nodes = 1", "nodes = 3")).is_ok());
         let text = MINIMAL.replace("chance_ppm = 1000000", "chance_ppm = 1000001");
         assert!(Scenario::parse(&text).unwrap_err().contains("chance_ppm"));
     }

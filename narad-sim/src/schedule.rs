@@ -34,7 +34,16 @@ pub fn generate(scenario: &Scenario, knobs: &Knobs, rng: &mut ChaCha8Rng) -> Vec
             break;
         }
         let kind = FaultKind::ALL[pick_weighted(rng, &knobs.fault_weights).expect("total > 0")];
-        events.push(event_of(kind, at_us, scenario, rng));
+        let mut event = event_of(kind, at_us, scenario, rng);
+        // Drawn only in a cluster, so a single node's schedules stay what they were.
+        let nodes = scenario.topology.nodes;
+        if nodes > 1 {
+            // Crashes and pauses strike the leader of the moment one time in `nodes + 1`.
+            let leader = matches!(kind, FaultKind::Crash | FaultKind::Pause)
+                && rng.random_range(0..=nodes) == nodes;
+            event.set_node((!leader).then(|| rng.random_range(0..nodes)));
+        }
+        events.push(event);
     }
     events
 }
@@ -45,6 +54,7 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
         |rng: &mut ChaCha8Rng| f.disk_targets[rng.random_range(0..f.disk_targets.len())];
     let disk = |rng: &mut ChaCha8Rng, target, error| FaultEvent::Disk {
         at_us,
+        node: None,
         target,
         error,
         chance_ppm: f.chance_ppm.draw(rng) as u32,
@@ -53,10 +63,12 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
     match kind {
         FaultKind::Crash => FaultEvent::Crash {
             at_us,
+            node: None,
             down_ms: f.down_ms.draw(rng),
         },
         FaultKind::Pause => FaultEvent::Pause {
             at_us,
+            node: None,
             duration_ms: f.pause_ms.draw(rng),
         },
         FaultKind::WalFsyncEio => disk(rng, Target::Wal, DiskError::FsyncEio),
@@ -70,6 +82,7 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
             let target = wal_or_partitions(rng);
             FaultEvent::SlowDisk {
                 at_us,
+                node: None,
                 target,
                 latency_us: f.slow_us.draw(rng),
                 duration_ms: f.episode_ms.draw(rng),
@@ -77,6 +90,7 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
         }
         FaultKind::BitRot => FaultEvent::BitRot {
             at_us,
+            node: None,
             target: f.rot_target,
         },
     }
@@ -178,6 +192,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_schedule_aims_at_its_nodes_and_sometimes_at_the_leader() {
+        let text = MINIMAL
+            .replace("nodes = 1", "nodes = 3")
+            .replace("crash = [0, 1]", "crash = 1")
+            .replace("per_minute = [0, 60]", "per_minute = 6000");
+        let scenario = Scenario::parse(&text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let knobs = scenario.draw(&mut rng);
+        let events = generate(&scenario, &knobs, &mut rng);
+        assert!(events.len() > 20);
+        let mut struck = [false; 3];
+        let mut leader = false;
+        for event in &events {
+            match event.node() {
+                Some(node) => struck[node as usize] = true,
+                None => {
+                    assert!(matches!(
+                        event,
+                        FaultEvent::Crash { .. } | FaultEvent::Pause { .. }
+                    ));
+                    leader = true;
+                }
+            }
+        }
+        assert_eq!(struck, [true; 3], "{events:?}");
+        assert!(leader, "{events:?}");
+        // A single node's events name no node.
+        let single =
+            Scenario::parse(&MINIMAL.replace("per_minute = [0, 60]", "per_minute = 6000")).unwrap();
+        let knobs = single.draw(&mut rng);
+        assert!(generate(&single, &knobs, &mut rng)
+            .iter()
+            .all(|event| event.node().is_none()));
+    }
+
+    #[test]
     fn no_rate_means_no_events() {
         let text = MINIMAL.replace("per_minute = [0, 60]", "per_minute = 0");
         let scenario = Scenario::parse(&text).unwrap();
@@ -199,10 +249,12 @@ mod tests {
             vec![
                 FaultEvent::Crash {
                     at_us: 5,
+                    node: None,
                     down_ms: 3
                 },
                 FaultEvent::Disk {
                     at_us: 9,
+                    node: None,
                     target: Target::Wal,
                     error: DiskError::FsyncEio,
                     chance_ppm: 1_000_000,

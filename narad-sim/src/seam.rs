@@ -121,6 +121,8 @@ pub struct NodeStatus {
     /// A disk failure latched a component that only a restart revives (the alert an operator acts
     /// on, e.g. `narad_ingress_wal_failed`): the harness's operator restarts the process.
     pub latched: bool,
+    /// This node is the metastore's leader (always, for a single node).
+    pub leader: bool,
 }
 
 /// The byte range `[start, end)` of the checksummed unit of a file image that holds a byte.
@@ -161,6 +163,9 @@ pub struct NodeContext {
     pub probe: Probe,
     /// File sizes the scenario asks for (0 = the node's default).
     pub sizes: NodeSizes,
+    /// Every member's cluster address, in node order (`node_id` indexes it); one entry for a single
+    /// node.
+    pub members: Vec<std::net::SocketAddr>,
 }
 
 /// File sizes a scenario overrides, so segment rolls and compaction happen within a run.
@@ -235,6 +240,17 @@ pub trait SimNode: Clone + Send + Sync + 'static {
 
     /// Readiness and the dispatch backlog.
     fn status(&self) -> impl Future<Output = NodeStatus> + Send;
+
+    /// The node (an index into [`NodeContext::members`]) that owns `partition` of `topic`, as this
+    /// node's metadata says; `None` when unknown. Reads go to the owner. A single node owns all.
+    fn owner(&self, _topic: &str, _partition: PartitionId) -> Option<usize> {
+        Some(0)
+    }
+
+    /// Most nodes this implementation can run as one cluster.
+    fn nodes_max() -> u32 {
+        1
+    }
 }
 
 /// Derives an independent seed for a named component from the run's seed (SplitMix64 finalizer over

@@ -4,9 +4,11 @@
 //! # Connections
 //! One authenticated connection per peer carries this node's calls to it; either side may have dialled
 //! it. A call uses the peer's live connection, or dials one (one dial at a time per peer). A connection
-//! the peer dialled is adopted for this node's calls too when none is live, so two nodes mostly share
-//! one connection; when both dial at once, both connections serve until one closes. Every connection's
-//! incoming streams are served, whoever dialled.
+//! the peer dialled is preferred for this node's calls from then on, so two nodes mostly share one
+//! connection, and a peer that restarted is reached on its new connection at once (the old one goes
+//! nowhere until its idle timeout: a restarted endpoint cannot reset it). A connection this node
+//! dialled is adopted when none is live; when both dial at once, both connections serve until one
+//! closes. Every connection's incoming streams are served, whoever dialled.
 //!
 //! # Authentication
 //! A connection's first stream carries a [`Hello`] each way: the dialler's first, then the
@@ -24,6 +26,8 @@
 //! writes its answer.
 
 pub mod auth;
+#[cfg(madsim)]
+pub mod sim_runtime;
 pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
@@ -66,6 +70,9 @@ pub struct ClusterOptions {
     pub peers: BTreeMap<NodeId, String>,
     /// The cluster secret.
     pub secret: Vec<u8>,
+    /// Seeds the QUIC endpoint's randomness (connection ids, packet numbers' starts), for a run that
+    /// replays; `None` draws it from the system.
+    pub rng_seed: Option<[u8; 32]>,
 }
 
 /// Why the transport could not start.
@@ -104,6 +111,33 @@ pub enum RpcError {
     /// No answer within the call's time.
     #[error("peer {0} did not answer in time")]
     Timeout(NodeId),
+}
+
+/// A QUIC endpoint on a UDP socket bound to `addr`: the OS's, on tokio.
+#[cfg(not(madsim))]
+async fn endpoint(
+    config: quinn::EndpointConfig,
+    server: quinn::ServerConfig,
+    addr: SocketAddr,
+) -> std::io::Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
+}
+
+/// A QUIC endpoint on a UDP socket bound to `addr`: madsim's, in simulated time.
+#[cfg(madsim)]
+async fn endpoint(
+    config: quinn::EndpointConfig,
+    server: quinn::ServerConfig,
+    addr: SocketAddr,
+) -> std::io::Result<quinn::Endpoint> {
+    let socket = sim_runtime::SimSocket::bind(addr).await?;
+    quinn::Endpoint::new_with_abstract_socket(
+        config,
+        Some(server),
+        socket,
+        Arc::new(sim_runtime::SimRuntime),
+    )
 }
 
 /// Serves the requests peers send: gets a request frame's body, returns the answer frame's body.
@@ -145,7 +179,7 @@ struct Inner {
 impl Cluster {
     /// Binds the cluster address and starts accepting peers. Requests that arrive before
     /// [`Cluster::serve`] names their handler are dropped (the peer times out and retries).
-    pub fn bind(
+    pub async fn bind(
         options: ClusterOptions,
         identity: &TlsIdentity,
         metrics: Arc<Metrics>,
@@ -159,8 +193,11 @@ impl Cluster {
             .map_err(|error| TlsError::Config(error.to_string()))?;
         let mut client = quinn::ClientConfig::new(Arc::new(client_crypto));
         client.transport_config(transport);
-        let mut endpoint =
-            quinn::Endpoint::server(server, options.bind).map_err(|source| ClusterError::Bind {
+        let mut endpoint_config = quinn::EndpointConfig::default();
+        endpoint_config.rng_seed(options.rng_seed);
+        let mut endpoint = endpoint(endpoint_config, server, options.bind)
+            .await
+            .map_err(|source| ClusterError::Bind {
                 addr: options.bind,
                 source,
             })?;
@@ -305,6 +342,14 @@ impl Cluster {
         }
     }
 
+    /// Makes `connection`, which `peer` just dialled and authenticated, the one calls to it use: a
+    /// peer that dials anew restarted, or lost the connection this side still holds (whose packets
+    /// now go nowhere until its idle timeout). The one it replaces is not closed: in a dial from both
+    /// sides at once, the peer may be using it.
+    fn prefer(&self, peer: NodeId, connection: &quinn::Connection) {
+        lock(&self.inner.connections).insert(peer, connection.clone());
+    }
+
     /// Adopts `connection` for calls to `peer` unless a live one is there.
     fn adopt(&self, peer: NodeId, connection: &quinn::Connection) {
         let mut connections = lock(&self.inner.connections);
@@ -427,7 +472,7 @@ impl Cluster {
                         });
                 match accepted {
                     Ok(peer) => {
-                        cluster.adopt(peer, &connection);
+                        cluster.prefer(peer, &connection);
                         cluster.serve_streams(peer, connection).await;
                     }
                     Err(HelloError::Refused(reason)) => {

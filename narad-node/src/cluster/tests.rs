@@ -15,12 +15,12 @@ fn free_udp_port() -> SocketAddr {
     socket.local_addr().unwrap()
 }
 
-fn start(node: u32, addrs: &[SocketAddr], secret: &[u8]) -> (Cluster, Arc<Metrics>) {
+async fn start(node: u32, addrs: &[SocketAddr], secret: &[u8]) -> (Cluster, Arc<Metrics>) {
     let identity = TlsIdentity::SelfSigned(tls::NodeIdentity::generate().unwrap());
-    start_with(node, addrs, secret, &identity)
+    start_with(node, addrs, secret, &identity).await
 }
 
-fn start_with(
+async fn start_with(
     node: u32,
     addrs: &[SocketAddr],
     secret: &[u8],
@@ -37,8 +37,11 @@ fn start_with(
         bind: addrs[node as usize - 1],
         peers,
         secret: secret.to_vec(),
+        rng_seed: None,
     };
-    let cluster = Cluster::bind(options, identity, metrics.clone()).unwrap();
+    let cluster = Cluster::bind(options, identity, metrics.clone())
+        .await
+        .unwrap();
     cluster.serve(Arc::new(Echo));
     (cluster, metrics)
 }
@@ -46,8 +49,8 @@ fn start_with(
 #[tokio::test]
 async fn peers_with_the_secret_call_each_other_over_one_connection() {
     let addrs = [free_udp_port(), free_udp_port()];
-    let (one, _) = start(1, &addrs, b"secret");
-    let (two, _) = start(2, &addrs, b"secret");
+    let (one, _) = start(1, &addrs, b"secret").await;
+    let (two, _) = start(2, &addrs, b"secret").await;
     let answer = one
         .call(NodeId(2), "test", b"ping", Duration::from_secs(5))
         .await
@@ -73,8 +76,8 @@ async fn peers_with_the_secret_call_each_other_over_one_connection() {
 #[tokio::test]
 async fn a_peer_without_the_secret_is_refused_and_counted_on_both_sides() {
     let addrs = [free_udp_port(), free_udp_port()];
-    let (one, one_metrics) = start(1, &addrs, b"secret");
-    let (two, two_metrics) = start(2, &addrs, b"wrong");
+    let (one, one_metrics) = start(1, &addrs, b"secret").await;
+    let (two, two_metrics) = start(2, &addrs, b"wrong").await;
     let refused = two
         .call(NodeId(1), "test", b"ping", Duration::from_secs(5))
         .await;
@@ -95,7 +98,7 @@ async fn a_peer_without_the_secret_is_refused_and_counted_on_both_sides() {
 #[tokio::test]
 async fn a_frame_over_16_mib_is_refused_before_sending() {
     let addrs = [free_udp_port(), free_udp_port()];
-    let (one, metrics) = start(1, &addrs, b"secret");
+    let (one, metrics) = start(1, &addrs, b"secret").await;
     let body = vec![0u8; 17 * 1024 * 1024];
     let refused = one
         .call(NodeId(2), "test", &body, Duration::from_secs(5))
@@ -139,8 +142,8 @@ async fn under_an_operator_ca_peers_need_its_certificates_and_the_secret() {
     let theirs = tempfile::tempdir().unwrap();
     let other_ca = operator_ca(theirs.path(), &["three"]);
     let addrs = [free_udp_port(), free_udp_port(), free_udp_port()];
-    let (one, _) = start_with(1, &addrs, b"secret", &operator(ours.path(), "one", &ca));
-    let (_two, _) = start_with(2, &addrs, b"secret", &operator(ours.path(), "two", &ca));
+    let (one, _) = start_with(1, &addrs, b"secret", &operator(ours.path(), "one", &ca)).await;
+    let (_two, _) = start_with(2, &addrs, b"secret", &operator(ours.path(), "two", &ca)).await;
     let answer = one
         .call(NodeId(2), "test", b"ping", Duration::from_secs(5))
         .await
@@ -152,7 +155,8 @@ async fn under_an_operator_ca_peers_need_its_certificates_and_the_secret() {
         &addrs,
         b"secret",
         &operator(theirs.path(), "three", &other_ca),
-    );
+    )
+    .await;
     let refused = three
         .call(NodeId(1), "test", b"ping", Duration::from_secs(5))
         .await;
@@ -161,7 +165,7 @@ async fn under_an_operator_ca_peers_need_its_certificates_and_the_secret() {
         "{refused:?}"
     );
     // A self-signed node is refused by the CA's members too.
-    let (four, _) = start(3, &[addrs[0], addrs[1], free_udp_port()], b"secret");
+    let (four, _) = start(3, &[addrs[0], addrs[1], free_udp_port()], b"secret").await;
     assert!(four
         .call(NodeId(1), "test", b"ping", Duration::from_secs(5))
         .await

@@ -91,6 +91,33 @@ impl NodeIdentity {
     }
 }
 
+impl NodeIdentity {
+    /// A self-signed Ed25519 certificate made from `seed` alone (in memory only): the same seed makes
+    /// the same certificate and key. For the simulator, whose runs must replay; Ed25519's fixed-size
+    /// signatures also keep every handshake's packet sizes the same from run to run.
+    pub fn from_seed(seed: [u8; 32]) -> Result<NodeIdentity, TlsError> {
+        // PKCS#8 v1 of an Ed25519 key (RFC 8410): a fixed prefix, then the 32-byte seed.
+        const PREFIX: [u8; 16] = [
+            0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22,
+            0x04, 0x20,
+        ];
+        let config = |error: rcgen::Error| TlsError::Config(error.to_string());
+        let mut der = PREFIX.to_vec();
+        der.extend_from_slice(&seed);
+        let key = PrivatePkcs8KeyDer::from(der);
+        let key_pair = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(&key, &rcgen::PKCS_ED25519)
+            .map_err(config)?;
+        let cert = rcgen::CertificateParams::new(vec![SERVER_NAME.to_string()])
+            .map_err(config)?
+            .self_signed(&key_pair)
+            .map_err(config)?;
+        Ok(NodeIdentity {
+            cert: cert.der().clone(),
+            key,
+        })
+    }
+}
+
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     let temp = path.with_extension("tmp");

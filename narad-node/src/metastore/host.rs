@@ -15,7 +15,8 @@
 //! Proposals work on every node: a follower's replica refuses one as "not leader", naming the leader
 //! it knows, and [`Metastore::propose`] then forwards the command to that leader
 //! ([`MetaPeers::propose_at`]), which proposes it on its own replica and answers with its own
-//! outcome. While no leader is known (an election), the proposal is retried every
+//! outcome and its applied index; the follower answers once it has applied that far itself, so a
+//! client's next request to the same node sees its change (read-your-writes). While no leader is known (an election), the proposal is retried every
 //! [`PROPOSE_RETRY`] until [`PROPOSE_TIMEOUT`]; then it is "control plane unavailable".
 //!
 //! Liveness: on every tick and heartbeat the host asks [`Liveness`] which members to mark dead or
@@ -121,12 +122,13 @@ pub trait MetaPeers: Send + Sync + std::fmt::Debug {
     /// of them carries a snapshot. Never blocks; messages that cannot be sent are dropped (raft sends
     /// again). The outcome comes back through [`Metastore::report`].
     fn send_raft(&self, to: NodeId, messages: Vec<Vec<u8>>, snapshot: bool);
-    /// Asks `leader` to propose the encoded command on its own replica; its answer.
+    /// Asks `leader` to propose the encoded command on its own replica; its answer, with the raft
+    /// index the leader had applied when it answered.
     fn propose_at(
         &self,
         leader: NodeId,
         command: Vec<u8>,
-    ) -> crate::http::BoxFuture<'static, Result<Applied, ProposeError>>;
+    ) -> crate::http::BoxFuture<'static, Result<(Applied, u64), ProposeError>>;
 }
 
 /// Who this node is in the metastore, its snapshot cadence and its seeds.
@@ -311,7 +313,19 @@ impl Metastore {
                 match forwarded {
                     // It stopped leading meanwhile: ask again once the new leader is known.
                     Ok(Err(ProposeError::NotLeader { .. })) => {}
-                    Ok(outcome) => return outcome,
+                    Ok(Ok((applied, index))) => {
+                        // Read-your-writes: the caller's next request to this node sees the
+                        // change. Waited for within the proposal's time only: it is committed
+                        // either way.
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        let _ = tokio::time::timeout(
+                            left,
+                            self.wait_until(|view| view.applied_index >= index),
+                        )
+                        .await;
+                        return Ok(applied);
+                    }
+                    Ok(Err(error)) => return Err(error),
                     Err(_) => break,
                 }
             }

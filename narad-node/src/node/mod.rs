@@ -27,7 +27,6 @@
 pub mod dispatch;
 pub mod metered_disk;
 pub mod partitions;
-#[cfg(not(madsim))]
 pub mod peers;
 pub mod sink;
 pub mod transport;
@@ -75,12 +74,10 @@ pub struct NodeOptions {
     /// What a test or the simulator plugs in; [`NodeHooks::default`] in production.
     pub hooks: NodeHooks,
     /// The cluster transport to start, for a cluster member (`None`: a single node).
-    #[cfg(not(madsim))]
     pub cluster: Option<ClusterSetup>,
 }
 
 /// What a cluster member starts its transport with.
-#[cfg(not(madsim))]
 #[derive(Debug)]
 pub struct ClusterSetup {
     /// The transport's address, peers and secret.
@@ -175,7 +172,6 @@ struct Inner {
     wal: OnceLock<WalHost>,
     dispatcher: OnceLock<DispatchHost>,
     recovery: watch::Receiver<Recovery>,
-    #[cfg(not(madsim))]
     cluster: Option<crate::cluster::Cluster>,
 }
 
@@ -189,7 +185,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         seed,
         member_addr,
         hooks,
-        #[cfg(not(madsim))]
         cluster,
     } = options;
     let node_id = NodeId(config.cluster.node_id);
@@ -206,7 +201,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
     metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
     metastore_options.clock = Some(clock.clone());
-    #[cfg(not(madsim))]
     let cluster = match cluster {
         Some(setup) => {
             let members = setup
@@ -218,6 +212,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             let (voters, learners) = narad_core::metastore::voters_and_learners(members);
             let cluster =
                 crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
+                    .await
                     .map_err(|error| StartError::Cluster(error.to_string()))?;
             tracing::info!(voters = ?voters, learners = ?learners, addr = ?cluster.local_addr().ok(), "cluster transport listening");
             metastore_options.voters = voters;
@@ -231,7 +226,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;
-    #[cfg(not(madsim))]
     let cluster = cluster.map(|(cluster, peers)| {
         peers.report_to(metastore.clone());
         cluster
@@ -247,11 +241,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     );
     let sink = WalSink::new();
     let partitions_seam = Arc::new(partitions.clone());
-    #[allow(unused_mut)]
     let mut reader: Arc<dyn crate::http::PartitionReader> = partitions_seam.clone();
-    #[allow(unused_mut)]
     let mut stats: Arc<dyn crate::http::PartitionStats> = partitions_seam.clone();
-    #[cfg(not(madsim))]
     if let Some(cluster) = &cluster {
         cluster.serve(Arc::new(peers::NodeInbound {
             partitions: partitions.clone(),
@@ -305,7 +296,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         wal: OnceLock::new(),
         dispatcher: OnceLock::new(),
         recovery,
-        #[cfg(not(madsim))]
         cluster,
     });
     let wal_config = wal_config(&config, &hooks);
@@ -410,7 +400,6 @@ async fn recover(
         );
     }
     let local = LocalTransport::new(inner.partitions.clone());
-    #[cfg(not(madsim))]
     let transport: Arc<dyn transport::CommitTransport> = match &inner.cluster {
         Some(cluster) => Arc::new(peers::RemoteTransport::new(
             local,
@@ -419,8 +408,6 @@ async fn recover(
         )),
         None => Arc::new(local),
     };
-    #[cfg(madsim)]
-    let transport: Arc<dyn transport::CommitTransport> = Arc::new(local);
     let dispatcher = DispatchHost::start(
         node_id,
         wal,

@@ -130,7 +130,7 @@ impl MetaPeers for ClusterPeers {
         &self,
         leader: NodeId,
         command: Vec<u8>,
-    ) -> BoxFuture<'static, Result<Applied, ProposeError>> {
+    ) -> BoxFuture<'static, Result<(Applied, u64), ProposeError>> {
         let cluster = self.cluster.clone();
         Box::pin(async move {
             let body = Control::Propose { command }.encode();
@@ -400,7 +400,11 @@ async fn control_answer(
         }
         Control::Propose { command } => {
             let outcome = match Command::decode(&command) {
-                Ok(command) => metastore.propose_here(command).await,
+                // With the index it is applied at (or before), so the proposer can read its write.
+                Ok(command) => metastore
+                    .propose_here(command)
+                    .await
+                    .map(|applied| (applied, metastore.view().applied_index)),
                 Err(error) => Err(ProposeError::Unavailable(error.to_string())),
             };
             ControlAnswer::Proposed(

@@ -17,7 +17,7 @@ use madsim::runtime::Handle;
 use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule};
 use rand::Rng;
 
-use super::server::Call;
+use super::server::{Call, Server};
 use super::{lock, sim_now_ns, World, ADMIN_TIMEOUT};
 use crate::fault::{DiskError, FaultEvent, Target};
 use crate::payload;
@@ -25,6 +25,8 @@ use crate::seam::SimNode;
 
 /// How often the operator looks at the node's status.
 const OPERATOR_POLL: Duration = Duration::from_millis(250);
+/// How long the injector waits for a node's status when it looks for the leader.
+const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(50);
 /// How long a latch holds before the operator restarts the process.
 const OPERATOR_RESTART_AFTER: Duration = Duration::from_secs(1);
 
@@ -49,34 +51,65 @@ impl<N: SimNode> World<N> {
             if self.healed.load(Ordering::Relaxed) {
                 return;
             }
-            self.clone().apply(episode as u64, event);
+            let index = self.struck(event.node()).await;
+            self.clone().apply(episode as u64, event, index);
         }
     }
 
-    /// Applies one fault now; its end (restart, resume, episode end) is a timer task.
-    fn apply(self: Arc<Self>, episode: u64, event: FaultEvent) {
-        self.probe
-            .event("fault", format_args!("apply {}", event.describe()));
+    /// The node an event strikes: the one it names, else the single node, else the node that says
+    /// it leads the metastore now (node 0 if none does).
+    async fn struck(&self, node: Option<u32>) -> usize {
+        if let Some(node) = node {
+            return node as usize % self.servers.len();
+        }
+        if self.servers.len() == 1 {
+            return 0;
+        }
+        for server in &self.servers {
+            let state = *lock(&server.state);
+            if state.down || state.paused {
+                continue;
+            }
+            let status = server
+                .call(
+                    LEADER_ASK_TIMEOUT,
+                    |node| async move { node.status().await },
+                )
+                .await;
+            if matches!(status, Call::Done(status) if status.leader) {
+                return server.index;
+            }
+        }
+        0
+    }
+
+    /// Applies one fault to node `index` now; its end (restart, resume, episode end) is a timer task.
+    fn apply(self: Arc<Self>, episode: u64, event: FaultEvent, index: usize) {
+        self.probe.event(
+            "fault",
+            format_args!("apply {} to node {index}", event.describe()),
+        );
+        let server = self.servers[index].clone();
         match event {
             FaultEvent::Crash { down_ms, .. } => {
-                if lock(&self.server.state).down {
+                if lock(&server.state).down {
                     self.probe
                         .event("fault", format_args!("skip: node is down"));
                     return;
                 }
-                self.server.crash("scheduled");
-                let generation = lock(&self.server.state).generation;
+                server.crash("scheduled");
+                let generation = lock(&server.state).generation;
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(down_ms)).await;
-                    let current = lock(&self.server.state).generation;
+                    let current = lock(&server.state).generation;
                     if current == generation && !self.healed.load(Ordering::Relaxed) {
-                        self.server.restart();
+                        server.restart();
                     }
                 });
             }
             FaultEvent::Pause { duration_ms, .. } => {
                 let generation = {
-                    let mut state = lock(&self.server.state);
+                    let mut state = lock(&server.state);
                     if state.down || state.paused {
                         self.probe
                             .event("fault", format_args!("skip: node is down or paused"));
@@ -84,15 +117,15 @@ impl<N: SimNode> World<N> {
                     }
                     state.paused = true;
                     state.generation += 1;
-                    Handle::current().pause(self.server.madsim_id);
+                    Handle::current().pause(server.madsim_id);
                     state.generation
                 };
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    let mut state = lock(&self.server.state);
+                    let mut state = lock(&server.state);
                     if state.generation == generation && state.paused {
                         state.paused = false;
-                        Handle::current().resume(self.server.madsim_id);
+                        Handle::current().resume(server.madsim_id);
                         self.probe.event("fault", format_args!("resume"));
                     }
                 });
@@ -115,8 +148,8 @@ impl<N: SimNode> World<N> {
                     chance_ppm,
                     remaining: None,
                 };
-                self.server.disk.add_fault(rule.clone());
-                lock(&self.disk_rules).push((episode, rule));
+                server.disk.add_fault(rule.clone());
+                lock(&self.disk_rules).push((episode, index, rule));
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
                     if self.healed.load(Ordering::Relaxed) {
@@ -124,10 +157,12 @@ impl<N: SimNode> World<N> {
                     }
                     // SimDisk can only clear every rule: clear, then re-add the others in force.
                     let mut rules = lock(&self.disk_rules);
-                    rules.retain(|(id, _)| *id != episode);
-                    self.server.disk.clear_faults();
-                    for (_, rule) in rules.iter() {
-                        self.server.disk.add_fault(rule.clone());
+                    rules.retain(|(id, _, _)| *id != episode);
+                    server.disk.clear_faults();
+                    for (_, node, rule) in rules.iter() {
+                        if *node == index {
+                            server.disk.add_fault(rule.clone());
+                        }
                     }
                     self.probe
                         .event("fault", format_args!("end disk episode {episode}"));
@@ -139,15 +174,15 @@ impl<N: SimNode> World<N> {
                 duration_ms,
                 ..
             } => {
-                let id = self.io.slow_begin(&self.prefix(target), latency_us);
+                let id = server.io.slow_begin(&self.prefix(target), latency_us);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    self.io.slow_end(id);
+                    server.io.slow_end(id);
                     self.probe
                         .event("fault", format_args!("end slow episode {episode}"));
                 });
             }
-            FaultEvent::BitRot { target, .. } => self.rot(target),
+            FaultEvent::BitRot { target, .. } => self.rot(&server, target),
         }
     }
 
@@ -156,9 +191,9 @@ impl<N: SimNode> World<N> {
     /// sides of it), or, where the node cannot name the unit (or rot strikes outside the partition
     /// logs), every payload in every file of the struck file's directory. The victims are found in the
     /// images *before* the flip, so a flip inside a payload header cannot hide its own record.
-    fn rot(&self, target: Target) {
+    fn rot(&self, server: &Server<N>, target: Target) {
         let prefix = self.prefix(target);
-        let disk = &self.server.disk;
+        let disk = &server.disk;
         let candidates: Vec<(String, u64)> = disk
             .paths()
             .into_iter()
@@ -197,7 +232,7 @@ impl<N: SimNode> World<N> {
                         .collect::<Vec<u64>>(),
                 )
             });
-        let victims = unit.unwrap_or_else(|| self.payloads_under(&dir));
+        let victims = unit.unwrap_or_else(|| payloads_under(disk, &dir));
         let flipped = disk.rot(&path, offset, bit);
         self.probe.event(
             "fault",
@@ -209,31 +244,38 @@ impl<N: SimNode> World<N> {
         lock(&self.ledger).rotted(victims);
     }
 
-    /// Every payload id in the durable images of the files directly in `dir`.
-    fn payloads_under(&self, dir: &str) -> Vec<u64> {
-        let disk = &self.server.disk;
-        disk.paths()
-            .into_iter()
-            .filter(|path| narad_core::disk::parent_dir(path) == dir)
-            .filter_map(|path| disk.durable_image(&path))
-            .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
-            .collect()
+    /// The operator of every node (see [`World::operate`]).
+    pub(super) async fn operator(self: Arc<Self>) {
+        let tasks: Vec<_> = (0..self.servers.len())
+            .map(|index| tokio::spawn(self.clone().operate(index)))
+            .collect();
+        // Aborting this task leaves the per-node ones running: they stop with it.
+        struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
+        impl Drop for AbortAll {
+            fn drop(&mut self) {
+                for task in &self.0 {
+                    task.abort();
+                }
+            }
+        }
+        let _guard = AbortAll(tasks);
+        std::future::pending::<()>().await;
     }
 
     /// The operator: a node whose disk failure latched a component (it says so in its status, as an
     /// alert would) is restarted once the latch has held for [`OPERATOR_RESTART_AFTER`]. Runs for the
     /// whole run, faults or not.
-    pub(super) async fn operator(self: Arc<Self>) {
+    async fn operate(self: Arc<Self>, index: usize) {
+        let server = self.servers[index].clone();
         let mut latched_since: Option<u64> = None;
         loop {
             tokio::time::sleep(OPERATOR_POLL).await;
-            let state = *lock(&self.server.state);
+            let state = *lock(&server.state);
             if state.down || state.paused {
                 latched_since = None;
                 continue;
             }
-            let status = self
-                .server
+            let status = server
                 .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
                 .await;
             let latched = matches!(status, Call::Done(status) if status.latched);
@@ -244,9 +286,9 @@ impl<N: SimNode> World<N> {
             let now = sim_now_ns();
             let since = *latched_since.get_or_insert(now);
             if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
-                && lock(&self.server.state).generation == state.generation
+                && lock(&server.state).generation == state.generation
             {
-                self.server.process_restart("operator: a component latched");
+                server.process_restart("operator: a component latched");
                 latched_since = None;
             }
         }
@@ -255,19 +297,31 @@ impl<N: SimNode> World<N> {
     /// Ends every fault: the liveness phase starts.
     pub(super) fn heal(&self) {
         self.healed.store(true, Ordering::Relaxed);
-        self.server.disk.clear_faults();
         lock(&self.disk_rules).clear();
-        self.io.heal();
-        let state = *lock(&self.server.state);
-        if state.down {
-            self.server.restart();
-        } else if state.paused {
-            let mut state = lock(&self.server.state);
-            state.paused = false;
-            state.generation += 1;
-            Handle::current().resume(self.server.madsim_id);
+        for server in &self.servers {
+            server.disk.clear_faults();
+            server.io.heal();
+            let state = *lock(&server.state);
+            if state.down {
+                server.restart();
+            } else if state.paused {
+                let mut state = lock(&server.state);
+                state.paused = false;
+                state.generation += 1;
+                Handle::current().resume(server.madsim_id);
+            }
         }
         self.probe
             .event("harness", format_args!("heal: liveness phase starts"));
     }
+}
+
+/// Every payload id in the durable images of the files directly in `dir` of `disk`.
+fn payloads_under(disk: &narad_core::disk::sim::SimDisk, dir: &str) -> Vec<u64> {
+    disk.paths()
+        .into_iter()
+        .filter(|path| narad_core::disk::parent_dir(path) == dir)
+        .filter_map(|path| disk.durable_image(&path))
+        .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
+        .collect()
 }

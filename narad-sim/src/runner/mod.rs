@@ -134,8 +134,10 @@ struct World<N: SimNode> {
     spec: RunSpec,
     knobs: Knobs,
     layout: DiskLayout,
-    server: Arc<Server<N>>,
-    io: SimIo,
+    /// The nodes, in member order (one for a single node).
+    servers: Vec<Arc<Server<N>>>,
+    /// Turns the node that topic management and reads start from.
+    admin_turn: std::sync::atomic::AtomicUsize,
     probe: Probe,
     ledger: Mutex<Ledger>,
     topics: Vec<TopicRuntime>,
@@ -145,8 +147,8 @@ struct World<N: SimNode> {
     produce_calls: Mutex<u64>,
     /// Keeps the produce calls' timeouts.
     watchdog: Arc<Watchdog>,
-    /// Disk fault episodes in force: (episode id, rule).
-    disk_rules: Mutex<Vec<(u64, FaultRule)>>,
+    /// Disk fault episodes in force: (episode id, node, rule).
+    disk_rules: Mutex<Vec<(u64, usize, FaultRule)>>,
     /// Chooses where bit rot strikes.
     rot_rng: Mutex<ChaCha8Rng>,
 }
@@ -162,12 +164,43 @@ impl<N: SimNode> World<N> {
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.spec.scenario.workload.timeout_ms)
     }
+
+    /// The node a topic-management or read call goes to: the next one, in turn, that is not down
+    /// (any node forwards what it does not own or lead).
+    fn admin_server(&self) -> &Arc<Server<N>> {
+        let count = self.servers.len();
+        let start = self.admin_turn.fetch_add(1, Ordering::Relaxed);
+        (0..count)
+            .map(|step| &self.servers[(start + step) % count])
+            .find(|server| !lock(&server.state).down)
+            .unwrap_or(&self.servers[start % count])
+    }
 }
+
+/// The cluster address of member `index`: 10.0.0.{index + 1}, on the cluster port.
+fn member_addr(index: usize) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([10, 0, 0, index as u8 + 1], CLUSTER_PORT))
+}
+
+/// The simulated nodes' cluster (QUIC) port.
+const CLUSTER_PORT: u16 = 7943;
 
 /// The run inside the simulation: the phases of the module documentation, then the verdict.
 async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let scenario = spec.scenario.clone();
     let seed = spec.seed;
+    if scenario.topology.nodes > N::nodes_max() {
+        return RunOutcome {
+            seed,
+            errors: vec![format!(
+                "the {} node runs at most {} nodes; the scenario asks for {}",
+                N::name(),
+                N::nodes_max(),
+                scenario.topology.nodes
+            )],
+            ..RunOutcome::default()
+        };
+    }
     let knobs = scenario.draw(&mut ChaCha8Rng::seed_from_u64(derive_seed(seed, "knobs")));
     let events = spec
         .schedule
@@ -186,20 +219,44 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             events.len()
         ),
     );
-    let disk = SimDisk::new(derive_seed(seed, "disk"));
-    let io = SimIo::new(derive_seed(seed, "io"), knobs.op_us, knobs.sync_us);
     let sizes = NodeSizes {
         wal_segment_bytes: knobs.wal_segment_bytes,
         partition_segment_bytes: knobs.partition_segment_bytes,
     };
-    let server = Server::<N>::boot(disk, io.clone(), probe.clone(), seed, spec.plant_bug, sizes);
+    let nodes = scenario.topology.nodes as usize;
+    let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();
+    // Node 0's streams keep a single node's labels, so its runs replay as before the cluster.
+    let label = |what: &str, index: usize| match index {
+        0 => what.to_string(),
+        _ => format!("{what}/{index}"),
+    };
+    let servers: Vec<Arc<Server<N>>> = (0..nodes)
+        .map(|index| {
+            let disk = SimDisk::new(derive_seed(seed, &label("disk", index)));
+            let io = SimIo::new(
+                derive_seed(seed, &label("io", index)),
+                knobs.op_us,
+                knobs.sync_us,
+            );
+            Server::<N>::boot(
+                index,
+                members.clone(),
+                disk,
+                io,
+                probe.clone(),
+                seed,
+                spec.plant_bug,
+                sizes,
+            )
+        })
+        .collect();
     let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
     let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
     let world = Arc::new(World {
         layout: N::layout(),
         knobs: knobs.clone(),
-        server: server.clone(),
-        io,
+        servers: servers.clone(),
+        admin_turn: std::sync::atomic::AtomicUsize::new(0),
         probe: probe.clone(),
         ledger: Mutex::new(Ledger::new()),
         topics: scenario
@@ -258,8 +315,13 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
 
     // Final crash: what was visible must also be durable.
     let after_final = if world.spec.scenario.phases.final_crash {
-        server.crash("final");
-        server.restart();
+        // Power loss of every node at once, then every node starts again.
+        for server in &servers {
+            server.crash("final");
+        }
+        for server in &servers {
+            server.restart();
+        }
         let settle_deadline_ns =
             sim_now_ns() + world.spec.scenario.phases.final_settle_ms * 1_000_000;
         world.observe(settle_deadline_ns, "final").await
@@ -285,7 +347,9 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let details = world.details(&report);
     // madsim frees no task when its runtime drops, and a node's tasks hold each other (channels,
     // wakers) in cycles: kill the node and let the executor drop its tasks, or every run leaks them.
-    Handle::current().kill(server.madsim_id);
+    for server in &servers {
+        Handle::current().kill(server.madsim_id);
+    }
     tokio::time::sleep(Duration::from_millis(1)).await;
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
@@ -301,7 +365,10 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         schedule: events,
         sim_ns: sim_now_ns(),
         produce_calls,
-        crashes: u64::from(server.crashes.load(Ordering::Relaxed)),
+        crashes: servers
+            .iter()
+            .map(|server| u64::from(server.crashes.load(Ordering::Relaxed)))
+            .sum(),
         details,
     }
 }

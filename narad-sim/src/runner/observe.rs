@@ -47,8 +47,8 @@ impl<N: SimNode> World<N> {
         let mut last_failure;
         for _ in 0..READ_CALLS_MAX {
             let read_name = name.to_string();
-            let result = self
-                .server
+            let owner = self.owner_of(name, partition).await;
+            let result = self.servers[owner]
                 .call(ADMIN_TIMEOUT, move |node| async move {
                     node.read(&read_name, partition, from, READ_RECORDS_MAX)
                         .await
@@ -95,20 +95,47 @@ impl<N: SimNode> World<N> {
         self.error(format!("read {name}/{partition} did not end"));
     }
 
+    /// The node that owns `partition` of `name`, as a node's metadata says (node 0 when none can
+    /// say). Reads go there: a read through another node would be forwarded one record at a time.
+    async fn owner_of(&self, name: &str, partition: PartitionId) -> usize {
+        if self.servers.len() == 1 {
+            return 0;
+        }
+        let topic = name.to_string();
+        match self
+            .admin_server()
+            .call(ADMIN_TIMEOUT, move |node| async move {
+                node.owner(&topic, partition)
+            })
+            .await
+        {
+            Call::Done(Some(owner)) if owner < self.servers.len() => owner,
+            _ => 0,
+        }
+    }
+
     /// Waits for a zero backlog (or `deadline_ns`), then reads; if a 202'd record is still missing
     /// before the deadline, waits for the deadline and reads again.
     pub(super) async fn observe(&self, deadline_ns: u64, what: &str) -> Observation {
-        if !self.server.booted(deadline_ns).await {
-            self.error(format!("node not booted by the {what} deadline"));
-            return Observation::default();
+        for server in &self.servers {
+            if !server.booted(deadline_ns).await {
+                self.error(format!(
+                    "node {} not booted by the {what} deadline",
+                    server.index
+                ));
+                return Observation::default();
+            }
         }
         loop {
-            let drained = matches!(
-                self.server
-                    .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
-                    .await,
-                Call::Done(status) if status.backlog_records == 0
-            );
+            let mut drained = true;
+            for server in &self.servers {
+                drained &= matches!(
+                    server
+                        .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                        .await,
+                    Call::Done(status) if status.backlog_records == 0
+                );
+            }
             if drained || sim_now_ns() >= deadline_ns {
                 break;
             }
@@ -150,16 +177,18 @@ impl<N: SimNode> World<N> {
         missing.extend(report.unseen.iter().take(DETAILS_MAX));
         let mut places: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
         if !missing.is_empty() {
-            for path in self.server.disk.paths() {
-                let Some(image) = self.server.disk.durable_image(&path) else {
-                    continue;
-                };
-                for found in payload::scan(&image) {
-                    if missing.contains(&found.id) {
-                        places
-                            .entry(found.id)
-                            .or_default()
-                            .push(format!("{path}@{}", found.start));
+            for server in &self.servers {
+                for path in server.disk.paths() {
+                    let Some(image) = server.disk.durable_image(&path) else {
+                        continue;
+                    };
+                    for found in payload::scan(&image) {
+                        if missing.contains(&found.id) {
+                            places
+                                .entry(found.id)
+                                .or_default()
+                                .push(format!("node {}: {path}@{}", server.index, found.start));
+                        }
                     }
                 }
             }

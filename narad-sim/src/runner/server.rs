@@ -47,6 +47,8 @@ type Booted<N> = (N, NodeHandle);
 
 /// The harness's side of one simulated node.
 pub(super) struct Server<N: SimNode> {
+    /// Its index in the cluster (0 for a single node).
+    pub(super) index: usize,
     /// The madsim node it runs in (kill, restart, pause and resume address it).
     pub(super) madsim_id: MadsimNodeId,
     slot: Arc<Mutex<Option<Booted<N>>>>,
@@ -54,6 +56,8 @@ pub(super) struct Server<N: SimNode> {
     pub(super) state: Mutex<NodeState>,
     /// Its disk, across restarts.
     pub(super) disk: SimDisk,
+    /// Its disk's latency model.
+    pub(super) io: SimIo,
     probe: Probe,
     /// Crashes so far (the final one included).
     pub(super) crashes: AtomicU32,
@@ -74,7 +78,10 @@ pub(super) enum Call<T> {
 impl<N: SimNode> Server<N> {
     /// Creates the node's madsim node; its init boots the node (every boot: the first start and
     /// each restart) and fills the slot once the node is ready.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn boot(
+        index: usize,
+        members: Vec<std::net::SocketAddr>,
         disk: SimDisk,
         io: SimIo,
         probe: Probe,
@@ -87,31 +94,36 @@ impl<N: SimNode> Server<N> {
         let init_slot = slot.clone();
         let init_probe = probe.clone();
         let init_disk = disk.clone();
-        let node_seed = derive_seed(seed, "node/0");
+        let init_io = io.clone();
+        let node_seed = derive_seed(seed, &format!("node/{index}"));
+        let ip = members[index].ip();
         let own_id: Arc<std::sync::OnceLock<MadsimNodeId>> = Arc::new(std::sync::OnceLock::new());
         let init_own_id = own_id.clone();
         let node = Handle::current()
             .create_node()
-            .name("narad-0")
-            .ip("10.0.0.1".parse().expect("a valid address"))
+            .name(format!("narad-{index}"))
+            .ip(ip)
             .init(move || {
                 let ctx = NodeContext {
-                    node_id: NodeId(0),
+                    node_id: NodeId(index as u32),
                     seed: node_seed,
                     boot: boots.fetch_add(1, Ordering::Relaxed),
                     disk: init_disk.clone(),
-                    io: io.clone(),
+                    io: init_io.clone(),
                     plant_bug,
                     probe: init_probe.clone(),
                     sizes,
+                    members: members.clone(),
                 };
                 let slot = init_slot.clone();
                 let own_id = init_own_id.clone();
                 async move {
                     match N::start(ctx.clone()).await {
                         Ok(node) => {
-                            ctx.probe
-                                .event("harness", format_args!("boot {} ready", ctx.boot));
+                            ctx.probe.event(
+                                "harness",
+                                format_args!("node {} boot {} ready", ctx.node_id.0, ctx.boot),
+                            );
                             // Looked up once per boot, not per call.
                             let handle = own_id
                                 .get()
@@ -124,13 +136,19 @@ impl<N: SimNode> Server<N> {
                             // (the disk keeps everything: this is no power loss).
                             ctx.probe.event(
                                 "harness",
-                                format_args!("boot {} failed: {error}", ctx.boot),
+                                format_args!(
+                                    "node {} boot {} failed: {error}",
+                                    ctx.node_id.0, ctx.boot
+                                ),
                             );
                             tokio::time::sleep(BOOT_RETRY).await;
                             if let Some(&id) = own_id.get() {
                                 ctx.probe.event(
                                     "harness",
-                                    format_args!("process restart after failed boot {}", ctx.boot),
+                                    format_args!(
+                                        "process restart of node {} after failed boot {}",
+                                        ctx.node_id.0, ctx.boot
+                                    ),
                                 );
                                 Handle::current().restart(id);
                             }
@@ -143,10 +161,12 @@ impl<N: SimNode> Server<N> {
             .build();
         let _ = own_id.set(node.id());
         Arc::new(Server {
+            index,
             madsim_id: node.id(),
             slot,
             state: Mutex::new(NodeState::default()),
             disk,
+            io,
             probe,
             crashes: AtomicU32::new(0),
         })
@@ -246,7 +266,7 @@ impl<N: SimNode> Server<N> {
         self.crashes.fetch_add(1, Ordering::Relaxed);
         self.probe.event(
             "fault",
-            format_args!("crash ({why}): node killed, disk crashed"),
+            format_args!("crash ({why}): node {} killed, disk crashed", self.index),
         );
     }
 
@@ -259,8 +279,10 @@ impl<N: SimNode> Server<N> {
         state.paused = false;
         state.generation += 1;
         Handle::current().restart(self.madsim_id);
-        self.probe
-            .event("fault", format_args!("process restart ({why})"));
+        self.probe.event(
+            "fault",
+            format_args!("process restart ({why}) of node {}", self.index),
+        );
     }
 
     /// Starts a node that is down again.
@@ -270,7 +292,8 @@ impl<N: SimNode> Server<N> {
         state.paused = false;
         state.generation += 1;
         Handle::current().restart(self.madsim_id);
-        self.probe.event("fault", format_args!("restart"));
+        self.probe
+            .event("fault", format_args!("restart of node {}", self.index));
     }
 
     /// Waits until the node has booted, or `deadline_ns` passes.

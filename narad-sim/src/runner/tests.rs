@@ -110,6 +110,7 @@ type PlantedCase = (PlantedBug, Option<Vec<FaultEvent>>, fn(&RunOutcome) -> bool
 fn planted_cases() -> Vec<PlantedCase> {
     let fsync_eio = vec![FaultEvent::Disk {
         at_us: 500_000,
+        node: None,
         target: Target::Partitions,
         error: DiskError::FsyncEio,
         chance_ppm: 200_000,
@@ -139,6 +140,7 @@ fn planted_cases() -> Vec<PlantedCase> {
 fn rot_then_crash() -> Vec<FaultEvent> {
     let rot = |at_us| FaultEvent::BitRot {
         at_us,
+        node: None,
         target: Target::Partitions,
     };
     vec![
@@ -147,6 +149,7 @@ fn rot_then_crash() -> Vec<FaultEvent> {
         rot(1_800_000),
         FaultEvent::Crash {
             at_us: 2_000_000,
+            node: None,
             down_ms: 100,
         },
         rot(2_500_000),
@@ -202,6 +205,7 @@ fn bit_rot_costs_the_model_node_only_the_struck_frames() {
 fn a_rotten_payload_served_without_its_crc_is_caught_as_a_phantom() {
     let rot_late = vec![FaultEvent::BitRot {
         at_us: 2_900_000,
+        node: None,
         target: Target::Partitions,
     }];
     let phantoms: usize = (1..=5)

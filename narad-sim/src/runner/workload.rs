@@ -35,7 +35,7 @@ impl<N: SimNode> World<N> {
         while sim_now_ns() < deadline_ns {
             let create_name = name.clone();
             let created = self
-                .server
+                .admin_server()
                 .call(ADMIN_TIMEOUT, move |node| async move {
                     node.create_topic(&create_name, partitions).await
                 })
@@ -61,7 +61,7 @@ impl<N: SimNode> World<N> {
     async fn describe(&self, name: &str) -> Option<Option<TopicInfo>> {
         let describe_name = name.to_string();
         match self
-            .server
+            .admin_server()
             .call(ADMIN_TIMEOUT, move |node| async move {
                 node.describe_topic(&describe_name).await
             })
@@ -78,7 +78,7 @@ impl<N: SimNode> World<N> {
         while sim_now_ns() < deadline_ns {
             let delete_name = name.clone();
             let _ = self
-                .server
+                .admin_server()
                 .call(ADMIN_TIMEOUT, move |node| async move {
                     node.delete_topic(&delete_name).await
                 })
@@ -134,8 +134,12 @@ impl<N: SimNode> World<N> {
         }
         *lock(&self.produce_calls) += 1;
         let name = topic.spec.name.clone();
-        let result = self
-            .server
+        // Any node takes produces (drawn only in a cluster: a single node's runs replay as before).
+        let via = match self.servers.len() {
+            1 => 0,
+            count => rng.random_range(0..count),
+        };
+        let result = self.servers[via]
             .call_watched(&self.watchdog, self.timeout(), move |node| async move {
                 if batch {
                     node.produce_batch(&name, explicit, records).await
@@ -164,9 +168,10 @@ impl<N: SimNode> World<N> {
                 // 0 = no explicit partition, else its number + 1.
                 TraceField::U64(explicit.map_or(0, |p| u64::from(p.0) + 1)),
                 TraceField::Str(outcome.name()),
+                TraceField::U64(via as u64),
             ],
             format_args!(
-                "produce #{} {}#{topic_id} records={count} partition={:?} -> {}",
+                "produce #{} via node {via} {}#{topic_id} records={count} partition={:?} -> {}",
                 attempt.0,
                 topic.spec.name,
                 explicit.map(|p| p.0),
