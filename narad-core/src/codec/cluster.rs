@@ -92,6 +92,9 @@ pub fn frame_body_len(header: [u8; FRAME_HEADER_BYTES]) -> Result<usize, FrameEr
 pub struct Hello {
     /// The speaker's member id.
     pub node: NodeId,
+    /// A number the speaker draws at every start: a hello with a new one says the peer restarted,
+    /// so its connections from before are stale.
+    pub boot: u64,
     /// HMAC-SHA256 of the secret over the connection's exporter value for the speaker's side.
     pub proof: [u8; PROOF_BYTES],
 }
@@ -99,9 +102,10 @@ pub struct Hello {
 impl Hello {
     /// The frame body.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(1 + 4 + PROOF_BYTES);
+        let mut out = Vec::with_capacity(1 + 4 + 8 + PROOF_BYTES);
         out.push(OP_HELLO);
         out.extend_from_slice(&self.node.0.to_be_bytes());
+        out.extend_from_slice(&self.boot.to_be_bytes());
         out.extend_from_slice(&self.proof);
         out
     }
@@ -114,10 +118,11 @@ impl Hello {
             return Err(DecodeError::UnknownFormat(op));
         }
         let node = NodeId(reader.u32()?);
+        let boot = reader.u64()?;
         let mut proof = [0u8; PROOF_BYTES];
         proof.copy_from_slice(reader.take(PROOF_BYTES)?);
         reader.finish()?;
-        Ok(Hello { node, proof })
+        Ok(Hello { node, boot, proof })
     }
 }
 

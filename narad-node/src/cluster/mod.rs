@@ -5,14 +5,18 @@
 //! One authenticated connection per peer carries this node's calls to it; either side may have dialled
 //! it. A call uses the peer's live connection, or dials one (one dial at a time per peer). A connection
 //! the peer dialled is preferred for this node's calls from then on, so two nodes mostly share one
-//! connection, and a peer that restarted is reached on its new connection at once (the old one goes
-//! nowhere until its idle timeout: a restarted endpoint cannot reset it). A connection this node
-//! dialled is adopted when none is live; when both dial at once, both connections serve until one
-//! closes. Every connection's incoming streams are served, whoever dialled.
+//! connection. A connection this node dialled is adopted when none is live; when both dial at once,
+//! both connections serve until one closes. Every connection's incoming streams are served, whoever
+//! dialled.
+//!
+//! Each hello carries the speaker's boot number, drawn at every start. A connection whose hello
+//! brings a new boot number replaces the peer's older one and closes it: the peer restarted, the old
+//! connection goes nowhere (a restarted endpoint cannot reset it), and calls in flight on it would
+//! otherwise wait for its idle timeout before they fail over.
 //!
 //! # Authentication
 //! A connection's first stream carries a [`Hello`] each way: the dialler's first, then the
-//! acceptor's. Each holds the speaker's id and its proof of the cluster secret bound to this
+//! acceptor's. Each holds the speaker's id, its boot number and its proof of the cluster secret bound to this
 //! connection (see [`auth`]). A wrong or missing proof, an id that is not a configured peer, or no
 //! hello within [`HELLO_TIMEOUT`] closes the connection; it is logged and counted
 //! (`narad_cluster_auth_failures_total`). No other stream of the connection is served before both
@@ -58,6 +62,8 @@ pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 /// Error code of a connection closed for a failed hello.
 const CLOSE_AUTH_FAILED: u32 = 1;
+/// Error code of a connection closed because its peer has restarted since.
+const CLOSE_PEER_RESTARTED: u32 = 2;
 
 /// What the transport is started with.
 #[derive(Clone, Debug)]
@@ -167,8 +173,10 @@ struct Inner {
     peers: BTreeMap<NodeId, String>,
     secret: Vec<u8>,
     metrics: Arc<Metrics>,
-    /// The live connection to each peer.
-    connections: Mutex<HashMap<NodeId, quinn::Connection>>,
+    /// The connection calls to each peer use, and the boot number its hello gave.
+    connections: Mutex<HashMap<NodeId, (quinn::Connection, u64)>>,
+    /// This process's boot number (see [`Hello::boot`]).
+    boot: u64,
     /// One dial at a time per peer.
     dials: HashMap<NodeId, tokio::sync::Mutex<()>>,
     inbound: OnceLock<Arc<dyn Inbound>>,
@@ -216,6 +224,10 @@ impl Cluster {
                 secret: options.secret,
                 metrics,
                 connections: Mutex::new(HashMap::new()),
+                boot: match options.rng_seed {
+                    Some(seed) => u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
+                    None => rand::random(),
+                },
                 dials,
                 inbound: OnceLock::new(),
                 operator_tls: matches!(identity, TlsIdentity::Operator(_)),
@@ -333,7 +345,9 @@ impl Cluster {
     fn live(&self, peer: NodeId) -> Option<quinn::Connection> {
         let mut connections = lock(&self.inner.connections);
         match connections.get(&peer) {
-            Some(connection) if connection.close_reason().is_none() => Some(connection.clone()),
+            Some((connection, _)) if connection.close_reason().is_none() => {
+                Some(connection.clone())
+            }
             Some(_) => {
                 connections.remove(&peer);
                 None
@@ -346,18 +360,38 @@ impl Cluster {
     /// peer that dials anew restarted, or lost the connection this side still holds (whose packets
     /// now go nowhere until its idle timeout). The one it replaces is not closed: in a dial from both
     /// sides at once, the peer may be using it.
-    fn prefer(&self, peer: NodeId, connection: &quinn::Connection) {
-        lock(&self.inner.connections).insert(peer, connection.clone());
+    fn prefer(&self, peer: NodeId, connection: &quinn::Connection, boot: u64) {
+        let replaced = lock(&self.inner.connections).insert(peer, (connection.clone(), boot));
+        if let Some((old, old_boot)) = replaced {
+            self.close_if_restarted(peer, &old, old_boot, boot);
+        }
     }
 
-    /// Adopts `connection` for calls to `peer` unless a live one is there.
-    fn adopt(&self, peer: NodeId, connection: &quinn::Connection) {
+    /// Adopts `connection` for calls to `peer` unless a live one from the same boot of the peer is
+    /// there.
+    fn adopt(&self, peer: NodeId, connection: &quinn::Connection, boot: u64) {
         let mut connections = lock(&self.inner.connections);
-        let live = connections
-            .get(&peer)
-            .is_some_and(|known| known.close_reason().is_none());
-        if !live {
-            connections.insert(peer, connection.clone());
+        let replaced = match connections.get(&peer) {
+            Some((known, known_boot)) if known.close_reason().is_none() && *known_boot == boot => {
+                return;
+            }
+            _ => connections.insert(peer, (connection.clone(), boot)),
+        };
+        drop(connections);
+        if let Some((old, old_boot)) = replaced {
+            self.close_if_restarted(peer, &old, old_boot, boot);
+        }
+    }
+
+    /// Closes `old` if the peer restarted since its hello: calls in flight on it would otherwise
+    /// wait for its idle timeout, and fail over to the new connection only then.
+    fn close_if_restarted(&self, peer: NodeId, old: &quinn::Connection, old_boot: u64, boot: u64) {
+        if old_boot != boot && old.close_reason().is_none() {
+            tracing::info!(
+                peer = peer.0,
+                "cluster peer restarted: its old connection is closed"
+            );
+            old.close(CLOSE_PEER_RESTARTED.into(), b"peer restarted");
         }
     }
 
@@ -401,11 +435,14 @@ impl Cluster {
         let answer = read_frame(&mut recv, &self.inner.metrics)
             .await
             .map_err(|reason| unreachable(format!("no hello from the peer: {reason}")))?;
-        if let Err(reason) = self.check_hello(&connection, &answer, Role::Server, Some(peer)) {
-            self.refuse(&connection, addr, &reason);
-            return Err(unreachable(format!("peer failed authentication: {reason}")));
-        }
-        self.adopt(peer, &connection);
+        let boot = match self.check_hello(&connection, &answer, Role::Server, Some(peer)) {
+            Ok((_, boot)) => boot,
+            Err(reason) => {
+                self.refuse(&connection, addr, &reason);
+                return Err(unreachable(format!("peer failed authentication: {reason}")));
+            }
+        };
+        self.adopt(peer, &connection, boot);
         let serving = self.clone();
         let served = connection.clone();
         tokio::spawn(async move { serving.serve_streams(peer, served).await });
@@ -417,18 +454,19 @@ impl Cluster {
         let exporter = exporter(connection, role)?;
         Ok(Hello {
             node: self.inner.node,
+            boot: self.inner.boot,
             proof: auth::proof(&self.inner.secret, &exporter),
         })
     }
 
-    /// Checks the peer's hello (spoken in `role`); returns the peer's id.
+    /// Checks the peer's hello (spoken in `role`); returns the peer's id and boot number.
     fn check_hello(
         &self,
         connection: &quinn::Connection,
         body: &[u8],
         role: Role,
         expected: Option<NodeId>,
-    ) -> Result<NodeId, String> {
+    ) -> Result<(NodeId, u64), String> {
         let hello = Hello::decode(body).map_err(|error| format!("malformed hello: {error}"))?;
         if expected.is_some_and(|expected| expected != hello.node) {
             return Err(format!(
@@ -448,7 +486,7 @@ impl Cluster {
                 hello.node
             ));
         }
-        Ok(hello.node)
+        Ok((hello.node, hello.boot))
     }
 
     fn refuse(&self, connection: &quinn::Connection, addr: SocketAddr, reason: &str) {
@@ -471,8 +509,8 @@ impl Cluster {
                             Err(HelloError::Refused("no hello in time".to_string()))
                         });
                 match accepted {
-                    Ok(peer) => {
-                        cluster.prefer(peer, &connection);
+                    Ok((peer, boot)) => {
+                        cluster.prefer(peer, &connection, boot);
                         cluster.serve_streams(peer, connection).await;
                     }
                     Err(HelloError::Refused(reason)) => {
@@ -490,7 +528,10 @@ impl Cluster {
     }
 
     /// The acceptor's side of the hellos: the dialler's first, then ours.
-    async fn accept_hello(&self, connection: &quinn::Connection) -> Result<NodeId, HelloError> {
+    async fn accept_hello(
+        &self,
+        connection: &quinn::Connection,
+    ) -> Result<(NodeId, u64), HelloError> {
         let lost = |error: String| HelloError::Lost(error);
         let (mut send, mut recv) = connection
             .accept_bi()

@@ -171,3 +171,43 @@ async fn under_an_operator_ca_peers_need_its_certificates_and_the_secret() {
         .await
         .is_err());
 }
+
+#[tokio::test]
+async fn a_peer_that_dials_in_after_a_restart_replaces_and_closes_its_old_connection() {
+    let addrs = [free_udp_port(), free_udp_port()];
+    let (one, _) = start(1, &addrs, b"secret").await;
+    let (two, _) = start(2, &addrs, b"secret").await;
+    one.call(NodeId(2), "test", b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let dialled = one.live(NodeId(2)).unwrap();
+    // The same boot dialling too (both sides dialled): node 1 prefers the new connection, and
+    // the one it dialled stays open (node 2 may be using it).
+    two.dial(NodeId(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let preferred = one.live(NodeId(2)).unwrap();
+    assert_ne!(preferred.stable_id(), dialled.stable_id());
+    assert!(dialled.close_reason().is_none());
+    // Node 2 "restarts": a new process (a new boot number) on another port dials node 1.
+    let restarted_addr = free_udp_port();
+    let identity = TlsIdentity::SelfSigned(tls::NodeIdentity::generate().unwrap());
+    let (restarted, _) = start_with(2, &[addrs[0], restarted_addr], b"secret", &identity).await;
+    assert_ne!(restarted.inner.boot, two.inner.boot);
+    restarted
+        .call(NodeId(1), "test", b"hello", Duration::from_secs(5))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Node 1's calls go to the new process at once, and the connection they used is closed (calls
+    // in flight on it fail now instead of at its idle timeout).
+    assert_eq!(
+        one.live(NodeId(2)).unwrap().remote_address(),
+        restarted_addr
+    );
+    assert!(preferred.close_reason().is_some());
+    let answer = one
+        .call(NodeId(2), "test", b"ping", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(answer, [&1u32.to_be_bytes()[..], b"ping"].concat());
+}

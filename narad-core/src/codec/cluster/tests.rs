@@ -193,6 +193,7 @@ fn answers_hellos_and_control_requests_round_trip() {
     }
     let hello = Hello {
         node: NodeId(3),
+        boot: 0x0102_0304_0506_0708,
         proof: [9; PROOF_BYTES],
     };
     assert_eq!(Hello::decode(&hello.encode()).unwrap(), hello);
