@@ -35,6 +35,7 @@ pub mod transport;
 mod tests;
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use narad_core::disk::Disk;
 use narad_core::ids::NodeId;
@@ -55,6 +56,9 @@ use crate::metastore::{Metastore, MetastoreOptions};
 use crate::metrics::Metrics;
 use crate::probe::Probe;
 use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
+
+/// How often a cluster member that is catching up with the metastore asks the leader again.
+const CATCH_UP_RETRY: Duration = Duration::from_millis(100);
 
 /// The ingress WAL's directory (segments and the dispatch checkpoint).
 pub const WAL_DIR: &str = "ingress/produce";
@@ -354,6 +358,19 @@ async fn recover(
         .wait_until(|view| view.caught_up && view.state.members().contains_key(&node_id))
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;
+    if inner.cluster.is_some() {
+        // A member that was down has a replica from before: it must not accept produces for a
+        // topic deleted (or recreated) meanwhile. Ready only once it has applied everything the
+        // cluster had committed when it came back (a ReadIndex barrier through the leader).
+        while let Err(error) = inner.metastore.read_index().await {
+            if inner.metastore.view().failed.is_some() {
+                // Latched: serving goes on as on a single node (topic changes answer 503).
+                break;
+            }
+            tracing::info!(%error, "waiting for the metastore leader before serving");
+            tokio::time::sleep(CATCH_UP_RETRY).await;
+        }
+    }
     let metrics = inner.metrics.clone();
     let observer: DurableObserver = Arc::new(move |records| {
         metrics

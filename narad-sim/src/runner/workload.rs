@@ -23,6 +23,9 @@ use crate::scenario::pick_weighted;
 use crate::seam::{derive_seed, NodeError, ProduceRecord, SimNode, TopicInfo};
 use crate::trace::TraceField;
 
+/// How often the clients look whether a topic change reached a node.
+const PROPAGATION_POLL: Duration = Duration::from_millis(5);
+
 impl<N: SimNode> World<N> {
     /// Creates `topic` and learns its incarnation, retrying through failures until `deadline_ns`.
     pub(super) async fn create_topic(
@@ -43,6 +46,7 @@ impl<N: SimNode> World<N> {
             if let Call::Done(Ok(info)) = created {
                 self.probe
                     .event("client", format_args!("created {name}#{}", info.id));
+                self.propagated(&name, info.id, deadline_ns).await;
                 return Some(info.id);
             }
             // Ambiguous or refused (it may exist already): ask what is there.
@@ -50,12 +54,39 @@ impl<N: SimNode> World<N> {
                 if info.partitions == partitions {
                     self.probe
                         .event("client", format_args!("found {name}#{}", info.id));
+                    self.propagated(&name, info.id, deadline_ns).await;
                     return Some(info.id);
                 }
             }
             tokio::time::sleep(ADMIN_RETRY).await;
         }
         None
+    }
+
+    /// Waits until every node that is up describes `name` as incarnation `id` (or `deadline_ns`
+    /// passes). The clients learn of a topic (re)creation only then: a node whose replica has not
+    /// applied it yet takes produces for the incarnation it knows, which the spec allows and the
+    /// ledger, attributing records to the incarnation the clients know, would call lost. A node
+    /// that was down catches up before it serves (its readiness waits for the leader).
+    async fn propagated(&self, name: &str, id: TopicId, deadline_ns: u64) {
+        if self.servers.len() == 1 {
+            return;
+        }
+        for server in &self.servers {
+            while sim_now_ns() < deadline_ns && !lock(&server.state).down {
+                let describe_name = name.to_string();
+                let known = server
+                    .call(ADMIN_TIMEOUT, move |node| async move {
+                        node.describe_topic(&describe_name).await
+                    })
+                    .await;
+                match known {
+                    Call::Done(Ok(Some(info))) if info.id == id => break,
+                    Call::Refused | Call::Reset => break,
+                    _ => tokio::time::sleep(PROPAGATION_POLL).await,
+                }
+            }
+        }
     }
 
     async fn describe(&self, name: &str) -> Option<Option<TopicInfo>> {
