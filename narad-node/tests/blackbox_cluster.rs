@@ -642,3 +642,108 @@ fn a_member_that_missed_a_snapshot_s_worth_of_log_catches_up_from_a_snapshot() {
     );
     cluster.wait_member_status(lagging, "alive");
 }
+
+/// The node RPC `Produce` op, sent by a peer: the test speaks as member 3 after its process was
+/// killed (it holds the secret, as a restarted process would). Member 1 places each record with the
+/// picker that walks past partitions of a dead owner, commits it on the owner (itself, or member 2
+/// over `CommitProduce`), and answers once it is visible.
+#[test]
+fn a_synchronous_produce_skips_a_dead_owner_and_commits_on_a_remote_one() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use narad_core::codec::cluster::{Control, ControlAnswer};
+    use narad_core::ids::NodeId;
+    use narad_core::routing::partition_for_key;
+    use narad_node::cluster::tls::{NodeIdentity, TlsIdentity};
+    use narad_node::cluster::{Cluster as Transport, ClusterOptions};
+    use narad_node::metrics::Metrics;
+
+    let mut cluster = start();
+    cluster.node(1).create_topic("sync", PARTITIONS);
+    let owners = cluster.wait_topic("sync", PARTITIONS);
+    let owner = |partition: u32| owners[partition as usize];
+    assert!(
+        !owned_by(&owners, 2).is_empty() && !owned_by(&owners, 3).is_empty(),
+        "owners {owners:?}"
+    );
+    cluster.kill(3);
+    cluster.wait_member_status(3, "dead");
+    let key_on = |id: u64| {
+        (0..10_000)
+            .map(|i| format!("key-{i}"))
+            .find(|key| owner(partition_for_key(key.as_bytes(), PARTITIONS).0) == id)
+            .expect("a key for every owner")
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let answers = runtime.block_on(async {
+        let peers: BTreeMap<NodeId, String> = cluster
+            .ids()
+            .into_iter()
+            .map(|id| (NodeId(id as u32), cluster.addrs(id).cluster.to_string()))
+            .collect();
+        let options = ClusterOptions {
+            node: NodeId(3),
+            bind: "127.0.0.1:0".parse().expect("an address"),
+            peers,
+            secret: SECRET.as_bytes().to_vec(),
+            rng_seed: None,
+        };
+        let identity = TlsIdentity::SelfSigned(NodeIdentity::generate().expect("a certificate"));
+        let me = Transport::bind(options, &identity, Arc::new(Metrics::new()))
+            .await
+            .expect("the test's transport");
+        let mut answers = Vec::new();
+        for (key, payload) in [(key_on(3), "skips-dead"), (key_on(2), "remote-owner")] {
+            let body = Control::Produce {
+                topic: "sync".to_string(),
+                key: Some(key.into_bytes()),
+                partition: None,
+                payload: payload.as_bytes().to_vec(),
+                budget_ms: 10_000,
+            }
+            .encode();
+            let answer = me
+                .call(NodeId(1), "produce", &body, Duration::from_secs(15))
+                .await
+                .expect("member 1 answers");
+            answers.push((
+                payload,
+                ControlAnswer::decode(&answer).expect("a control answer"),
+            ));
+        }
+        answers
+    });
+    for (payload, answer) in answers {
+        let ControlAnswer::Produced { partition, offset } = answer else {
+            panic!("{payload}: {answer:?}");
+        };
+        let hashed = |id| partition_for_key(key_on(id).as_bytes(), PARTITIONS).0;
+        let expected = match payload {
+            // Node 3's partition is skipped for the next one (wrapping) with a live owner.
+            "skips-dead" => (1..PARTITIONS)
+                .map(|step| (hashed(3) + step) % PARTITIONS)
+                .find(|&p| owner(p) != 3)
+                .expect("a live owner"),
+            // Node 2's partition is kept: member 1 committed the record there.
+            _ => hashed(2),
+        };
+        assert_eq!(partition.0, expected, "{payload}: owners {owners:?}");
+        // Visible when answered: readable at once through member 2.
+        let path = format!(
+            "/v1/topics/sync/consume?partition={}&offset={}",
+            partition.0, offset.0
+        );
+        let response = cluster.node(2).get(&path);
+        assert_eq!(response.status, 200, "{payload}: {}", response.text());
+        assert!(
+            response.text().contains(payload),
+            "{payload}: {}",
+            response.text()
+        );
+    }
+}

@@ -484,6 +484,13 @@ impl Scenario {
         }
         if let Some(schedule) = &self.schedule {
             for (index, event) in schedule.iter().enumerate() {
+                if event.node().is_some_and(|node| node >= self.topology.nodes) {
+                    return Err(format!(
+                        "schedule[{index}]: node {} is not one of the {} nodes",
+                        event.node().unwrap_or(0),
+                        self.topology.nodes
+                    ));
+                }
                 if event.at_us() >= p.safety_ms * 1000 {
                     return Err(format!(
                         "schedule[{index}]: at_us {} is past the safety phase",

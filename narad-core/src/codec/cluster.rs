@@ -92,8 +92,8 @@ pub fn frame_body_len(header: [u8; FRAME_HEADER_BYTES]) -> Result<usize, FrameEr
 pub struct Hello {
     /// The speaker's member id.
     pub node: NodeId,
-    /// A number the speaker draws at every start: a hello with a new one says the peer restarted,
-    /// so its connections from before are stale.
+    /// The speaker's boot number, larger at every start: a hello with a larger one than known says
+    /// the peer restarted, so its connections from before are stale.
     pub boot: u64,
     /// HMAC-SHA256 of the secret over the connection's exporter value for the speaker's side.
     pub proof: [u8; PROOF_BYTES],
@@ -423,6 +423,22 @@ pub enum Control {
         /// Partition index.
         partition: PartitionId,
     },
+    /// The synchronous produce (the node RPC `Produce` op): validated as an HTTP produce, placed by
+    /// the picker that walks past partitions whose owner is dead, committed on the owner (here or
+    /// over `CommitProduce`), and answered once visible. No ingress WAL: the caller holds the record
+    /// until it gets [`ControlAnswer::Produced`].
+    Produce {
+        /// Topic name.
+        topic: String,
+        /// The key, hashed to the partition when none is pinned.
+        key: Option<Vec<u8>>,
+        /// A pinned partition (kept as asked, even if its owner is dead).
+        partition: Option<PartitionId>,
+        /// The payload.
+        payload: Vec<u8>,
+        /// How long the caller waits, ms.
+        budget_ms: u32,
+    },
 }
 
 /// The answer to a [`Control`] request.
@@ -445,6 +461,13 @@ pub enum ControlAnswer {
     BadRequest(String),
     /// A partition's storage figures.
     Stat(PartitionStat),
+    /// A synchronous produce is committed and visible: where its record is.
+    Produced {
+        /// The partition the picker chose.
+        partition: PartitionId,
+        /// The record's offset.
+        offset: Offset,
+    },
 }
 
 /// A partition's storage figures, as `GET /v1/topics/{t}` reports them (and an owner answers a

@@ -5,14 +5,15 @@
 //! One authenticated connection per peer carries this node's calls to it; either side may have dialled
 //! it. A call uses the peer's live connection, or dials one (one dial at a time per peer). A connection
 //! the peer dialled is preferred for this node's calls from then on, so two nodes mostly share one
-//! connection. A connection this node dialled is adopted when none is live; when both dial at once,
-//! both connections serve until one closes. Every connection's incoming streams are served, whoever
-//! dialled.
+//! connection. A connection this node dialled is adopted when none of the same boot is live; when
+//! both dial at once, both connections serve until one closes. Every connection's incoming streams
+//! are served, whoever dialled.
 //!
-//! Each hello carries the speaker's boot number, drawn at every start. A connection whose hello
-//! brings a new boot number replaces the peer's older one and closes it: the peer restarted, the old
-//! connection goes nowhere (a restarted endpoint cannot reset it), and calls in flight on it would
-//! otherwise wait for its idle timeout before they fail over.
+//! Each hello carries the speaker's boot number, larger at every start (Unix milliseconds in its
+//! high bits). A connection whose hello brings a later boot number replaces the peer's older one and
+//! closes it: the peer restarted, the old connection goes nowhere (a restarted endpoint cannot reset
+//! it), and calls in flight on it would otherwise wait for its idle timeout before they fail over. A
+//! connection from an earlier boot than the one known is closed at once.
 //!
 //! # Authentication
 //! A connection's first stream carries a [`Hello`] each way: the dialler's first, then the
@@ -76,8 +77,10 @@ pub struct ClusterOptions {
     pub peers: BTreeMap<NodeId, String>,
     /// The cluster secret.
     pub secret: Vec<u8>,
-    /// Seeds the QUIC endpoint's randomness (connection ids, packet numbers' starts), for a run that
-    /// replays; `None` draws it from the system.
+    /// Seeds the QUIC endpoint's own random draws (its stateless-reset key and each connection's
+    /// generator) and the low bits of the boot number, for a run that replays; `None` draws them
+    /// from the system. quinn draws connection ids from the thread's RNG regardless, which under
+    /// the simulator is madsim's, and seeded.
     pub rng_seed: Option<[u8; 32]>,
 }
 
@@ -117,6 +120,16 @@ pub enum RpcError {
     /// No answer within the call's time.
     #[error("peer {0} did not answer in time")]
     Timeout(NodeId),
+}
+
+/// This process's boot number: Unix milliseconds in the high bits, so a later start has a larger
+/// one, and 20 random low bits against two starts in one millisecond.
+fn boot_number(seed: Option<[u8; 32]>) -> u64 {
+    let low = match seed {
+        Some(seed) => u64::from_le_bytes(seed[24..].try_into().expect("8 bytes")),
+        None => rand::random(),
+    };
+    (crate::clock::unix_ms() << 20) | (low & 0xf_ffff)
 }
 
 /// A QUIC endpoint on a UDP socket bound to `addr`: the OS's, on tokio.
@@ -224,10 +237,7 @@ impl Cluster {
                 secret: options.secret,
                 metrics,
                 connections: Mutex::new(HashMap::new()),
-                boot: match options.rng_seed {
-                    Some(seed) => u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
-                    None => rand::random(),
-                },
+                boot: boot_number(options.rng_seed),
                 dials,
                 inbound: OnceLock::new(),
                 operator_tls: matches!(identity, TlsIdentity::Operator(_)),

@@ -135,6 +135,29 @@ fn check_against_topic(
     }
 }
 
+/// The checks of an HTTP produce, for a synchronous `Produce` from a peer: key length, payload size,
+/// schema and partition range (the topic is resolved already). The refusal's text is the HTTP one.
+pub fn check_sync_produce(
+    app: &App,
+    topic: &Topic,
+    key: Option<&[u8]>,
+    pinned: Option<PartitionId>,
+    payload: &[u8],
+) -> Result<(), String> {
+    if key.is_some_and(|key| key.len() > KEY_BYTES_MAX) {
+        return Err(MessageError::KeyTooLong.to_string());
+    }
+    if payload.is_empty() {
+        return Err(MessageError::PayloadRequired.to_string());
+    }
+    if payload.len() > PAYLOAD_BYTES_MAX {
+        return Err(MessageError::PayloadTooLarge.to_string());
+    }
+    check_against_topic(app, topic, pinned.map(|p| u64::from(p.0)), payload)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
+}
+
 /// Picks the partition of a checked message and builds its WAL record.
 fn record(
     app: &App,

@@ -365,6 +365,11 @@ impl Metastore {
         });
     }
 
+    /// Whether the host task has stopped (nothing will answer again).
+    pub fn is_stopped(&self) -> bool {
+        self.requests.is_closed()
+    }
+
     /// Notes a heartbeat from `node` (dropped when the mailbox is full: the next one comes in a second).
     pub fn heard(&self, node: NodeId) {
         let _ = self.requests.try_send(Request::Heard(node));

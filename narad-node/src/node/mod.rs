@@ -248,13 +248,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let mut reader: Arc<dyn crate::http::PartitionReader> = partitions_seam.clone();
     let mut stats: Arc<dyn crate::http::PartitionStats> = partitions_seam.clone();
     if let Some(cluster) = &cluster {
-        cluster.serve(Arc::new(peers::NodeInbound {
-            partitions: partitions.clone(),
-            metastore: metastore.clone(),
-            clock: clock.clone(),
-            ids: narad_core::codec::cluster::IdSection::Accept,
-        }));
-        peers::spawn_heartbeats(cluster.clone());
         let forwarding = Arc::new(peers::Forwarding {
             local: partitions.clone(),
             cluster: cluster.clone(),
@@ -271,6 +264,24 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         metrics.clone(),
         seed,
     ));
+    if let Some(cluster) = &cluster {
+        cluster.serve(Arc::new(peers::NodeInbound {
+            partitions: partitions.clone(),
+            metastore: metastore.clone(),
+            clock: clock.clone(),
+            ids: narad_core::codec::cluster::IdSection::Accept,
+            sync: Some(Arc::new(peers::SyncProduce {
+                node: node_id,
+                app: app.clone(),
+                cluster: Some(cluster.clone()),
+                // Its own rotation, apart from the HTTP accept path's.
+                picker: std::sync::Mutex::new(narad_core::routing::PartitionPicker::new(
+                    seed ^ 0x7379_6e63_7072_6f64,
+                )),
+            })),
+        }));
+        peers::spawn_heartbeats(cluster.clone());
+    }
     let gauges = metastore.clone();
     metrics.add_refresh(move |metrics| {
         let view = gauges.view();
@@ -362,10 +373,13 @@ async fn recover(
         // A member that was down has a replica from before: it must not accept produces for a
         // topic deleted (or recreated) meanwhile. Ready only once it has applied everything the
         // cluster had committed when it came back (a ReadIndex barrier through the leader).
+        // Without a quorum this waits (unready, replaying nothing) until a leader answers.
         while let Err(error) = inner.metastore.read_index().await {
-            if inner.metastore.view().failed.is_some() {
-                // Latched: serving goes on as on a single node (topic changes answer 503).
-                break;
+            if let Some(failure) = inner.metastore.view().failed.clone() {
+                return Err(StartError::Metastore(failure));
+            }
+            if inner.metastore.is_stopped() {
+                return Err(StartError::Metastore(error.to_string()));
             }
             tracing::info!(%error, "waiting for the metastore leader before serving");
             tokio::time::sleep(CATCH_UP_RETRY).await;

@@ -10,6 +10,13 @@
 //! answered as the wire's: not owner; 412 naming both incarnations (logged at info); 400 for a frame
 //! that does not decode (trailing bytes from a newer sender among them).
 //!
+//! # Synchronous produce
+//! The node RPC `Produce` op ([`SyncProduce`]) is the synchronous path: no ingress WAL, validated as
+//! an HTTP produce, placed by `PartitionPicker::pick_for_sync_produce` (the accept-time choice, then
+//! forward past partitions whose owner membership reports dead; a pinned partition is kept), and
+//! committed on the owner, here or over `CommitProduce` with the record's incarnation id. It answers
+//! the partition and offset once the record is visible. HTTP produces never take this path.
+//!
 //! # Dispatcher side
 //! [`RemoteTransport`] is the node's one [`CommitTransport`] in a cluster: a local owner goes to the
 //! [`LocalTransport`], a remote one over QUIC on what is left of the commit's budget (30 s, a probe's
@@ -24,14 +31,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_core::codec::cluster::{
-    CommitAnswer, CommitProduceBatch, Control, ControlAnswer, IdSection, ReplayAnswer, Request,
-    WireRecord,
+    CommitAnswer, CommitProduce, CommitProduceBatch, Control, ControlAnswer, IdSection,
+    ReplayAnswer, Request, WireRecord,
 };
 use narad_core::dispatcher::{CommitFailure, CommitOwner, SendCommit};
 use narad_core::ids::{NodeId, Offset, PartitionId};
 use narad_core::metastore::liveness::HEARTBEAT_INTERVAL;
 use narad_core::metastore::{Applied, Command};
 use narad_core::partition::{BatchRecord, CommittedRange};
+use narad_core::routing::{PartitionChoice, PartitionPicker, PickError};
 use tokio::sync::mpsc;
 
 use super::partitions::{PartitionCommitError, PartitionHost};
@@ -315,6 +323,134 @@ pub struct NodeInbound {
     pub clock: Clock,
     /// Reads the trailing incarnation section (`Refuse`: behave as an owner from before it).
     pub ids: IdSection,
+    /// Serves the synchronous `Produce` op (`None`: refused as a bad request).
+    pub sync: Option<Arc<SyncProduce>>,
+}
+
+/// What the synchronous `Produce` op needs besides the owner side's parts.
+#[derive(Debug)]
+pub struct SyncProduce {
+    /// This node's member id (a partition it owns commits here).
+    pub node: NodeId,
+    /// Validation as an HTTP produce's (schemas, limits, rejection metrics).
+    pub app: Arc<crate::http::App>,
+    /// The transport to other owners (`None`: a partition owned elsewhere is unavailable).
+    pub cluster: Option<Cluster>,
+    /// The synchronous picker: the accept-time choice, then past partitions with a dead owner.
+    pub picker: std::sync::Mutex<PartitionPicker>,
+}
+
+/// A synchronous produce's request, as decoded.
+struct SyncRequest {
+    topic: String,
+    key: Option<Vec<u8>>,
+    partition: Option<PartitionId>,
+    payload: Vec<u8>,
+    budget: Duration,
+}
+
+impl SyncProduce {
+    /// Validates, picks, commits on the owner and answers where the record is.
+    async fn produce(
+        &self,
+        request: SyncRequest,
+        partitions: &PartitionHost,
+        metastore: &Metastore,
+        clock: &Clock,
+    ) -> ControlAnswer {
+        let view = metastore.view();
+        let Some(topic) = view.state.topic(&request.topic).cloned() else {
+            return ControlAnswer::BadRequest("topic not found".to_string());
+        };
+        if let Err(reason) = crate::http::produce::check_sync_produce(
+            &self.app,
+            &topic,
+            request.key.as_deref(),
+            request.partition,
+            &request.payload,
+        ) {
+            return ControlAnswer::BadRequest(reason);
+        }
+        let choice = match (request.partition, request.key.as_deref()) {
+            (Some(partition), _) => PartitionChoice::Pinned(partition),
+            (None, Some(key)) => PartitionChoice::Key(key),
+            (None, None) => PartitionChoice::Keyless,
+        };
+        let now = clock.now();
+        let picked = {
+            let mut picker = self
+                .picker
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            picker.pick_for_sync_produce(now, &topic.name, topic.partitions(), choice, |p| {
+                topic
+                    .owner_of(p)
+                    .is_some_and(|owner| !view.state.is_alive(owner))
+            })
+        };
+        let partition = match picked {
+            Ok(partition) => partition,
+            Err(PickError::NoLiveOwner) => {
+                return ControlAnswer::Unavailable("no partition has a live owner".to_string())
+            }
+            Err(error) => return ControlAnswer::BadRequest(error.to_string()),
+        };
+        let owner = topic.owner_of(partition).unwrap_or(self.node);
+        let deadline = now + request.budget;
+        let offset = if owner == self.node {
+            let record = BatchRecord {
+                topic_id: Some(topic.id),
+                key: request.key,
+                payload: request.payload,
+            };
+            partitions
+                .commit(topic.name.into(), partition, vec![record], Some(deadline))
+                .await
+                .map(|range| range.base)
+                .map_err(|error| error.to_string())
+        } else {
+            self.commit_remote(owner, &topic, partition, request).await
+        };
+        match offset {
+            Ok(offset) => ControlAnswer::Produced { partition, offset },
+            Err(reason) => ControlAnswer::Unavailable(reason),
+        }
+    }
+
+    /// Commits the record on its owner over `CommitProduce`, with its incarnation id.
+    async fn commit_remote(
+        &self,
+        owner: NodeId,
+        topic: &narad_core::metastore::Topic,
+        partition: PartitionId,
+        request: SyncRequest,
+    ) -> Result<Offset, String> {
+        let Some(cluster) = &self.cluster else {
+            return Err(format!(
+                "partition owned by node {owner}: no cluster transport"
+            ));
+        };
+        let body = CommitProduce {
+            budget_ms: u32::try_from(request.budget.as_millis()).unwrap_or(u32::MAX),
+            topic: topic.name.clone(),
+            partition,
+            record: WireRecord {
+                topic_id: Some(topic.id),
+                key: request.key,
+                payload: request.payload,
+            },
+        }
+        .encode();
+        let answer = cluster
+            .call(owner, "commit_produce", &body, request.budget)
+            .await
+            .map_err(|error| error.to_string())?;
+        match CommitAnswer::decode(&answer) {
+            Ok(CommitAnswer::Committed { base, .. }) => Ok(base),
+            Ok(other) => Err(format!("owner node {owner} answered {other:?}")),
+            Err(error) => Err(format!("owner node {owner}: {error}")),
+        }
+    }
 }
 
 impl Inbound for NodeInbound {
@@ -324,8 +460,31 @@ impl Inbound for NodeInbound {
         let partitions = self.partitions.clone();
         let metastore = self.metastore.clone();
         let clock = self.clock.clone();
+        let sync = self.sync.clone();
         Box::pin(async move {
             match request {
+                Ok(Request::Control(Control::Produce {
+                    topic,
+                    key,
+                    partition,
+                    payload,
+                    budget_ms,
+                })) => {
+                    let Some(sync) = sync else {
+                        return ControlAnswer::BadRequest("produce is not served here".to_string())
+                            .encode();
+                    };
+                    let request = SyncRequest {
+                        topic,
+                        key,
+                        partition,
+                        payload,
+                        budget: Duration::from_millis(u64::from(budget_ms)),
+                    };
+                    sync.produce(request, &partitions, &metastore, &clock)
+                        .await
+                        .encode()
+                }
                 Ok(Request::CommitProduceBatch(batch)) => {
                     let deadline = clock.now() + Duration::from_millis(u64::from(batch.budget_ms));
                     let records = batch.records.into_iter().map(batch_record).collect();
@@ -449,6 +608,8 @@ async fn control_answer(
             };
             ControlAnswer::Stat(partitions.stat(&key, partition).await)
         }
+        // Served by `NodeInbound::handle`, which holds what it needs.
+        Control::Produce { .. } => ControlAnswer::BadRequest("produce misrouted".to_string()),
     }
 }
 

@@ -440,6 +440,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         metastore: node.metastore().clone(),
         clock: Clock::start(),
         ids,
+        sync: None,
     };
     let batch = |topic_id: Option<TopicId>| {
         CommitProduceBatch {
@@ -504,5 +505,127 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         assert!(reply.text().contains(payload), "{}", reply.text());
     }
     assert_eq!(consume_at(&node, "wire", 1, 4).await.status, 204);
+    stop(node).await;
+}
+
+/// The synchronous `Produce` op as a peer sends it: validated as an HTTP produce, placed by the picker
+/// that walks past partitions whose owner is dead (a pinned one is kept), committed and answered
+/// with its place.
+#[tokio::test]
+async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_offset() {
+    use narad_core::codec::cluster::{Control, ControlAnswer, IdSection};
+    use narad_core::metastore::Command;
+    use narad_core::routing::{partition_for_key, PartitionPicker};
+
+    use crate::cluster::Inbound;
+    use crate::node::peers::{NodeInbound, SyncProduce};
+
+    let disk = SimDisk::new(12);
+    let node = started(&disk, 12).await;
+    // A second member, alive when the topic is created, so it owns some partitions; then dead.
+    node.metastore()
+        .propose(Command::AddMember {
+            node: NodeId(2),
+            addr: "127.0.0.2:7943".to_string(),
+        })
+        .await
+        .expect("member added");
+    create_topic(&node, "sync", 4).await;
+    node.metastore()
+        .propose(Command::SetMemberAlive {
+            node: NodeId(2),
+            alive: false,
+        })
+        .await
+        .expect("member marked dead");
+    let topic = node.metastore().view().state.topic("sync").unwrap().clone();
+    let owner = |p: u32| topic.owner_of(PartitionId(p)).unwrap();
+    assert!((0..4).any(|p| owner(p) == NodeId(2)) && (0..4).any(|p| owner(p) == NodeId(1)));
+    let inbound = NodeInbound {
+        partitions: node.partitions().clone(),
+        metastore: node.metastore().clone(),
+        clock: Clock::start(),
+        ids: IdSection::Accept,
+        sync: Some(Arc::new(SyncProduce {
+            node: NodeId(1),
+            app: node.app().clone(),
+            cluster: None,
+            picker: std::sync::Mutex::new(PartitionPicker::new(1)),
+        })),
+    };
+    let produce = |key: Option<&str>, partition: Option<u32>, payload: &str| {
+        let request = Control::Produce {
+            topic: "sync".to_string(),
+            key: key.map(|k| k.as_bytes().to_vec()),
+            partition: partition.map(PartitionId),
+            payload: payload.as_bytes().to_vec(),
+            budget_ms: 5_000,
+        }
+        .encode();
+        let answer = inbound.handle(NodeId(2), request);
+        async move { ControlAnswer::decode(&answer.await).expect("an answer") }
+    };
+    // A key whose partition node 2 owns lands on the next partition (wrapping) with a live owner.
+    let key = (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|k| owner(partition_for_key(k.as_bytes(), 4).0) == NodeId(2))
+        .unwrap();
+    let hashed = partition_for_key(key.as_bytes(), 4).0;
+    let live = (1..4)
+        .map(|step| (hashed + step) % 4)
+        .find(|p| owner(*p) == NodeId(1))
+        .unwrap();
+    assert_eq!(
+        produce(Some(&key), None, "first").await,
+        ControlAnswer::Produced {
+            partition: PartitionId(live),
+            offset: Offset(0)
+        }
+    );
+    assert_eq!(
+        produce(Some(&key), None, "second").await,
+        ControlAnswer::Produced {
+            partition: PartitionId(live),
+            offset: Offset(1)
+        }
+    );
+    // Answered once visible: a consume sees it at once.
+    let reply = consume_at(&node, "sync", live, 1).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(reply.text().contains("second"), "{}", reply.text());
+    // Keyless records go to live owners only.
+    for _ in 0..8 {
+        match produce(None, None, "keyless").await {
+            ControlAnswer::Produced { partition, .. } => assert_eq!(owner(partition.0), NodeId(1)),
+            other => panic!("{other:?}"),
+        }
+    }
+    // A pinned partition is kept as asked: node 2's is unavailable here (no transport to it).
+    let dead = (0..4).find(|p| owner(*p) == NodeId(2)).unwrap();
+    assert!(matches!(
+        produce(None, Some(dead), "pinned").await,
+        ControlAnswer::Unavailable(_)
+    ));
+    // HTTP's refusals: unknown topic, empty payload, partition out of range.
+    for (answer, expected) in [
+        (
+            {
+                let request = Control::Produce {
+                    topic: "absent".to_string(),
+                    key: None,
+                    partition: None,
+                    payload: b"x".to_vec(),
+                    budget_ms: 5_000,
+                }
+                .encode();
+                ControlAnswer::decode(&inbound.handle(NodeId(2), request).await).unwrap()
+            },
+            "topic not found",
+        ),
+        (produce(None, None, "").await, "message required"),
+        (produce(None, Some(9), "x").await, "partition out of range"),
+    ] {
+        assert_eq!(answer, ControlAnswer::BadRequest(expected.to_string()));
+    }
     stop(node).await;
 }

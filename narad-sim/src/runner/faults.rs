@@ -60,7 +60,15 @@ impl<N: SimNode> World<N> {
     /// it leads the metastore now (node 0 if none does).
     async fn struck(&self, node: Option<u32>) -> usize {
         if let Some(node) = node {
-            return node as usize % self.servers.len();
+            if (node as usize) < self.servers.len() {
+                return node as usize;
+            }
+            // A scenario's schedule is validated; one handed in otherwise may still be wrong.
+            self.error(format!(
+                "a fault names node {node} of {}",
+                self.servers.len()
+            ));
+            return 0;
         }
         if self.servers.len() == 1 {
             return 0;

@@ -3,16 +3,19 @@
 //! The run builds its own madsim [`Runtime`] from the seed, so runs of different seeds can go on in
 //! parallel OS threads. Inside it:
 //! 1. the seed's knobs and fault schedule are drawn ([`crate::scenario::Scenario::draw`], [`schedule::generate`]);
-//! 2. the node boots in its own madsim node on a fresh [`SimDisk`]; the scenario's topics are created;
+//! 2. every node (one, or a cluster's members at 10.0.0.1 upwards) boots in its own madsim node on a
+//!    fresh [`SimDisk`]; the scenario's topics are created through any of them;
 //! 3. **safety phase**: producer tasks run the workload (every record registered in the [`Ledger`] before
-//!    it is sent), a churn task deletes and recreates churning topics, and the injector applies the
-//!    schedule: crash (`Handle::kill` and [`SimDisk::crash`] in one instant, restart later), pause, disk
+//!    it is sent, each call through a node drawn at random), a churn task deletes and recreates
+//!    churning topics, and the injector applies the schedule, each event to the node it names (or, in
+//!    a cluster, to the leader of the moment): crash (`Handle::kill` and [`SimDisk::crash`] in one instant, restart later), pause, disk
 //!    error episodes ([`SimDisk`] fault rules on the node's path prefixes), slow-disk episodes
 //!    ([`SimIo`]), bit rot ([`SimDisk::rot`] at a place the harness draws; its victims are excused in the
 //!    ledger);
-//! 4. **liveness phase**: every fault heals (rules cleared, node resumed or restarted); once the node's
-//!    backlog is 0 — or at the liveness deadline at the latest — every partition is read;
-//! 5. a **final crash** and restart, a settle period, and a second read;
+//! 4. **liveness phase**: every fault heals (rules cleared, nodes resumed or restarted); once every
+//!    node's backlog is 0 — or at the liveness deadline at the latest — every partition is read, at
+//!    its owner;
+//! 5. a **final crash** of every node at once and their restart, a settle period, and a second read;
 //! 6. the ledger judges both reads; in-node invariant violations and harness errors also fail the run.
 //!
 //! This module holds the run loop and the state its tasks share ([`World`]); the parts live beside it:

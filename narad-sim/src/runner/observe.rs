@@ -1,8 +1,9 @@
 //! The observation: the reads the ledger judges, and what a failed run reports about its missing
 //! records.
 //!
-//! Contract: [`World::observe`] waits until the node has booted and its backlog is 0 (or the
-//! deadline passes), then reads every partition of every topic from offset 0 to the high watermark;
+//! Contract: [`World::observe`] waits until every node has booted and its backlog is 0 (or the
+//! deadline passes), then reads every partition of every topic, at its owner, from offset 0 to the
+//! high watermark;
 //! if a record that must be visible is missing and the deadline has not passed, it waits for the
 //! deadline and reads again, so a record is unseen only if it is still missing then. A read call
 //! that keeps failing is a harness error; a read that does not end within [`READ_CALLS_MAX`] calls

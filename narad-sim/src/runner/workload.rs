@@ -67,7 +67,8 @@ impl<N: SimNode> World<N> {
     /// passes). The clients learn of a topic (re)creation only then: a node whose replica has not
     /// applied it yet takes produces for the incarnation it knows, which the spec allows and the
     /// ledger, attributing records to the incarnation the clients know, would call lost. A node
-    /// that was down catches up before it serves (its readiness waits for the leader).
+    /// that is down is not waited for: it catches up before it serves (its readiness waits for the
+    /// leader).
     async fn propagated(&self, name: &str, id: TopicId, deadline_ns: u64) {
         if self.servers.len() == 1 {
             return;
@@ -82,7 +83,7 @@ impl<N: SimNode> World<N> {
                     .await;
                 match known {
                     Call::Done(Ok(Some(info))) if info.id == id => break,
-                    Call::Refused | Call::Reset => break,
+                    // Booting nodes too: one may turn ready a round trip behind.
                     _ => tokio::time::sleep(PROPAGATION_POLL).await,
                 }
             }

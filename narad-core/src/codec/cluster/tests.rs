@@ -215,4 +215,20 @@ fn answers_hellos_and_control_requests_round_trip() {
         Request::decode(&[0x7f], IdSection::Accept),
         Err(DecodeError::UnknownFormat(0x7f))
     );
+    let produce = Control::Produce {
+        topic: "t".to_string(),
+        key: Some(b"k".to_vec()),
+        partition: None,
+        payload: b"p".to_vec(),
+        budget_ms: 30_000,
+    };
+    assert_eq!(
+        Request::decode(&produce.encode(), IdSection::Accept).unwrap(),
+        Request::Control(produce)
+    );
+    let produced = ControlAnswer::Produced {
+        partition: PartitionId(2),
+        offset: Offset(9),
+    };
+    assert_eq!(ControlAnswer::decode(&produced.encode()).unwrap(), produced);
 }
