@@ -361,13 +361,7 @@ async fn scrape_text(addr: SocketAddr) -> anyhow::Result<String> {
 }
 
 async fn scrape(addr: SocketAddr) -> anyhow::Result<Scrape> {
-    let request = http1::request("GET", "/metrics", &addr.to_string(), &[], b"");
-    let mut connection = Connection::connect(addr).await?;
-    let response = connection.exchange(&request).await?;
-    if response.status != 200 {
-        bail!("GET /metrics answered {}", response.status);
-    }
-    Ok(Scrape::parse(&String::from_utf8_lossy(&response.body)))
+    Ok(Scrape::parse(&scrape_text(addr).await?))
 }
 
 /// Scrapes until the dispatch backlog reads 0 or `timeout` passes; the last scrape, whether it

@@ -38,7 +38,7 @@ pub struct SimRuntime;
 
 impl Runtime for SimRuntime {
     fn new_timer(&self, at: Instant) -> Pin<Box<dyn AsyncTimer>> {
-        Box::pin(SimTimer(WakeTimer::at(at)))
+        Box::pin(WakeTimer::at(at))
     }
 
     fn spawn(&self, future: Pin<Box<dyn Future<Output = ()> + Send>>) {
@@ -54,17 +54,14 @@ impl Runtime for SimRuntime {
     }
 }
 
-/// A quinn timer on the node's wake-up timer (one madsim timer event per deadline, not per poll).
-#[derive(Debug)]
-struct SimTimer(WakeTimer);
-
-impl AsyncTimer for SimTimer {
+/// quinn's timers are the node's wake-up timer: one madsim timer event per deadline, not per poll.
+impl AsyncTimer for WakeTimer {
     fn reset(mut self: Pin<&mut Self>, at: Instant) {
-        self.0.reset(at);
+        WakeTimer::reset(&mut self, at);
     }
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut self.0).poll(cx)
+        Future::poll(self.as_mut(), cx)
     }
 }
 

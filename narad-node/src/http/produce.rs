@@ -147,12 +147,7 @@ pub fn check_sync_produce(
     if key.is_some_and(|key| key.len() > KEY_BYTES_MAX) {
         return Err(MessageError::KeyTooLong.to_string());
     }
-    if payload.is_empty() {
-        return Err(MessageError::PayloadRequired.to_string());
-    }
-    if payload.len() > PAYLOAD_BYTES_MAX {
-        return Err(MessageError::PayloadTooLarge.to_string());
-    }
+    check_payload_len(payload).map_err(|error| error.to_string())?;
     check_against_topic(app, topic, pinned.map(|p| u64::from(p.0)), payload)
         .map(|_| ())
         .map_err(|error| error.to_string())
@@ -414,13 +409,19 @@ fn payload_bytes(message: &BatchMessage<'_>) -> Result<Vec<u8>, MessageError> {
         }
         Some(other) => return Err(MessageError::PayloadEncoding(other.to_string())),
     };
-    if bytes.is_empty() {
+    check_payload_len(&bytes)?;
+    Ok(bytes)
+}
+
+/// A message's payload is neither empty nor over [`PAYLOAD_BYTES_MAX`].
+fn check_payload_len(payload: &[u8]) -> Result<(), MessageError> {
+    if payload.is_empty() {
         return Err(MessageError::PayloadRequired);
     }
-    if bytes.len() > PAYLOAD_BYTES_MAX {
+    if payload.len() > PAYLOAD_BYTES_MAX {
         return Err(MessageError::PayloadTooLarge);
     }
-    Ok(bytes)
+    Ok(())
 }
 
 fn check_batch_message(

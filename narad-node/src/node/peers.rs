@@ -463,28 +463,6 @@ impl Inbound for NodeInbound {
         let sync = self.sync.clone();
         Box::pin(async move {
             match request {
-                Ok(Request::Control(Control::Produce {
-                    topic,
-                    key,
-                    partition,
-                    payload,
-                    budget_ms,
-                })) => {
-                    let Some(sync) = sync else {
-                        return ControlAnswer::BadRequest("produce is not served here".to_string())
-                            .encode();
-                    };
-                    let request = SyncRequest {
-                        topic,
-                        key,
-                        partition,
-                        payload,
-                        budget: Duration::from_millis(u64::from(budget_ms)),
-                    };
-                    sync.produce(request, &partitions, &metastore, &clock)
-                        .await
-                        .encode()
-                }
                 Ok(Request::CommitProduceBatch(batch)) => {
                     let deadline = clock.now() + Duration::from_millis(u64::from(batch.budget_ms));
                     let records = batch.records.into_iter().map(batch_record).collect();
@@ -507,7 +485,7 @@ impl Inbound for NodeInbound {
                     commit_answer(outcome).encode()
                 }
                 Ok(Request::Control(control)) => {
-                    control_answer(from, control, &partitions, &metastore)
+                    control_answer(from, control, &partitions, &metastore, &clock, sync)
                         .await
                         .encode()
                 }
@@ -533,6 +511,8 @@ async fn control_answer(
     control: Control,
     partitions: &PartitionHost,
     metastore: &Metastore,
+    clock: &Clock,
+    sync: Option<Arc<SyncProduce>>,
 ) -> ControlAnswer {
     match control {
         Control::Raft { messages } => {
@@ -608,8 +588,25 @@ async fn control_answer(
             };
             ControlAnswer::Stat(partitions.stat(&key, partition).await)
         }
-        // Served by `NodeInbound::handle`, which holds what it needs.
-        Control::Produce { .. } => ControlAnswer::BadRequest("produce misrouted".to_string()),
+        Control::Produce {
+            topic,
+            key,
+            partition,
+            payload,
+            budget_ms,
+        } => {
+            let Some(sync) = sync else {
+                return ControlAnswer::BadRequest("produce is not served here".to_string());
+            };
+            let request = SyncRequest {
+                topic,
+                key,
+                partition,
+                payload,
+                budget: Duration::from_millis(u64::from(budget_ms)),
+            };
+            sync.produce(request, partitions, metastore, clock).await
+        }
     }
 }
 

@@ -252,52 +252,34 @@ impl<N: SimNode> World<N> {
         lock(&self.ledger).rotted(victims);
     }
 
-    /// The operator of every node (see [`World::operate`]).
-    pub(super) async fn operator(self: Arc<Self>) {
-        let tasks: Vec<_> = (0..self.servers.len())
-            .map(|index| tokio::spawn(self.clone().operate(index)))
-            .collect();
-        // Aborting this task leaves the per-node ones running: they stop with it.
-        struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
-        impl Drop for AbortAll {
-            fn drop(&mut self) {
-                for task in &self.0 {
-                    task.abort();
-                }
-            }
-        }
-        let _guard = AbortAll(tasks);
-        std::future::pending::<()>().await;
-    }
-
     /// The operator: a node whose disk failure latched a component (it says so in its status, as an
-    /// alert would) is restarted once the latch has held for [`OPERATOR_RESTART_AFTER`]. Runs for the
-    /// whole run, faults or not.
-    async fn operate(self: Arc<Self>, index: usize) {
-        let server = self.servers[index].clone();
-        let mut latched_since: Option<u64> = None;
+    /// alert would) is restarted once the latch has held for [`OPERATOR_RESTART_AFTER`]. Looks at
+    /// every node in turn, for the whole run, faults or not.
+    pub(super) async fn operator(self: Arc<Self>) {
+        let mut latched_since: Vec<Option<u64>> = vec![None; self.servers.len()];
         loop {
             tokio::time::sleep(OPERATOR_POLL).await;
-            let state = *lock(&server.state);
-            if state.down || state.paused {
-                latched_since = None;
-                continue;
-            }
-            let status = server
-                .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
-                .await;
-            let latched = matches!(status, Call::Done(status) if status.latched);
-            if !latched {
-                latched_since = None;
-                continue;
-            }
-            let now = sim_now_ns();
-            let since = *latched_since.get_or_insert(now);
-            if now - since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
-                && lock(&server.state).generation == state.generation
-            {
-                server.process_restart("operator: a component latched");
-                latched_since = None;
+            for (server, since) in self.servers.iter().zip(latched_since.iter_mut()) {
+                let state = *lock(&server.state);
+                if state.down || state.paused {
+                    *since = None;
+                    continue;
+                }
+                let status = server
+                    .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                    .await;
+                if !matches!(status, Call::Done(status) if status.latched) {
+                    *since = None;
+                    continue;
+                }
+                let now = sim_now_ns();
+                let held_since = *since.get_or_insert(now);
+                if now - held_since >= OPERATOR_RESTART_AFTER.as_nanos() as u64
+                    && lock(&server.state).generation == state.generation
+                {
+                    server.process_restart("operator: a component latched");
+                    *since = None;
+                }
             }
         }
     }

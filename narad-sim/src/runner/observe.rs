@@ -46,10 +46,15 @@ impl<N: SimNode> World<N> {
         let mut from = Offset(0);
         let mut failures = 0;
         let mut last_failure;
+        // Resolved once per partition, and again after a failed call.
+        let mut owner: Option<usize> = None;
         for _ in 0..READ_CALLS_MAX {
             let read_name = name.to_string();
-            let owner = self.owner_of(name, partition).await;
-            let result = self.servers[owner]
+            let at = match owner {
+                Some(at) => at,
+                None => *owner.insert(self.owner_of(name, partition).await),
+            };
+            let result = self.servers[at]
                 .call(ADMIN_TIMEOUT, move |node| async move {
                     node.read(&read_name, partition, from, READ_RECORDS_MAX)
                         .await
@@ -65,6 +70,7 @@ impl<N: SimNode> World<N> {
                         _ => "timed out".to_string(),
                     };
                     failures += 1;
+                    owner = None;
                     if failures > 20 {
                         self.error(format!(
                             "read {name}/{partition} from {from} keeps failing ({last_failure})"
