@@ -11,12 +11,18 @@
 //!   every later one fails). Counts are per rule, over all matching files.
 //! - `clear-file=<path>` — while a file exists at `<path>` (an OS path), no failpoint fires and nothing
 //!   is counted. A test "frees the disk" by creating that file, and may re-arm the faults by removing it.
+//! - `metastore-hold-file=<path>` — while a file exists at `<path>`, the node's metastore host publishes
+//!   no newer view and answers none of its callers: raft goes on voting, appending and committing, but
+//!   the rest of the node (ownership, incarnation checks, the dispatcher's placement) keeps seeing the
+//!   state from before the file appeared, as a replica that lags behind the log would. Removing the
+//!   file releases it within a raft tick. Not a disk failpoint: [`FsDisk`](crate::fs_disk::FsDisk)
+//!   ignores it; the node reads it with [`Failpoints::metastore_hold_file`].
 //!
 //! Example: `NARAD_FAILPOINTS="wal:enospc-after-bytes=1000000;clear-file=/tmp/narad-fault-cleared"`.
 //!
 //! In-process code can also call [`Failpoints::clear`], which disarms every rule for good.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -102,6 +108,7 @@ struct Armed {
 pub struct Failpoints {
     rules: Mutex<Vec<Armed>>,
     clear_file: Option<PathBuf>,
+    metastore_hold_file: Option<PathBuf>,
     cleared: AtomicBool,
 }
 
@@ -120,6 +127,7 @@ impl Failpoints {
                     .collect(),
             ),
             clear_file: None,
+            metastore_hold_file: None,
             cleared: AtomicBool::new(false),
         }
     }
@@ -128,6 +136,7 @@ impl Failpoints {
     pub fn parse(text: &str) -> Result<Self, FailpointParseError> {
         let mut rules = Vec::new();
         let mut clear_file = None;
+        let mut metastore_hold_file = None;
         for item in text
             .split(';')
             .map(str::trim)
@@ -142,6 +151,13 @@ impl Failpoints {
                     return Err(bad("clear-file needs a path"));
                 }
                 clear_file = Some(PathBuf::from(path));
+                continue;
+            }
+            if let Some(path) = item.strip_prefix("metastore-hold-file=") {
+                if path.is_empty() {
+                    return Err(bad("metastore-hold-file needs a path"));
+                }
+                metastore_hold_file = Some(PathBuf::from(path));
                 continue;
             }
             let (path_prefix, spec) = item
@@ -170,6 +186,7 @@ impl Failpoints {
         }
         let mut failpoints = Failpoints::new(rules);
         failpoints.clear_file = clear_file;
+        failpoints.metastore_hold_file = metastore_hold_file;
         Ok(failpoints)
     }
 
@@ -179,6 +196,11 @@ impl Failpoints {
             Ok(text) if !text.trim().is_empty() => Self::parse(&text).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// The file whose presence holds the metastore's view back, if one is named.
+    pub fn metastore_hold_file(&self) -> Option<&Path> {
+        self.metastore_hold_file.as_deref()
     }
 
     /// Disarms every rule for the life of the process.
@@ -306,6 +328,21 @@ mod tests {
     }
 
     #[test]
+    fn the_metastore_hold_file_is_read_beside_disk_rules_and_arms_none() {
+        let failpoints =
+            Failpoints::parse("metastore-hold-file=/tmp/hold-2;wal:eio-after-syncs=5").unwrap();
+        assert_eq!(
+            failpoints.metastore_hold_file(),
+            Some(Path::new("/tmp/hold-2"))
+        );
+        assert_eq!(failpoints.lock().len(), 1);
+        let alone = Failpoints::parse("metastore-hold-file=/tmp/hold-2").unwrap();
+        assert_eq!(alone.on_sync("wal/a"), Ok(()));
+        assert_eq!(alone.on_write("wal/a", 1 << 20), Verdict::Proceed);
+        assert_eq!(Failpoints::new(Vec::new()).metastore_hold_file(), None);
+    }
+
+    #[test]
     fn bad_items_are_refused() {
         for text in [
             "wal",
@@ -313,6 +350,7 @@ mod tests {
             "wal:enospc-after-bytes=x",
             "wal:full-after-bytes=1",
             "clear-file=",
+            "metastore-hold-file=",
         ] {
             assert!(Failpoints::parse(text).is_err(), "{text:?}");
         }

@@ -119,6 +119,9 @@ pub struct Metrics {
     pub ingress_dispatch_commit_duration_seconds: Histogram,
     /// Records rerouted to a sibling partition.
     pub ingress_dispatch_reroutes: Counter,
+    /// `narad_ingress_dispatch_incarnation_mismatches_total`: commits an owner refused because their
+    /// records were accepted for another topic incarnation (412 from a remote owner, or the local check).
+    pub ingress_dispatch_incarnation_mismatches: Counter,
     /// Accept (202) to visible (high watermark) latency.
     pub accept_to_visible_seconds: Histogram,
     /// Errors by component and kind.
@@ -145,6 +148,8 @@ pub struct Metrics {
     pub cluster_frames_refused: Counter,
     /// `narad_cluster_auth_failures_total`.
     pub cluster_auth_failures: Counter,
+    /// `narad_cluster_incarnation_refusals_total`: remote commits this owner answered 412.
+    pub cluster_incarnation_refusals: Counter,
     /// `narad_cluster_members_alive`.
     pub cluster_members_alive: Gauge,
     /// `narad_cluster_raft_term`.
@@ -168,6 +173,7 @@ impl Metrics {
             ingress_wal_group_commit_records: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
             ingress_dispatch_commit_duration_seconds: latency_histogram(),
             ingress_dispatch_reroutes: Counter::default(),
+            ingress_dispatch_incarnation_mismatches: Counter::default(),
             accept_to_visible_seconds: accept_to_visible_histogram(),
             errors: Family::default(),
             messages_produced: Family::default(),
@@ -181,6 +187,7 @@ impl Metrics {
             cluster_rpc_duration_seconds: Family::new_with_constructor(latency_histogram),
             cluster_frames_refused: Counter::default(),
             cluster_auth_failures: Counter::default(),
+            cluster_incarnation_refusals: Counter::default(),
             cluster_members_alive: Gauge::default(),
             cluster_raft_term: Gauge::default(),
             cluster_raft_leader: Gauge::default(),
@@ -233,6 +240,11 @@ impl Metrics {
             "ingress_dispatch_reroutes",
             "Records rerouted to a sibling partition",
             m.ingress_dispatch_reroutes.clone(),
+        );
+        r.register(
+            "ingress_dispatch_incarnation_mismatches",
+            "Commits refused for records of another topic incarnation (a remote owner's 412, or the local check)",
+            m.ingress_dispatch_incarnation_mismatches.clone(),
         );
         r.register(
             "accept_to_visible_seconds",
@@ -294,6 +306,11 @@ impl Metrics {
             "cluster_auth_failures",
             "Peer connections closed for a wrong or missing proof of the cluster secret",
             m.cluster_auth_failures.clone(),
+        );
+        r.register(
+            "cluster_incarnation_refusals",
+            "Remote commits answered 412: their records carry another topic incarnation than this owner's",
+            m.cluster_incarnation_refusals.clone(),
         );
         r.register(
             "cluster_members_alive",

@@ -23,6 +23,19 @@ use crate::fs_disk::FsDisk;
 use crate::http;
 use crate::node::{self, NodeOptions};
 
+/// The metastore hold failpoint from `NARAD_FAILPOINTS` (a `failpoints` build only).
+#[cfg(feature = "failpoints")]
+fn metastore_hold_file() -> anyhow::Result<Option<std::path::PathBuf>> {
+    let failpoints = crate::failpoints::Failpoints::from_env()
+        .with_context(|| format!("reading {}", crate::failpoints::ENV_VAR))?;
+    Ok(failpoints.and_then(|failpoints| failpoints.metastore_hold_file().map(Into::into)))
+}
+
+#[cfg(not(feature = "failpoints"))]
+fn metastore_hold_file() -> anyhow::Result<Option<std::path::PathBuf>> {
+    Ok(None)
+}
+
 /// Runs a node until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = config.http_addr()?;
@@ -45,7 +58,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         clock: Clock::start(),
         seed: ChaCha8Rng::from_os_rng().random(),
         member_addr: member_addr.unwrap_or_else(|| local_addr.to_string()),
-        hooks: node::NodeHooks::default(),
+        hooks: node::NodeHooks {
+            metastore_hold_file: metastore_hold_file()?,
+            ..node::NodeHooks::default()
+        },
         cluster,
     };
     let node = node::start(options).await.context("starting the node")?;

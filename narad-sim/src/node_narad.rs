@@ -355,6 +355,7 @@ impl SimNode for NaradSimNode {
                 partition_segment_bytes_max: nonzero(ctx.sizes.partition_segment_bytes),
             },
             plant,
+            metastore_hold_file: None,
         };
         let index = ctx.node_id.0 as usize;
         let own_addr = ctx

@@ -209,6 +209,17 @@ impl Cluster {
     /// Starts `n` members sharing `secret`, and waits until every one logged `ready` and node 1 lists
     /// `n` members alive.
     pub fn start(binary: &Path, n: usize, secret: &str) -> Cluster {
+        Cluster::start_with_env(binary, n, secret, |_| Vec::new())
+    }
+
+    /// [`Cluster::start`], with `extra(id)` added to member `id`'s environment (kept across
+    /// restarts), e.g. a failpoint for one member.
+    pub fn start_with_env(
+        binary: &Path,
+        n: usize,
+        secret: &str,
+        extra: impl Fn(u64) -> Vec<(String, String)>,
+    ) -> Cluster {
         assert!(n >= 1, "a cluster has a member");
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let addrs: Vec<MemberAddrs> = free_ports(n)
@@ -221,7 +232,11 @@ impl Cluster {
         // quorum of its peers is up.
         let mut nodes: Vec<Node> = addrs
             .iter()
-            .map(|member| launch(binary, member_env(member, &peers, secret)))
+            .map(|member| {
+                let mut env = member_env(member, &peers, secret);
+                env.extend(extra(member.id));
+                launch(binary, env)
+            })
             .collect();
         for (node, member) in nodes.iter_mut().zip(&addrs) {
             node.wait_listening();

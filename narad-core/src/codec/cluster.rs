@@ -499,6 +499,9 @@ pub enum ReplayAnswer {
     Gone,
     /// The read failed.
     Failed(String),
+    /// The owner holds another incarnation of the topic under the name than the one asked for, or
+    /// none: the asker's replica or the owner's lags behind a delete and recreate. Retriable.
+    OtherIncarnation,
 }
 
 /// A visible record read back from a partition log, as a replay read answers it (locally, or

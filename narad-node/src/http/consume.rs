@@ -75,6 +75,12 @@ async fn replay(app: &App, topic_name: &str, query: Option<&str>) -> Result<Repl
         Ok(ReadOutcome::OwnerDown) => {
             Err(Reply::plain(503, "partition owner is down; retry later"))
         }
+        // Not 410: a consumer skips past a gone offset, and this one becomes readable once the
+        // lagging replica catches up.
+        Ok(ReadOutcome::OtherIncarnation) => Err(Reply::plain(
+            503,
+            "partition owner holds another incarnation of the topic; retry later",
+        )),
         Ok(ReadOutcome::PeerFailed(reason)) => {
             tracing::warn!(%reason, topic = topic_name, %partition, offset, "forwarded replay read failed");
             Err(Reply::plain(502, &format!("peer RPC failed: {reason}")))

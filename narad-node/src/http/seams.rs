@@ -62,6 +62,9 @@ pub enum ReadOutcome {
     OwnerDown,
     /// Forwarding the read to the partition's owner failed (HTTP 502, plain text).
     PeerFailed(String),
+    /// The owner does not hold the asked incarnation of the topic (yet, or any more): a replica
+    /// lags behind a delete and recreate (HTTP 503, plain text: retriable, never "gone").
+    OtherIncarnation,
 }
 
 /// Why a replay read failed (HTTP 410, as the surface answers an unreadable offset).

@@ -42,6 +42,7 @@
 //! one to two seconds of its own election timeout.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -153,6 +154,10 @@ pub struct MetastoreOptions {
     pub learners: Vec<NodeId>,
     /// The cluster transport, for raft messages and forwarded proposals (`None`: a single node).
     pub peers: Option<Arc<dyn MetaPeers>>,
+    /// A failpoint: while a file exists at this path, no newer view is published and no caller is
+    /// answered (raft itself goes on), so the node acts on a lagging replica's state. Answers and the
+    /// view follow within a tick of the file's removal. `None` in production.
+    pub hold_file: Option<PathBuf>,
 }
 
 impl MetastoreOptions {
@@ -168,6 +173,7 @@ impl MetastoreOptions {
             voters: Vec::new(),
             learners: Vec::new(),
             peers: None,
+            hold_file: None,
         }
     }
 }
@@ -496,6 +502,12 @@ struct MetaHost {
     /// This turn's raft messages, by peer, in order, and whether one carries a snapshot.
     outbox: BTreeMap<u64, (Vec<Vec<u8>>, bool)>,
     liveness: Liveness,
+    /// See [`MetastoreOptions::hold_file`].
+    hold_file: Option<PathBuf>,
+    /// The view changed while held: publish it on release.
+    unpublished: bool,
+    /// The hold was in force at the last drain (its start and end are logged).
+    held: bool,
 }
 
 fn view_of(replica: &MetaReplica) -> MetaView {
@@ -574,6 +586,9 @@ impl MetaHost {
             peers: options.peers.clone(),
             outbox: BTreeMap::new(),
             liveness: Liveness::new(options.node_id),
+            hold_file: options.hold_file.clone(),
+            unpublished: false,
+            held: false,
         })
     }
 
@@ -701,7 +716,11 @@ impl MetaHost {
         // the commit index rides along with the next publish, as every publish clones the state.
         let view = self.view_tx.borrow().clone();
         let moved = view.leader != self.replica.leader() || view.term != self.replica.term();
-        if changed || moved {
+        self.unpublished |= changed || moved;
+        if self.hold() {
+            return;
+        }
+        if std::mem::take(&mut self.unpublished) {
             self.publish();
         }
         for answer in self.answers.drain(..) {
@@ -719,6 +738,21 @@ impl MetaHost {
 
     fn publish(&self) {
         self.view_tx.send_replace(Arc::new(view_of(&self.replica)));
+    }
+
+    /// Whether the hold failpoint is in force now; logs when it starts and ends.
+    fn hold(&mut self) -> bool {
+        let held = self.hold_file.as_ref().is_some_and(|path| path.exists());
+        if held != self.held {
+            self.held = held;
+            let applied_index = self.replica.applied_index().0;
+            if held {
+                tracing::warn!(applied_index, "metastore view held (failpoint)");
+            } else {
+                tracing::warn!(applied_index, "metastore view released (failpoint)");
+            }
+        }
+        held
     }
 }
 

@@ -366,7 +366,9 @@ impl DispatchPart {
                 DispatcherInput::CommitDone { commit_id }
             }
             Err(failure) => {
-                if !matches!(failure, CommitFailure::IncarnationMismatch { .. }) {
+                if matches!(failure, CommitFailure::IncarnationMismatch { .. }) {
+                    metrics.ingress_dispatch_incarnation_mismatches.inc();
+                } else {
                     metrics.error("ingress", "dispatch_commit").inc();
                 }
                 DispatcherInput::CommitFailed { commit_id, failure }

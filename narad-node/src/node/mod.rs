@@ -99,6 +99,8 @@ pub struct NodeHooks {
     pub sizes: StorageSizes,
     /// The bug planted in every actor's configuration (only the simulator can plant one).
     pub plant: Plant,
+    /// The metastore's hold failpoint ([`MetastoreOptions::hold_file`]).
+    pub metastore_hold_file: Option<std::path::PathBuf>,
 }
 
 /// File sizes overriding production's; `None` keeps the default.
@@ -205,6 +207,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
     metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
     metastore_options.clock = Some(clock.clone());
+    metastore_options.hold_file = hooks.metastore_hold_file.clone();
     let cluster = match cluster {
         Some(setup) => {
             let members = setup
@@ -279,6 +282,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
                     seed ^ 0x7379_6e63_7072_6f64,
                 )),
             })),
+            metrics: metrics.clone(),
         }));
         peers::spawn_heartbeats(cluster.clone());
     }

@@ -397,6 +397,7 @@ impl http::PartitionReader for PartitionHost {
                 Err(PartitionReadError::Log(ReadError::BelowOldestRetained { .. })) => {
                     Ok(ReadOutcome::Gone)
                 }
+                Err(PartitionReadError::NotLive(_)) => Ok(ReadOutcome::OtherIncarnation),
                 Err(error) => Err(http::ReadError(error.to_string())),
             }
         })

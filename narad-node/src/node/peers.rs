@@ -50,6 +50,7 @@ use crate::http::{
     BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome, TopicKey,
 };
 use crate::metastore::{MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
+use crate::metrics::Metrics;
 
 /// Raft batches queued for one peer before more are dropped (raft sends again).
 pub const RAFT_QUEUE_MAX: usize = 256;
@@ -273,7 +274,10 @@ pub(crate) fn commit_outcome(answer: &[u8], carried_ids: bool) -> CommitOutcome 
 }
 
 /// The wire's form of a commit's outcome on this node.
-fn commit_answer(outcome: Result<CommittedRange, PartitionCommitError>) -> CommitAnswer {
+fn commit_answer(
+    outcome: Result<CommittedRange, PartitionCommitError>,
+    metrics: &Metrics,
+) -> CommitAnswer {
     let failure = match outcome {
         Ok(range) => {
             return CommitAnswer::Committed {
@@ -293,6 +297,7 @@ fn commit_answer(outcome: Result<CommittedRange, PartitionCommitError>) -> Commi
             record_topic_id,
             live_topic_id,
         } => {
+            metrics.cluster_incarnation_refusals.inc();
             tracing::info!(
                 record_topic_id = %record_topic_id,
                 live_topic_id = ?live_topic_id.map(|id| id.0),
@@ -325,6 +330,8 @@ pub struct NodeInbound {
     pub ids: IdSection,
     /// Serves the synchronous `Produce` op (`None`: refused as a bad request).
     pub sync: Option<Arc<SyncProduce>>,
+    /// Counts the 412s answered.
+    pub metrics: Arc<Metrics>,
 }
 
 /// What the synchronous `Produce` op needs besides the owner side's parts.
@@ -461,6 +468,7 @@ impl Inbound for NodeInbound {
         let metastore = self.metastore.clone();
         let clock = self.clock.clone();
         let sync = self.sync.clone();
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             match request {
                 Ok(Request::CommitProduceBatch(batch)) => {
@@ -469,7 +477,7 @@ impl Inbound for NodeInbound {
                     let outcome = partitions
                         .commit(batch.topic.into(), batch.partition, records, Some(deadline))
                         .await;
-                    commit_answer(outcome).encode()
+                    commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::CommitProduce(single)) => {
                     let deadline = clock.now() + Duration::from_millis(u64::from(single.budget_ms));
@@ -482,7 +490,7 @@ impl Inbound for NodeInbound {
                             Some(deadline),
                         )
                         .await;
-                    commit_answer(outcome).encode()
+                    commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::Control(control)) => {
                     control_answer(from, control, &partitions, &metastore, &clock, sync)
@@ -571,6 +579,7 @@ async fn control_answer(
                 Ok(ReadOutcome::Record(record)) => ReplayAnswer::Record(record),
                 Ok(ReadOutcome::PastEnd) => ReplayAnswer::PastEnd,
                 Ok(ReadOutcome::Gone) => ReplayAnswer::Gone,
+                Ok(ReadOutcome::OtherIncarnation) => ReplayAnswer::OtherIncarnation,
                 Ok(ReadOutcome::OwnerDown | ReadOutcome::PeerFailed(_)) => {
                     ReplayAnswer::Failed("not a local read".to_string())
                 }
@@ -665,6 +674,9 @@ impl PartitionReader for Forwarding {
                 }
                 Ok(ControlAnswer::Replay(ReplayAnswer::PastEnd)) => Ok(ReadOutcome::PastEnd),
                 Ok(ControlAnswer::Replay(ReplayAnswer::Gone)) => Ok(ReadOutcome::Gone),
+                Ok(ControlAnswer::Replay(ReplayAnswer::OtherIncarnation)) => {
+                    Ok(ReadOutcome::OtherIncarnation)
+                }
                 Ok(ControlAnswer::Replay(ReplayAnswer::Failed(reason))) => Err(ReadError(reason)),
                 Ok(other) => Ok(ReadOutcome::PeerFailed(format!("owner answered {other:?}"))),
                 Err(error) => Ok(ReadOutcome::PeerFailed(error.to_string())),

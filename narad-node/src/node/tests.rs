@@ -441,6 +441,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         clock: Clock::start(),
         ids,
         sync: None,
+        metrics: node.metrics().clone(),
     };
     let batch = |topic_id: Option<TopicId>| {
         CommitProduceBatch {
@@ -470,6 +471,8 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
     ));
     // Records of another incarnation: 412 naming both ids, nothing appended.
     let stale = TopicId(live.0 + 7);
+    let refusals = || node.metrics().cluster_incarnation_refusals.get();
+    assert_eq!(refusals(), 0);
     assert_eq!(
         answer(ours.handle(NodeId(2), batch(Some(stale))).await),
         CommitAnswer::IncarnationMismatch {
@@ -477,6 +480,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
             live_topic_id: Some(live)
         }
     );
+    assert_eq!(refusals(), 1, "a 412 on the wire is counted");
     // An owner from before the section refuses it as trailing data (400); the sender's transport
     // reads that as "resend without ids", and the id-less frame commits there.
     let legacy = inbound(IdSection::Refuse);
@@ -552,6 +556,7 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
             cluster: None,
             picker: std::sync::Mutex::new(PartitionPicker::new(1)),
         })),
+        metrics: node.metrics().clone(),
     };
     let produce = |key: Option<&str>, partition: Option<u32>, payload: &str| {
         let request = Control::Produce {

@@ -231,4 +231,13 @@ fn answers_hellos_and_control_requests_round_trip() {
         offset: Offset(9),
     };
     assert_eq!(ControlAnswer::decode(&produced.encode()).unwrap(), produced);
+    for replay in [
+        ReplayAnswer::PastEnd,
+        ReplayAnswer::Gone,
+        ReplayAnswer::Failed("disk".to_string()),
+        ReplayAnswer::OtherIncarnation,
+    ] {
+        let answer = ControlAnswer::Replay(replay);
+        assert_eq!(ControlAnswer::decode(&answer.encode()).unwrap(), answer);
+    }
 }

@@ -197,3 +197,37 @@ async fn a_read_barrier_passes_on_a_sole_voter_and_fails_once_latched() {
     );
     assert_eq!(metastore.view().applied_index, applied);
 }
+
+/// The failpoint a cross-process test holds a member's metastore back with: while the file exists the
+/// entry is committed and applied by raft, but the view stays as it was and the caller waits; the
+/// file's removal publishes both within a tick.
+#[tokio::test]
+async fn the_hold_file_keeps_the_view_and_the_answers_back_until_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = dir.path().join("hold");
+    let disk = SimDisk::new(3);
+    let mut held = options();
+    held.hold_file = Some(hold.clone());
+    let metastore = open(&disk, held).await;
+    let before = metastore.view();
+
+    std::fs::write(&hold, b"").unwrap();
+    let proposer = metastore.clone();
+    let proposal = tokio::spawn(async move { proposer.propose(create("orders")).await });
+    // Ticks come every 100 ms: ten of them with the proposal applied inside the replica.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!proposal.is_finished(), "answered while held");
+    let view = metastore.view();
+    assert!(view.state.topic("orders").is_none(), "published while held");
+    assert_eq!(view.applied_index, before.applied_index);
+
+    std::fs::remove_file(&hold).unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(5), proposal)
+        .await
+        .expect("answered after the hold ended")
+        .unwrap();
+    assert_eq!(created_id(answered), TopicId(1));
+    let view = metastore.view();
+    assert!(view.state.topic("orders").is_some());
+    assert!(view.applied_index > before.applied_index);
+}
