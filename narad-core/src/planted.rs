@@ -27,11 +27,28 @@ pub enum PlantedBug {
     StaleIncarnationIntoRecreatedTopic,
     /// A batch that rolls the WAL segment loses the records staged after the roll, yet is acknowledged.
     RollDropsBatchTail,
+    /// The dispatcher reroutes the records of a commit still in flight along with the rest of a dead
+    /// or failing destination's records.
+    RerouteInflight,
+    /// The dispatcher discards a record once its local replica shows the incarnation gone, without
+    /// asking the leader.
+    DiscardWithoutLeaderConfirm,
+    /// The dispatcher reads a 412 as a failure of the destination: it is marked failing and, past the
+    /// grace, its records reroute.
+    FourTwelveAsFailure,
+    /// The owner commits a remote batch by name whatever incarnation its trailing section names.
+    OwnerIgnoresTrailingIds,
+    /// The owner commits a batch whose caller's deadline has passed (the caller gave up).
+    CommitAfterCallerGaveUp,
+    /// The owner answers a remote commit once it is appended, before the fsync that makes it durable.
+    RemoteAckBeforeFsync,
+    /// The metastore leader never marks a silent member dead: a dead owner's records never reroute.
+    NeverMarkDead,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 7] = [
+    pub const ALL: [PlantedBug; 14] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -39,6 +56,13 @@ impl PlantedBug {
         PlantedBug::SkipReadbackCrc,
         PlantedBug::StaleIncarnationIntoRecreatedTopic,
         PlantedBug::RollDropsBatchTail,
+        PlantedBug::RerouteInflight,
+        PlantedBug::DiscardWithoutLeaderConfirm,
+        PlantedBug::FourTwelveAsFailure,
+        PlantedBug::OwnerIgnoresTrailingIds,
+        PlantedBug::CommitAfterCallerGaveUp,
+        PlantedBug::RemoteAckBeforeFsync,
+        PlantedBug::NeverMarkDead,
     ];
 
     /// The command-line name.
@@ -53,6 +77,13 @@ impl PlantedBug {
                 "stale-incarnation-into-recreated-topic"
             }
             PlantedBug::RollDropsBatchTail => "roll-drops-batch-tail",
+            PlantedBug::RerouteInflight => "reroute-inflight",
+            PlantedBug::DiscardWithoutLeaderConfirm => "discard-without-leader-confirm",
+            PlantedBug::FourTwelveAsFailure => "412-as-failure",
+            PlantedBug::OwnerIgnoresTrailingIds => "owner-ignores-trailing-ids",
+            PlantedBug::CommitAfterCallerGaveUp => "commit-after-caller-gave-up",
+            PlantedBug::RemoteAckBeforeFsync => "remote-ack-before-fsync",
+            PlantedBug::NeverMarkDead => "never-mark-dead",
         }
     }
 }

@@ -101,6 +101,39 @@ pub enum FaultEvent {
         /// How long the episode lasts.
         duration_ms: u64,
     },
+    /// Cut the network between the node and `peer` (or every other node) for `duration_ms`:
+    /// madsim's `NetSim` clogs the links, so peer traffic (QUIC: raft, heartbeats, commits,
+    /// forwarded reads) is dropped while clients still reach the node.
+    Partition {
+        /// When.
+        at_us: u64,
+        /// The node on one side (an index into the cluster); none: the raft leader when it strikes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
+        /// The node on the other side; none: every other node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peer: Option<u32>,
+        /// Only packets from `node` towards `peer` are lost (the other direction still flows).
+        #[serde(default, skip_serializing_if = "is_false")]
+        one_way: bool,
+        /// How long the cut lasts.
+        duration_ms: u64,
+    },
+    /// For `duration_ms`, every packet between nodes is lost with chance `loss_ppm` and delayed by a
+    /// latency drawn from `latency_min_us..latency_max_us` (jitter reorders them). Strikes the whole
+    /// network; overlapping episodes combine to the worst of each.
+    Net {
+        /// When.
+        at_us: u64,
+        /// Chance that a packet is lost, parts per million.
+        loss_ppm: u32,
+        /// Least one-way latency.
+        latency_min_us: u64,
+        /// Greatest one-way latency (exclusive; above `latency_min_us`).
+        latency_max_us: u64,
+        /// How long the episode lasts.
+        duration_ms: u64,
+    },
     /// Flip one bit of synced data in a file under `target`.
     BitRot {
         /// When.
@@ -122,29 +155,58 @@ impl FaultEvent {
             | FaultEvent::Pause { at_us, .. }
             | FaultEvent::Disk { at_us, .. }
             | FaultEvent::SlowDisk { at_us, .. }
+            | FaultEvent::Partition { at_us, .. }
+            | FaultEvent::Net { at_us, .. }
             | FaultEvent::BitRot { at_us, .. } => *at_us,
         }
     }
 
-    /// The node it strikes: `None` is the single node, or a cluster's leader at that instant.
+    /// The node it strikes: `None` is the single node, or a cluster's leader at that instant (and
+    /// for [`FaultEvent::Net`], which strikes no node, always `None`).
     pub fn node(&self) -> Option<u32> {
         match self {
             FaultEvent::Crash { node, .. }
             | FaultEvent::Pause { node, .. }
             | FaultEvent::Disk { node, .. }
             | FaultEvent::SlowDisk { node, .. }
+            | FaultEvent::Partition { node, .. }
             | FaultEvent::BitRot { node, .. } => *node,
+            FaultEvent::Net { .. } => None,
         }
     }
 
-    /// Aims the event at `node`.
+    /// Aims the event at `node` (a [`FaultEvent::Net`] strikes the whole network and stays as it is).
     pub fn set_node(&mut self, to: Option<u32>) {
         match self {
             FaultEvent::Crash { node, .. }
             | FaultEvent::Pause { node, .. }
             | FaultEvent::Disk { node, .. }
             | FaultEvent::SlowDisk { node, .. }
+            | FaultEvent::Partition { node, .. }
             | FaultEvent::BitRot { node, .. } => *node = to,
+            FaultEvent::Net { .. } => {}
+        }
+    }
+
+    /// Whether it strikes the network as a whole rather than a node.
+    pub fn is_global(&self) -> bool {
+        matches!(self, FaultEvent::Net { .. })
+    }
+
+    /// The kind of fault it is, for the breakdowns of a run's report.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            FaultEvent::Crash { .. } => "crash",
+            FaultEvent::Pause { .. } => "pause",
+            FaultEvent::Disk { error, .. } => match error {
+                DiskError::FsyncEio => "fsync-eio",
+                DiskError::WriteEio => "write-eio",
+                DiskError::Enospc => "enospc",
+            },
+            FaultEvent::SlowDisk { .. } => "slow-disk",
+            FaultEvent::Partition { .. } => "partition",
+            FaultEvent::Net { .. } => "net",
+            FaultEvent::BitRot { .. } => "bit-rot",
         }
     }
 
@@ -180,9 +242,33 @@ impl FaultEvent {
                 "slow-disk target={} latency_us={latency_us} duration_ms={duration_ms}",
                 target.name()
             ),
+            FaultEvent::Partition {
+                peer,
+                one_way,
+                duration_ms,
+                ..
+            } => {
+                let peer = peer.map_or_else(|| "all".to_string(), |peer| peer.to_string());
+                let way = if *one_way { "one-way" } else { "two-way" };
+                format!("partition peer={peer} {way} duration_ms={duration_ms}")
+            }
+            FaultEvent::Net {
+                loss_ppm,
+                latency_min_us,
+                latency_max_us,
+                duration_ms,
+                ..
+            } => format!(
+                "net loss_ppm={loss_ppm} latency_us={latency_min_us}..{latency_max_us} \
+                 duration_ms={duration_ms}"
+            ),
             FaultEvent::BitRot { target, .. } => format!("bit-rot target={}", target.name()),
         }
     }
+}
+
+fn is_false(value: &bool) -> bool {
+    !value
 }
 
 /// The kinds the fault weights choose between, in [`crate::scenario::Knobs::fault_weights`] order.
@@ -204,11 +290,18 @@ pub enum FaultKind {
     SlowDisk,
     /// [`FaultEvent::BitRot`].
     BitRot,
+    /// [`FaultEvent::Partition`].
+    Partition,
+    /// [`FaultEvent::Net`].
+    Net,
 }
 
+/// How many fault kinds there are.
+pub const FAULT_KINDS: usize = 10;
+
 impl FaultKind {
-    /// Every kind, in weight order.
-    pub const ALL: [FaultKind; 8] = [
+    /// Every kind, in weight order (kinds added later go last, so older scenarios draw as before).
+    pub const ALL: [FaultKind; FAULT_KINDS] = [
         FaultKind::Crash,
         FaultKind::Pause,
         FaultKind::WalFsyncEio,
@@ -217,5 +310,7 @@ impl FaultKind {
         FaultKind::Enospc,
         FaultKind::SlowDisk,
         FaultKind::BitRot,
+        FaultKind::Partition,
+        FaultKind::Net,
     ];
 }

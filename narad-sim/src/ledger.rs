@@ -206,6 +206,10 @@ pub struct Report {
     pub duplicates: BTreeMap<u32, u64>,
     /// Copies found on a partition other than the one they were aimed at.
     pub reroutes: u64,
+    /// Ids of the records served two or more times in the final read.
+    pub duplicated: Vec<u64>,
+    /// Ids of the records with a copy on a partition other than the one they were aimed at.
+    pub rerouted: Vec<u64>,
     /// 202'd records excused because their incarnation was deleted.
     pub excused_deleted: u64,
     /// 202'd records excused because an injected bit rot destroyed them.
@@ -251,12 +255,170 @@ pub struct Ledger {
     rotted: BTreeSet<u64>,
     /// The key each record registered by [`Ledger::add_record_with_key`] was produced with.
     keys: BTreeMap<u64, Option<Box<[u8]>>>,
+    /// Where and when each call noted by [`Ledger::set_via`] was sent, by attempt.
+    via: BTreeMap<AttemptId, Via>,
+    /// Nodes kept down through the liveness deadline, and the instant before which a call may have
+    /// left records only they hold ([`Ledger::excuse_at_deadline`]).
+    down_at_deadline: Option<(BTreeSet<u32>, u64)>,
+    /// Topics none of whose partitions has an owner up at the liveness deadline: their records have
+    /// no live sibling to reroute to.
+    stranded_at_deadline: BTreeSet<Arc<str>>,
+}
+
+/// Where and when a produce call was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Via {
+    /// The node (index) that took the call.
+    pub node: u32,
+    /// When it was sent, in nanoseconds of the run.
+    pub at_ns: u64,
+}
+
+/// What happened to the records of one group (a node, a fault kind), for a report's breakdowns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Records whose call got a 202.
+    pub accepted: u64,
+    /// Of those, lost.
+    pub lost: u64,
+    /// Of those, unseen at the liveness deadline.
+    pub unseen: u64,
+    /// Records served more than once.
+    pub duplicated: u64,
+    /// Records with a copy off the partition they were aimed at.
+    pub rerouted: u64,
+}
+
+impl Tally {
+    /// Adds `other` into this one.
+    pub fn add(&mut self, other: &Tally) {
+        self.accepted += other.accepted;
+        self.lost += other.lost;
+        self.unseen += other.unseen;
+        self.duplicated += other.duplicated;
+        self.rerouted += other.rerouted;
+    }
+}
+
+impl fmt::Display for Tally {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "accepted={} lost={} unseen={} duplicated={} rerouted={}",
+            self.accepted, self.lost, self.unseen, self.duplicated, self.rerouted
+        )
+    }
+}
+
+/// A report broken down by the node that took each call and by the fault kinds in force around it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    /// By node index.
+    pub by_node: BTreeMap<u32, Tally>,
+    /// By fault kind (a record counts under every kind it overlapped; `none` when it overlapped none).
+    pub by_fault: BTreeMap<&'static str, Tally>,
+}
+
+impl Breakdown {
+    /// Adds `other` into this one.
+    pub fn add(&mut self, other: &Breakdown) {
+        for (node, tally) in &other.by_node {
+            self.by_node.entry(*node).or_default().add(tally);
+        }
+        for (kind, tally) in &other.by_fault {
+            self.by_fault.entry(kind).or_default().add(tally);
+        }
+    }
 }
 
 impl Ledger {
     /// An empty ledger.
     pub fn new() -> Self {
         Ledger::default()
+    }
+
+    /// Nodes `nodes` stay down through the liveness deadline: a record taken by one of them, or sent
+    /// before `sent_before_ns` (it may have been committed on one of their partitions), need not be
+    /// visible at the deadline (it must be after the final restart). Every other record must: a
+    /// dead owner's records reroute to live siblings. Calls without [`Ledger::set_via`] count as
+    /// sent at 0.
+    pub fn excuse_at_deadline(&mut self, nodes: BTreeSet<u32>, sent_before_ns: u64) {
+        self.down_at_deadline = Some((nodes, sent_before_ns));
+    }
+
+    /// Every partition of `topic` is owned by a node down through the liveness deadline: its
+    /// records need not be visible there (there is no live sibling to reroute them to).
+    pub fn excuse_topic_at_deadline(&mut self, topic: &str) {
+        self.stranded_at_deadline.insert(Arc::from(topic));
+    }
+
+    /// Whether record `id` may be missing at the liveness deadline ([`Ledger::excuse_at_deadline`]).
+    fn excused_at_deadline(&self, id: u64) -> bool {
+        let Some((nodes, before_ns)) = &self.down_at_deadline else {
+            return false;
+        };
+        let entry = &self.records[id as usize];
+        if self.stranded_at_deadline.contains(&entry.topic) {
+            return true;
+        }
+        match self.via.get(&entry.attempt) {
+            Some(via) => nodes.contains(&via.node) || via.at_ns < *before_ns,
+            None => true,
+        }
+    }
+
+    /// Notes that call `attempt` was sent through node `node` at `at_ns`, for the report's
+    /// breakdowns ([`Ledger::breakdown`]).
+    pub fn set_via(&mut self, attempt: AttemptId, node: u32, at_ns: u64) {
+        self.via.insert(attempt, Via { node, at_ns });
+    }
+
+    /// Breaks `report` (this ledger's) down by node and by the fault kinds `faults_around` names
+    /// for a call sent at a given instant. Calls without [`Ledger::set_via`] are left out.
+    pub fn breakdown(
+        &self,
+        report: &Report,
+        faults_around: impl Fn(u64) -> Vec<&'static str>,
+    ) -> Breakdown {
+        let mut breakdown = Breakdown::default();
+        let mut tallies: BTreeMap<u64, Tally> = BTreeMap::new();
+        for (id, entry) in self.records.iter().enumerate() {
+            if self.attempts[entry.attempt.0 as usize] == Outcome::Accepted {
+                tallies.entry(id as u64).or_default().accepted = 1;
+            }
+        }
+        for &id in &report.lost {
+            tallies.entry(id).or_default().lost = 1;
+        }
+        for &id in &report.unseen {
+            tallies.entry(id).or_default().unseen = 1;
+        }
+        for &id in &report.duplicated {
+            tallies.entry(id).or_default().duplicated = 1;
+        }
+        for &id in &report.rerouted {
+            tallies.entry(id).or_default().rerouted = 1;
+        }
+        let mut kinds_at: BTreeMap<u64, Vec<&'static str>> = BTreeMap::new();
+        for (id, tally) in tallies {
+            let Some(entry) = self.record(id) else {
+                continue;
+            };
+            let Some(via) = self.via.get(&entry.attempt) else {
+                continue;
+            };
+            breakdown.by_node.entry(via.node).or_default().add(&tally);
+            let kinds = kinds_at
+                .entry(via.at_ns)
+                .or_insert_with(|| faults_around(via.at_ns));
+            if kinds.is_empty() {
+                breakdown.by_fault.entry("none").or_default().add(&tally);
+            }
+            for kind in kinds.iter() {
+                breakdown.by_fault.entry(kind).or_default().add(&tally);
+            }
+        }
+        breakdown
     }
 
     /// Opens a produce call; its outcome is [`Outcome::Pending`] until [`Ledger::complete`].
@@ -365,9 +527,19 @@ impl Ledger {
             && !self.rotted.contains(&id)
     }
 
+    /// [`Ledger::missing`] at the liveness deadline: records excused there
+    /// ([`Ledger::excuse_at_deadline`]) are not counted.
+    pub fn missing_at_deadline(&self, observation: &Observation) -> usize {
+        self.missing_where(observation, |id| !self.excused_at_deadline(id))
+    }
+
     /// How many records that must be visible are not served, correctly placed, in `observation`:
     /// the cheap question the liveness phase asks before the full [`Ledger::check`].
     pub fn missing(&self, observation: &Observation) -> usize {
+        self.missing_where(observation, |_| true)
+    }
+
+    fn missing_where(&self, observation: &Observation, counted: impl Fn(u64) -> bool) -> usize {
         // Ids are dense from 0: a flag per record instead of a set (this runs once per read).
         let mut served = vec![false; self.records.len()];
         for copy in &observation.served {
@@ -384,7 +556,7 @@ impl Ledger {
             }
         }
         (0..self.records.len() as u64)
-            .filter(|&id| self.must_be_visible(id) && !served[id as usize])
+            .filter(|&id| self.must_be_visible(id) && !served[id as usize] && counted(id))
             .count()
     }
 
@@ -417,8 +589,10 @@ impl Ledger {
             after_final,
             &mut anomalies_phantom,
             &mut anomalies_misplaced,
-            Some(&mut report.reroutes),
+            Some((&mut report.reroutes, &mut report.rerouted)),
         );
+        report.rerouted.sort_unstable();
+        report.rerouted.dedup();
         for id in 0..self.records.len() as u64 {
             if !self.must_be_visible(id) {
                 continue;
@@ -430,13 +604,14 @@ impl Ledger {
                 if at_deadline > 0 {
                     report.vanished.push(id);
                 }
-            } else if at_deadline == 0 {
+            } else if at_deadline == 0 && !self.excused_at_deadline(id) {
                 report.unseen.push(id);
             }
         }
-        for &copies in &final_copies {
+        for (id, &copies) in final_copies.iter().enumerate() {
             if copies >= 2 {
                 *report.duplicates.entry(copies).or_default() += 1;
+                report.duplicated.push(id as u64);
             }
         }
         report.ambiguous_served = (0..self.records.len())
@@ -462,7 +637,7 @@ impl Ledger {
         observation: &Observation,
         phantoms: &mut BTreeSet<Anomaly>,
         misplaced: &mut BTreeSet<Anomaly>,
-        mut reroutes: Option<&mut u64>,
+        mut reroutes: Option<(&mut u64, &mut Vec<u64>)>,
     ) -> Vec<u32> {
         let mut copies = vec![0u32; self.records.len()];
         for served in &observation.served {
@@ -512,9 +687,10 @@ impl Ledger {
                 continue;
             }
             copies[id as usize] += 1;
-            if let (Some(count), Some(aimed)) = (reroutes.as_deref_mut(), entry.aimed_at) {
+            if let (Some((count, ids)), Some(aimed)) = (reroutes.as_mut(), entry.aimed_at) {
                 if aimed != served.partition {
-                    *count += 1;
+                    **count += 1;
+                    ids.push(id);
                 }
             }
         }
@@ -749,6 +925,88 @@ mod tests {
         let report = ledger().check(&deadline, &last);
         assert!(!report.failed(), "{report:?}");
         assert_eq!(report.reroutes, 1);
+    }
+
+    /// Three accepted calls of one record each, aimed at orders#1/0: through node 0 at 1 s, node 1
+    /// at 2 s and node 2 at 3 s.
+    fn three_calls() -> Ledger {
+        let mut ledger = Ledger::new();
+        for node in 0..3u32 {
+            let call = ledger.begin();
+            ledger.add_record(call, "orders", ORDERS, Some(PartitionId(0)));
+            ledger.set_via(call, node, u64::from(node + 1) * 1_000_000_000);
+            ledger.complete(call, Outcome::Accepted);
+        }
+        ledger
+    }
+
+    #[test]
+    fn a_report_breaks_down_by_node_and_by_the_faults_around_each_call() {
+        let ledger = three_calls();
+        // Record 0 lost, record 1 twice (once rerouted), record 2 in place.
+        let last = Observation {
+            served: vec![
+                served("orders", ORDERS, 0, 0, 1),
+                served("orders", ORDERS, 1, 0, 1),
+                served("orders", ORDERS, 0, 1, 2),
+            ],
+        };
+        let report = ledger.check(&last, &last);
+        assert_eq!(
+            (
+                report.lost.clone(),
+                report.duplicated.clone(),
+                report.rerouted.clone()
+            ),
+            (vec![0], vec![1], vec![1])
+        );
+        // A crash in force around the calls of 2 s and later, nothing before.
+        let breakdown = ledger.breakdown(&report, |at_ns| {
+            if at_ns >= 2_000_000_000 {
+                vec!["crash"]
+            } else {
+                vec![]
+            }
+        });
+        let tally = |accepted, lost, duplicated, rerouted| Tally {
+            accepted,
+            lost,
+            unseen: 0,
+            duplicated,
+            rerouted,
+        };
+        assert_eq!(breakdown.by_node[&0], tally(1, 1, 0, 0));
+        assert_eq!(breakdown.by_node[&1], tally(1, 0, 1, 1));
+        assert_eq!(breakdown.by_node[&2], tally(1, 0, 0, 0));
+        assert_eq!(breakdown.by_fault["none"], tally(1, 1, 0, 0));
+        assert_eq!(breakdown.by_fault["crash"], tally(2, 0, 1, 1));
+        let mut sum = Breakdown::default();
+        sum.add(&breakdown);
+        sum.add(&breakdown);
+        assert_eq!(sum.by_fault["crash"], tally(4, 0, 2, 2));
+    }
+
+    #[test]
+    fn records_a_down_node_may_hold_are_excused_at_the_deadline_only() {
+        let mut ledger = three_calls();
+        // Node 1 stays down through the deadline; it crashed at 1.5 s.
+        ledger.excuse_at_deadline(BTreeSet::from([1]), 1_500_000_000);
+        let nothing = Observation::default();
+        // Record 0 was sent before the crash, record 1 through node 1: excused. Record 2 was sent
+        // through a live node after the crash: it must be visible at the deadline.
+        assert_eq!(ledger.missing_at_deadline(&nothing), 1);
+        assert_eq!(ledger.missing(&nothing), 3);
+        let all = Observation {
+            served: (0..3)
+                .map(|id| served("orders", ORDERS, 0, id, id))
+                .collect(),
+        };
+        let report = ledger.check(&nothing, &all);
+        assert_eq!(report.unseen, vec![2]);
+        assert!(report.lost.is_empty());
+        // At the final read nothing is excused.
+        let report = ledger.check(&all, &nothing);
+        assert_eq!(report.lost, vec![0, 1, 2]);
     }
 
     #[test]

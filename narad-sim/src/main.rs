@@ -298,6 +298,9 @@ mod sim {
             r.excused_deleted,
             outcome.violations.len()
         );
+        for line in narad_sim::sweep::breakdown_lines(&outcome.breakdown) {
+            println!("{line}");
+        }
         println!(
             "trace_hash={:016x} events={} sim_s={:.3} wall_s={:.3} sim/wall={:.0}x",
             outcome.trace_hash,
@@ -464,6 +467,13 @@ mod sim {
                 outcome.reason(),
                 replay_command(&job.spec.scenario_path, job.spec.seed, job.spec.plant_bug)
             );
+        }
+        let breakdown = narad_sim::sweep::breakdown_lines(&total.breakdown);
+        if !breakdown.is_empty() {
+            println!("breakdown (records by the node that took them, and by the faults in force around their call):");
+            for line in breakdown {
+                println!("{line}");
+            }
         }
         println!("{}", speed_line(&total, wall_s));
         println!("{}", summary_line(&total, wall_s));

@@ -661,9 +661,16 @@ impl SimNode for ModelNode {
             | PlantedBug::SkipReadbackCrc
             | PlantedBug::StaleIncarnationIntoRecreatedTopic
             | PlantedBug::RollDropsBatchTail => true,
-            PlantedBug::CheckpointSkipsInflight | PlantedBug::CompactAheadOfSyncedCheckpoint => {
-                false
-            }
+            // The model node has no dispatcher of its own and no cluster.
+            PlantedBug::CheckpointSkipsInflight
+            | PlantedBug::CompactAheadOfSyncedCheckpoint
+            | PlantedBug::RerouteInflight
+            | PlantedBug::DiscardWithoutLeaderConfirm
+            | PlantedBug::FourTwelveAsFailure
+            | PlantedBug::OwnerIgnoresTrailingIds
+            | PlantedBug::CommitAfterCallerGaveUp
+            | PlantedBug::RemoteAckBeforeFsync
+            | PlantedBug::NeverMarkDead => false,
         }
     }
 

@@ -356,6 +356,7 @@ impl SimNode for NaradSimNode {
             },
             plant,
             metastore_hold_file: None,
+            legacy_owner: ctx.legacy_owner,
         };
         let index = ctx.node_id.0 as usize;
         let own_addr = ctx

@@ -54,6 +54,8 @@ pub struct RunOutcome {
     pub accepted: u64,
     /// What the ledger knows about the first lost and unseen records.
     pub details: Vec<String>,
+    /// The verdict by node and by fault kind (a cluster's; empty for a single node).
+    pub breakdown: crate::ledger::Breakdown,
 }
 
 impl RunOutcome {

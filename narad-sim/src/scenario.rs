@@ -15,7 +15,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::fault::{FaultEvent, Target};
+use crate::fault::{FaultEvent, Target, FAULT_KINDS};
 use crate::seam::PlantedBug;
 
 /// Longest topic name accepted (the node's own limit may be lower; the harness only needs a bound).
@@ -123,6 +123,10 @@ pub struct Scenario {
 pub struct Topology {
     /// Number of nodes: 1 runs a single node; more run a cluster (at most [`NODES_MAX`]).
     pub nodes: u32,
+    /// Nodes that act as an owner from before the incarnation section: they refuse a commit that
+    /// carries one (400), as an older release refuses trailing data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub legacy_nodes: Vec<u32>,
 }
 
 /// One topic.
@@ -227,6 +231,53 @@ pub struct FaultMix {
     pub chance_ppm: Span,
     /// Mean per-operation latency during a slow episode, in microseconds.
     pub slow_us: Span,
+    /// Weight: the network between a node (or the leader) and one peer, or every other node, is
+    /// cut for `partition_ms`; clients still reach both sides. A cluster's knob.
+    #[serde(default = "span_zero")]
+    pub partition: Span,
+    /// Weight: packet loss and latency on the whole network for `net_ms`. A cluster's knob.
+    #[serde(default = "span_zero")]
+    pub net: Span,
+    /// How long a partition lasts (around `MEMBER_DEAD_AFTER`, 5 s, members flap dead and alive).
+    #[serde(default = "default_partition_ms")]
+    pub partition_ms: Span,
+    /// Percent of partitions that cut only one direction (the node's packets to the peer).
+    #[serde(default = "default_one_way_percent")]
+    pub one_way_percent: Span,
+    /// Percent of partitions that cut the node from every other node rather than from one peer.
+    #[serde(default = "default_all_peers_percent")]
+    pub all_peers_percent: Span,
+    /// How long a lossy or slow network episode lasts.
+    #[serde(default = "default_net_ms")]
+    pub net_ms: Span,
+    /// Packet loss during a network episode, parts per million.
+    #[serde(default = "span_zero")]
+    pub loss_ppm: Span,
+    /// One-way latency bounds during a network episode, in microseconds: two draws, the lower the
+    /// least latency, the higher the greatest (their gap is the jitter).
+    #[serde(default = "default_latency_us")]
+    pub latency_us: Span,
+}
+
+fn default_partition_ms() -> Span {
+    Span::Fixed(2000)
+}
+
+fn default_one_way_percent() -> Span {
+    Span::Fixed(25)
+}
+
+fn default_all_peers_percent() -> Span {
+    Span::Fixed(50)
+}
+
+fn default_net_ms() -> Span {
+    Span::Fixed(2000)
+}
+
+fn default_latency_us() -> Span {
+    // madsim's own default: 1 to 10 ms.
+    Span::Range([1000, 10_000])
 }
 
 fn default_rot_target() -> Target {
@@ -283,6 +334,13 @@ pub struct Phases {
     /// How long the node gets after the final restart before the final read.
     #[serde(default = "default_final_settle_ms")]
     pub final_settle_ms: u64,
+    /// A cluster's nodes that are down when the faults heal stay down through the liveness deadline
+    /// (learners, and voters as long as a quorum of the metastore's voters is up; the others
+    /// restart): every record sent through a live node
+    /// after they went down must be visible by the deadline anyway, so a dead owner's records must
+    /// have rerouted. They restart before the final crash.
+    #[serde(default)]
+    pub keep_down: bool,
 }
 
 fn default_true() -> bool {
@@ -343,7 +401,7 @@ pub struct Knobs {
     /// Fault events per minute.
     pub faults_per_minute: u64,
     /// Weights in [`crate::fault::FaultKind::ALL`] order.
-    pub fault_weights: [u64; 8],
+    pub fault_weights: [u64; FAULT_KINDS],
     /// The WAL's segment size; 0 = the node's default.
     pub wal_segment_bytes: u64,
     /// A partition log's segment size; 0 = the node's default.
@@ -376,6 +434,16 @@ impl Scenario {
             return Err(format!(
                 "topology.nodes = {}: between 1 and {NODES_MAX} are supported",
                 self.topology.nodes
+            ));
+        }
+        if let Some(&node) = self
+            .topology
+            .legacy_nodes
+            .iter()
+            .find(|&&node| node >= self.topology.nodes)
+        {
+            return Err(format!(
+                "topology.legacy_nodes: node {node} is not one of the nodes"
             ));
         }
         if self.topics.is_empty() || self.topics.len() > TOPICS_MAX {
@@ -440,6 +508,17 @@ impl Scenario {
         f.episode_ms.check("faults.episode_ms", 0, PHASE_MS_MAX)?;
         f.chance_ppm.check("faults.chance_ppm", 0, 1_000_000)?;
         f.slow_us.check("faults.slow_us", 0, 60_000_000)?;
+        f.partition_ms
+            .check("faults.partition_ms", 1, PHASE_MS_MAX)?;
+        f.one_way_percent.check("faults.one_way_percent", 0, 100)?;
+        f.all_peers_percent
+            .check("faults.all_peers_percent", 0, 100)?;
+        f.net_ms.check("faults.net_ms", 1, PHASE_MS_MAX)?;
+        f.loss_ppm.check("faults.loss_ppm", 0, 1_000_000)?;
+        f.latency_us.check("faults.latency_us", 1, 60_000_000)?;
+        if self.topology.nodes == 1 && (f.partition.hi() > 0 || f.net.hi() > 0) {
+            return Err("faults.partition and faults.net need topology.nodes > 1".into());
+        }
         if f.disk_targets.is_empty() || f.disk_targets.len() > 3 {
             return Err("faults.disk_targets must name 1 to 3 targets".into());
         }
@@ -449,6 +528,9 @@ impl Scenario {
         }
         if p.liveness_ms == 0 || p.liveness_ms > PHASE_MS_MAX {
             return Err("phases.liveness_ms must be 1..=3600000".into());
+        }
+        if p.keep_down && (self.topology.nodes < 3 || !p.final_crash) {
+            return Err("phases.keep_down needs topology.nodes >= 3 and phases.final_crash".into());
         }
         if p.final_settle_ms > PHASE_MS_MAX {
             return Err("phases.final_settle_ms must be at most 3600000".into());
@@ -491,6 +573,40 @@ impl Scenario {
                         self.topology.nodes
                     ));
                 }
+                match event {
+                    FaultEvent::Partition { node, peer, .. } => {
+                        if self.topology.nodes == 1 {
+                            return Err(format!("schedule[{index}]: a partition needs a cluster"));
+                        }
+                        if let Some(peer) = *peer {
+                            if peer >= self.topology.nodes || *node == Some(peer) {
+                                return Err(format!(
+                                    "schedule[{index}]: peer {peer} is not another of the {} nodes",
+                                    self.topology.nodes
+                                ));
+                            }
+                        }
+                    }
+                    FaultEvent::Net {
+                        loss_ppm,
+                        latency_min_us,
+                        latency_max_us,
+                        ..
+                    } => {
+                        if self.topology.nodes == 1 {
+                            return Err(format!(
+                                "schedule[{index}]: a network episode needs a cluster"
+                            ));
+                        }
+                        if *loss_ppm > 1_000_000 || latency_min_us >= latency_max_us {
+                            return Err(format!(
+                                "schedule[{index}]: loss_ppm must be at most 1000000 and \
+                                 latency_min_us below latency_max_us"
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
                 if event.at_us() >= p.safety_ms * 1000 {
                     return Err(format!(
                         "schedule[{index}]: at_us {} is past the safety phase",
@@ -507,7 +623,7 @@ impl Scenario {
         Ok(())
     }
 
-    fn fault_weight_spans(&self) -> [(&'static str, Span); 8] {
+    fn fault_weight_spans(&self) -> [(&'static str, Span); FAULT_KINDS] {
         let f = &self.faults;
         [
             ("faults.crash", f.crash),
@@ -518,6 +634,8 @@ impl Scenario {
             ("faults.enospc", f.enospc),
             ("faults.slow_disk", f.slow_disk),
             ("faults.bit_rot", f.bit_rot),
+            ("faults.partition", f.partition),
+            ("faults.net", f.net),
         ]
     }
 
@@ -533,7 +651,7 @@ impl Scenario {
         if shape_weights.iter().all(|&x| x == 0) {
             shape_weights = [w.single.hi(), w.batch.hi()];
         }
-        let mut fault_weights = [0u64; 8];
+        let mut fault_weights = [0u64; FAULT_KINDS];
         for (slot, (_, span)) in fault_weights.iter_mut().zip(self.fault_weight_spans()) {
             *slot = span.draw(rng);
         }

@@ -37,15 +37,39 @@ pub fn generate(scenario: &Scenario, knobs: &Knobs, rng: &mut ChaCha8Rng) -> Vec
         let mut event = event_of(kind, at_us, scenario, rng);
         // Drawn only in a cluster, so a single node's schedules stay what they were.
         let nodes = scenario.topology.nodes;
-        if nodes > 1 {
-            // Crashes and pauses strike the leader of the moment one time in `nodes + 1`.
-            let leader = matches!(kind, FaultKind::Crash | FaultKind::Pause)
-                && rng.random_range(0..=nodes) == nodes;
-            event.set_node((!leader).then(|| rng.random_range(0..nodes)));
+        if nodes > 1 && !event.is_global() {
+            // Crashes, pauses and partitions strike the leader of the moment one time in
+            // `nodes + 1`.
+            let leader = matches!(
+                kind,
+                FaultKind::Crash | FaultKind::Pause | FaultKind::Partition
+            ) && rng.random_range(0..=nodes) == nodes;
+            let node = (!leader).then(|| rng.random_range(0..nodes));
+            event.set_node(node);
+            if let FaultEvent::Partition { peer, .. } = &mut event {
+                *peer = partition_peer(scenario, node, rng);
+            }
         }
         events.push(event);
     }
     events
+}
+
+/// The other side of a partition: every other node `all_peers_percent` of the time, else one node
+/// other than `node` (when `node` is the leader of the moment, any node: one that turns out to be the
+/// leader itself is skipped when it strikes).
+fn partition_peer(scenario: &Scenario, node: Option<u32>, rng: &mut ChaCha8Rng) -> Option<u32> {
+    let nodes = scenario.topology.nodes;
+    if rng.random_range(0..100) < scenario.faults.all_peers_percent.draw(rng) {
+        return None;
+    }
+    match node {
+        Some(node) => {
+            let other = rng.random_range(0..nodes - 1);
+            Some(if other >= node { other + 1 } else { other })
+        }
+        None => Some(rng.random_range(0..nodes)),
+    }
 }
 
 fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8Rng) -> FaultEvent {
@@ -93,6 +117,23 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
             node: None,
             target: f.rot_target,
         },
+        FaultKind::Partition => FaultEvent::Partition {
+            at_us,
+            node: None,
+            peer: None,
+            one_way: rng.random_range(0..100) < f.one_way_percent.draw(rng),
+            duration_ms: f.partition_ms.draw(rng),
+        },
+        FaultKind::Net => {
+            let (a, b) = (f.latency_us.draw(rng), f.latency_us.draw(rng));
+            FaultEvent::Net {
+                at_us,
+                loss_ppm: f.loss_ppm.draw(rng) as u32,
+                latency_min_us: a.min(b),
+                latency_max_us: a.max(b) + 1,
+                duration_ms: f.net_ms.draw(rng),
+            }
+        }
     }
 }
 
@@ -186,7 +227,10 @@ mod tests {
                     assert_eq!(target, Target::Partitions)
                 }
                 FaultEvent::Crash { .. } => {}
-                FaultEvent::Pause { .. } | FaultEvent::BitRot { .. } => panic!("{event:?}"),
+                FaultEvent::Pause { .. }
+                | FaultEvent::BitRot { .. }
+                | FaultEvent::Partition { .. }
+                | FaultEvent::Net { .. } => panic!("{event:?}"),
             }
         }
     }
@@ -225,6 +269,71 @@ mod tests {
         assert!(generate(&single, &knobs, &mut rng)
             .iter()
             .all(|event| event.node().is_none()));
+    }
+
+    #[test]
+    fn network_faults_name_two_different_nodes_or_the_whole_network() {
+        let text = MINIMAL
+            .replace("nodes = 1", "nodes = 3")
+            .replace("crash = [0, 1]", "crash = 0")
+            .replace("wal_fsync_eio = 1", "wal_fsync_eio = 0")
+            .replace(
+                "bit_rot = 0",
+                "bit_rot = 0\npartition = 2\nnet = 1\nloss_ppm = [0, 50000]",
+            )
+            .replace("per_minute = [0, 60]", "per_minute = 6000");
+        let scenario = Scenario::parse(&text).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        let knobs = scenario.draw(&mut rng);
+        let events = generate(&scenario, &knobs, &mut rng);
+        let (mut partitions, mut nets, mut one_way, mut to_all, mut at_leader) = (0, 0, 0, 0, 0);
+        for event in &events {
+            match *event {
+                FaultEvent::Partition {
+                    node,
+                    peer,
+                    one_way: one,
+                    duration_ms,
+                    ..
+                } => {
+                    partitions += 1;
+                    one_way += u32::from(one);
+                    to_all += u32::from(peer.is_none());
+                    at_leader += u32::from(node.is_none());
+                    assert_eq!(duration_ms, 2000, "the default partition_ms");
+                    if let (Some(node), Some(peer)) = (node, peer) {
+                        assert_ne!(node, peer, "{event:?}");
+                        assert!(node < 3 && peer < 3);
+                    }
+                }
+                FaultEvent::Net {
+                    loss_ppm,
+                    latency_min_us,
+                    latency_max_us,
+                    ..
+                } => {
+                    nets += 1;
+                    assert!(loss_ppm <= 50_000);
+                    assert!(latency_min_us < latency_max_us && latency_min_us >= 1000);
+                    assert!(latency_max_us <= 10_001);
+                    assert_eq!(event.node(), None);
+                }
+                _ => panic!("{event:?}"),
+            }
+        }
+        assert!(partitions > 20 && nets > 10, "{partitions} {nets}");
+        assert!(
+            one_way > 0 && one_way < partitions,
+            "{one_way} of {partitions}"
+        );
+        assert!(
+            to_all > 0 && to_all < partitions,
+            "{to_all} of {partitions}"
+        );
+        assert!(at_leader > 0, "{events:?}");
+        // Network faults need a cluster.
+        let single = MINIMAL.replace("bit_rot = 0", "bit_rot = 0\npartition = 1");
+        assert!(Scenario::parse(&single).unwrap_err().contains("nodes"));
     }
 
     #[test]

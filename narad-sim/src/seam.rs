@@ -166,6 +166,8 @@ pub struct NodeContext {
     /// Every member's cluster address, in node order (`node_id` indexes it); one entry for a single
     /// node.
     pub members: Vec<std::net::SocketAddr>,
+    /// Act as an owner from before the incarnation section (it refuses one as trailing data).
+    pub legacy_owner: bool,
 }
 
 /// File sizes a scenario overrides, so segment rolls and compaction happen within a run.

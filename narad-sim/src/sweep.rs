@@ -43,6 +43,8 @@ pub struct Tally {
     pub sim_ns: u64,
     /// Wall nanoseconds spent inside runs (summed over threads).
     pub run_wall_ns: u64,
+    /// The verdicts by node and by fault kind.
+    pub breakdown: crate::ledger::Breakdown,
 }
 
 impl Tally {
@@ -65,6 +67,7 @@ impl Tally {
         self.errors += outcome.errors.len() as u64;
         self.sim_ns += outcome.sim_ns;
         self.run_wall_ns += wall_ns;
+        self.breakdown.add(&outcome.breakdown);
     }
 
     /// Adds another tally.
@@ -85,7 +88,21 @@ impl Tally {
         self.errors += other.errors;
         self.sim_ns += other.sim_ns;
         self.run_wall_ns += other.run_wall_ns;
+        self.breakdown.add(&other.breakdown);
     }
+}
+
+/// The breakdown lines of a cluster's verdict: one per node, one per fault kind (none when no run
+/// broke its records down).
+pub fn breakdown_lines(breakdown: &crate::ledger::Breakdown) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (node, tally) in &breakdown.by_node {
+        lines.push(format!("  via node {node}: {tally}"));
+    }
+    for (kind, tally) in &breakdown.by_fault {
+        lines.push(format!("  around {kind}: {tally}"));
+    }
+    lines
 }
 
 /// The per-scenario table.

@@ -183,6 +183,7 @@ impl Dispatcher {
                 }
                 Status::GoneDeleted | Status::GoneStale => {
                     let id = queued.record.topic_id();
+                    self.check_discard_confirmed(topic, id);
                     match discarded.last_mut() {
                         Some((last_id, count)) if *last_id == id => *count += 1,
                         _ => discarded.push((id, 1)),
@@ -355,6 +356,17 @@ impl Dispatcher {
             .remove(&commit_id)
             .unwrap_or_else(|| panic!("an answer for {commit_id}, which is not in flight"));
         let commit = self.dest_mut(idx).in_flight.take().expect("in flight");
+        if crate::DEEP_CHECKS {
+            // A record in flight stays held until its commit lands: never placed again meanwhile.
+            for record in commit.records.iter() {
+                assert_eq!(
+                    self.strip.get(record.seq()),
+                    Some(super::strip::Mark::Held),
+                    "record {} of {commit_id} was released while in flight",
+                    record.seq()
+                );
+            }
+        }
         if commit.hung {
             self.held_hung -= commit.records.len();
         } else {
@@ -412,7 +424,18 @@ impl Dispatcher {
         if commit.hung {
             self.want_rescan();
         }
-        match failure.reaction() {
+        let reaction = match failure.reaction() {
+            // Planted: the owner's refusal counts as its failure.
+            FailureReaction::Refused { .. }
+                if self
+                    .plant
+                    .is(crate::planted::PlantedBug::FourTwelveAsFailure) =>
+            {
+                FailureReaction::Failing
+            }
+            reaction => reaction,
+        };
+        match reaction {
             FailureReaction::ResendWithoutIds if commit.with_ids && now < commit.deadline => {
                 // An older owner: keep its batches id-less for 2 minutes, and send this one again
                 // without ids on what is left of the same budget, unless its incarnation was replaced
@@ -511,6 +534,7 @@ impl Dispatcher {
     }
 
     fn discard_after_failure(&mut self, idx: DestIdx, post: PostFailure) {
+        self.check_discard_confirmed(self.dest(idx).topic, post.topic_id);
         let dest = self.dest(idx);
         let (topic, partition) = (self.topic(dest.topic).name.to_string(), dest.partition);
         for queued in post.records {
@@ -540,6 +564,12 @@ impl Dispatcher {
     /// are rerouted, and membership, not a probe, tells when the owner is back. A probe there would
     /// pin the checkpoint (and the WAL behind it) for the whole outage.
     fn fail_destination(&mut self, now: Instant, idx: DestIdx, post: PostFailure) {
+        if crate::DEEP_CHECKS {
+            assert!(
+                !matches!(post.failure, CommitFailure::IncarnationMismatch { .. }),
+                "a 412 (or the local incarnation refusal) would mark {idx:?} failing"
+            );
+        }
         if self.owner_is_dead(idx) {
             for queued in post.records {
                 self.return_to_wal(queued);

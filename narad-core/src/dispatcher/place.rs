@@ -105,8 +105,40 @@ impl Dispatcher {
             (Some(_), Some(id)) if self.gone.contains(&id) => Status::GoneStale,
             (None, Some(id)) if self.gone.contains(&id) => Status::GoneDeleted,
             (None, None) if entry.absent_confirmed => Status::GoneDeleted,
+            // Planted: the local replica alone decides that an incarnation is gone.
+            (None, _)
+                if self
+                    .plant
+                    .is(crate::planted::PlantedBug::DiscardWithoutLeaderConfirm) =>
+            {
+                Status::GoneDeleted
+            }
+            (Some(_), Some(_))
+                if self
+                    .plant
+                    .is(crate::planted::PlantedBug::DiscardWithoutLeaderConfirm) =>
+            {
+                Status::GoneStale
+            }
             _ => Status::NeedsConfirm,
         }
+    }
+
+    /// Asserts (with [`crate::DEEP_CHECKS`]) that a record about to be discarded has its
+    /// incarnation confirmed gone by the leader: a 202'd record is destroyed on nothing less.
+    pub(super) fn check_discard_confirmed(&self, topic: TopicIdx, topic_id: Option<TopicId>) {
+        if !crate::DEEP_CHECKS {
+            return;
+        }
+        let confirmed = match topic_id {
+            Some(id) => self.gone.contains(&id),
+            None => self.topic(topic).absent_confirmed,
+        };
+        assert!(
+            confirmed,
+            "discarding a record of {} incarnation {topic_id:?} the leader did not confirm gone",
+            self.topic(topic).name
+        );
     }
 
     /// Whether the topic may be asked about now, or its outstanding question may be joined.
@@ -351,6 +383,7 @@ impl Dispatcher {
         gone: Status,
         origin: Origin,
     ) {
+        self.check_discard_confirmed(topic, record.topic_id());
         self.mark(record, Mark::Done, origin);
         self.stats.discarded_records += 1;
         let name = self.topic(topic).name.to_string();
@@ -432,6 +465,25 @@ impl Dispatcher {
         self.confirm_topics.insert(topic);
     }
 
+    /// Planted `reroute-inflight`: the records of the commit in flight go back to the WAL to be
+    /// placed again (rerouted) while the commit is still out.
+    fn planted_reroute_in_flight(&mut self, idx: DestIdx) {
+        let Some(commit) = self.dest(idx).in_flight.as_ref() else {
+            return;
+        };
+        let records: Vec<(Seq, usize, DestIdx)> = commit
+            .records
+            .iter()
+            .zip(&commit.homes)
+            .map(|(record, &home)| (record.seq(), record.encoded_len(), home))
+            .collect();
+        for (seq, bytes, home) in records {
+            self.strip.set(seq, Mark::SkippedBlocked(home), bytes);
+            self.dest_mut(home).skipped.insert(seq);
+            self.skipped_homes.insert(home);
+        }
+    }
+
     /// Marks a held record done (committed or discarded).
     pub(super) fn finish_held(&mut self, record: &DispatchRecord, home: DestIdx) {
         self.strip
@@ -490,6 +542,9 @@ impl Dispatcher {
                 }
                 if !self.dest(idx).queue.is_empty() {
                     self.return_queue(idx);
+                }
+                if self.plant.is(crate::planted::PlantedBug::RerouteInflight) {
+                    self.planted_reroute_in_flight(idx);
                 }
                 let waiting_probe = self
                     .dest(idx)

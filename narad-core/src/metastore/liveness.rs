@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::ids::NodeId;
 use crate::metastore::{Command, MetaState};
+use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
 
 /// How often every node sends a heartbeat to every peer.
@@ -32,6 +33,7 @@ pub struct Liveness {
     heard: BTreeMap<NodeId, Instant>,
     leading_since: Option<Instant>,
     proposed: BTreeMap<NodeId, (bool, Instant)>,
+    plant: Plant,
 }
 
 impl Liveness {
@@ -42,6 +44,15 @@ impl Liveness {
             heard: BTreeMap::new(),
             leading_since: None,
             proposed: BTreeMap::new(),
+            plant: Plant::NONE,
+        }
+    }
+
+    /// The same, with `plant` planted (simulator only).
+    pub fn with_plant(me: NodeId, plant: Plant) -> Liveness {
+        Liveness {
+            plant,
+            ..Liveness::new(me)
         }
     }
 
@@ -59,6 +70,9 @@ impl Liveness {
         }
         let since = *self.leading_since.get_or_insert(now);
         let mut changes = Vec::new();
+        if self.plant.is(PlantedBug::NeverMarkDead) {
+            return changes; // Planted: every member stays as it is, silent or not.
+        }
         for &node in state.members().keys() {
             let alive = node == self.me || {
                 let last = self

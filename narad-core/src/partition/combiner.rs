@@ -685,6 +685,13 @@ impl Combiner {
     }
 
     fn drop_gone_callers(&mut self, now: Instant) {
+        if self
+            .config
+            .plant
+            .is(crate::planted::PlantedBug::CommitAfterCallerGaveUp)
+        {
+            return; // Planted: a caller that gave up is committed for all the same.
+        }
         let cycle = self.cycle.as_mut().expect("checking a cycle");
         let is_gone =
             |queued: &Queued| queued.abandoned || queued.batch.deadline.is_some_and(|at| now >= at);
@@ -734,6 +741,16 @@ impl Combiner {
 
     fn start_commit(&mut self, now: Instant) {
         let cycle = self.cycle.as_mut().expect("committing a cycle");
+        if crate::DEEP_CHECKS {
+            // The checks ran at this instant: every caller in the run still waits.
+            for queued in &cycle.batches {
+                assert!(
+                    !queued.abandoned && queued.batch.deadline.is_none_or(|at| now < at),
+                    "batch {:?} is appended after its caller gave up",
+                    queued.batch.id
+                );
+            }
+        }
         let id = LogCommitId(self.next_commit);
         self.next_commit += 1;
         let mut records = Vec::new();

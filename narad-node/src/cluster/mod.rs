@@ -299,18 +299,28 @@ impl Cluster {
     async fn exchange(&self, peer: NodeId, framed: &[u8]) -> Result<Vec<u8>, RpcError> {
         let connection = self.connection(peer).await?;
         let unreachable = |reason: String| RpcError::Unreachable { peer, reason };
-        let (mut send, mut recv) = connection
+        let (send, mut recv) = connection
             .open_bi()
             .await
             .map_err(|error| unreachable(error.to_string()))?;
-        send.write_all(framed)
+        // A caller that gives up (its timeout drops this future) resets the stream: quinn would
+        // otherwise keep retransmitting a finished request, and a partition that heals later
+        // delivers it long after the caller moved on: a forwarded delete of a topic then applied
+        // after the same client's later create, and deleted the new incarnation.
+        let mut send = ResetOnDrop(Some(send));
+        let stream = send.0.as_mut().expect("set above");
+        stream
+            .write_all(framed)
             .await
             .map_err(|error| unreachable(error.to_string()))?;
-        send.finish()
+        stream
+            .finish()
             .map_err(|error| unreachable(error.to_string()))?;
-        read_frame(&mut recv, &self.inner.metrics)
+        let answer = read_frame(&mut recv, &self.inner.metrics)
             .await
-            .map_err(unreachable)
+            .map_err(unreachable);
+        send.0 = None; // Answered (or failed on the peer's side): nothing left to take back.
+        answer
     }
 
     /// The peer's live connection, dialled if there is none.
@@ -673,3 +683,15 @@ async fn read_frame(recv: &mut quinn::RecvStream, metrics: &Metrics) -> Result<V
 
 #[cfg(test)]
 mod tests;
+
+/// A request stream that is reset unless the exchange ended: see [`Cluster::exchange`].
+struct ResetOnDrop(Option<quinn::SendStream>);
+
+impl Drop for ResetOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut stream) = self.0.take() {
+            // Already fully acknowledged or closed: nothing to take back.
+            let _ = stream.reset(quinn::VarInt::from_u32(0));
+        }
+    }
+}

@@ -158,6 +158,8 @@ pub struct MetastoreOptions {
     /// answered (raft itself goes on), so the node acts on a lagging replica's state. Answers and the
     /// view follow within a tick of the file's removal. `None` in production.
     pub hold_file: Option<PathBuf>,
+    /// The bug planted in the leader's liveness decisions (simulator only).
+    pub plant: narad_core::planted::Plant,
 }
 
 impl MetastoreOptions {
@@ -174,6 +176,7 @@ impl MetastoreOptions {
             learners: Vec::new(),
             peers: None,
             hold_file: None,
+            plant: narad_core::planted::Plant::NONE,
         }
     }
 }
@@ -585,7 +588,7 @@ impl MetaHost {
             closed: false,
             peers: options.peers.clone(),
             outbox: BTreeMap::new(),
-            liveness: Liveness::new(options.node_id),
+            liveness: Liveness::with_plant(options.node_id, options.plant),
             hold_file: options.hold_file.clone(),
             unpublished: false,
             held: false,

@@ -101,6 +101,9 @@ pub struct NodeHooks {
     pub plant: Plant,
     /// The metastore's hold failpoint ([`MetastoreOptions::hold_file`]).
     pub metastore_hold_file: Option<std::path::PathBuf>,
+    /// Act, as a partition owner, as a release from before the incarnation section: a commit that
+    /// carries one is refused as trailing data (the simulator's legacy-owner scenario).
+    pub legacy_owner: bool,
 }
 
 /// File sizes overriding production's; `None` keeps the default.
@@ -208,6 +211,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
     metastore_options.clock = Some(clock.clone());
     metastore_options.hold_file = hooks.metastore_hold_file.clone();
+    metastore_options.plant = hooks.plant;
     let cluster = match cluster {
         Some(setup) => {
             let members = setup
@@ -272,7 +276,11 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             partitions: partitions.clone(),
             metastore: metastore.clone(),
             clock: clock.clone(),
-            ids: narad_core::codec::cluster::IdSection::Accept,
+            ids: if hooks.legacy_owner {
+                narad_core::codec::cluster::IdSection::Refuse
+            } else {
+                narad_core::codec::cluster::IdSection::Accept
+            },
             sync: Some(Arc::new(peers::SyncProduce {
                 node: node_id,
                 app: app.clone(),
@@ -283,6 +291,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
                 )),
             })),
             metrics: metrics.clone(),
+            plant: hooks.plant,
         }));
         peers::spawn_heartbeats(cluster.clone());
     }

@@ -39,6 +39,7 @@ use narad_core::ids::{NodeId, Offset, PartitionId};
 use narad_core::metastore::liveness::HEARTBEAT_INTERVAL;
 use narad_core::metastore::{Applied, Command};
 use narad_core::partition::{BatchRecord, CommittedRange};
+use narad_core::planted::{Plant, PlantedBug};
 use narad_core::routing::{PartitionChoice, PartitionPicker, PickError};
 use tokio::sync::mpsc;
 
@@ -332,6 +333,8 @@ pub struct NodeInbound {
     pub sync: Option<Arc<SyncProduce>>,
     /// Counts the 412s answered.
     pub metrics: Arc<Metrics>,
+    /// The bug planted in the owner side (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 /// What the synchronous `Produce` op needs besides the owner side's parts.
@@ -469,19 +472,40 @@ impl Inbound for NodeInbound {
         let clock = self.clock.clone();
         let sync = self.sync.clone();
         let metrics = self.metrics.clone();
+        let plant = self.plant;
         Box::pin(async move {
             match request {
                 Ok(Request::CommitProduceBatch(batch)) => {
                     let deadline = clock.now() + Duration::from_millis(u64::from(batch.budget_ms));
-                    let records = batch.records.into_iter().map(batch_record).collect();
+                    let records: Vec<BatchRecord> = batch
+                        .records
+                        .into_iter()
+                        .map(|record| planted_record(plant, record))
+                        .collect();
+                    let topic: Arc<str> = batch.topic.into();
+                    if plant.is(PlantedBug::RemoteAckBeforeFsync) {
+                        // Planted: answered before anything is appended, let alone synced.
+                        let count = records.len() as u64;
+                        tokio::spawn(async move {
+                            let _ = partitions
+                                .commit(topic, batch.partition, records, Some(deadline))
+                                .await;
+                        });
+                        return CommitAnswer::Committed {
+                            base: Offset(0),
+                            count,
+                            committed_at_ms: 0,
+                        }
+                        .encode();
+                    }
                     let outcome = partitions
-                        .commit(batch.topic.into(), batch.partition, records, Some(deadline))
+                        .commit(topic, batch.partition, records, Some(deadline))
                         .await;
                     commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::CommitProduce(single)) => {
                     let deadline = clock.now() + Duration::from_millis(u64::from(single.budget_ms));
-                    let records = vec![batch_record(single.record)];
+                    let records = vec![planted_record(plant, single.record)];
                     let outcome = partitions
                         .commit(
                             single.topic.into(),
@@ -504,6 +528,15 @@ impl Inbound for NodeInbound {
             }
         })
     }
+}
+
+/// [`batch_record`], with the planted `owner-ignores-trailing-ids` dropping the record's id.
+fn planted_record(plant: Plant, record: WireRecord) -> BatchRecord {
+    let mut record = batch_record(record);
+    if plant.is(PlantedBug::OwnerIgnoresTrailingIds) {
+        record.topic_id = None; // Planted: committed by name, whatever its incarnation.
+    }
+    record
 }
 
 fn batch_record(record: WireRecord) -> BatchRecord {

@@ -442,6 +442,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         ids,
         sync: None,
         metrics: node.metrics().clone(),
+        plant: narad_core::planted::Plant::NONE,
     };
     let batch = |topic_id: Option<TopicId>| {
         CommitProduceBatch {
@@ -557,6 +558,7 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
             picker: std::sync::Mutex::new(PartitionPicker::new(1)),
         })),
         metrics: node.metrics().clone(),
+        plant: narad_core::planted::Plant::NONE,
     };
     let produce = |key: Option<&str>, partition: Option<u32>, payload: &str| {
         let request = Control::Produce {

@@ -7,13 +7,21 @@
 //! state (its generation). Disk error episodes are [`SimDisk`](narad_core::disk::sim::SimDisk) fault
 //! rules on the target's path prefix and slow-disk episodes [`SimIo`](crate::seam::SimIo) episodes;
 //! an episode's end removes that episode only. Bit rot flips one bit of synced data and excuses,
-//! before the flip, the records it may destroy. [`World::heal`] ends every fault at once.
+//! before the flip, the records it may destroy. A partition clogs madsim links between the node and
+//! its peers (counted per link, so overlapping cuts end one by one); a network episode sets madsim's
+//! packet loss and latency for the whole network (the worst of the episodes in force). Clients call
+//! nodes directly, not over madsim's network, so a partitioned node still takes produces.
+//! [`World::heal`] ends every fault at once.
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use madsim::net::NetSim;
 use madsim::runtime::Handle;
+use madsim::task::NodeId as MadsimNodeId;
 use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule};
 use rand::Rng;
 
@@ -29,6 +37,30 @@ const OPERATOR_POLL: Duration = Duration::from_millis(250);
 const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(50);
 /// How long a latch holds before the operator restarts the process.
 const OPERATOR_RESTART_AFTER: Duration = Duration::from_secs(1);
+/// A produce call is attributed to every fault in force within this long after it was sent (its
+/// records' dispatch, reroute and commit happen then).
+const ATTRIBUTION_WINDOW: Duration = Duration::from_secs(10);
+
+/// A fault as it was applied: its kind and when it was in force.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FaultWindow {
+    kind: &'static str,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+/// The kinds of the faults in force within [`ATTRIBUTION_WINDOW`] after `at_ns`, each once.
+pub(super) fn kinds_around(log: &[FaultWindow], at_ns: u64) -> Vec<&'static str> {
+    let until = at_ns + ATTRIBUTION_WINDOW.as_nanos() as u64;
+    let mut kinds: Vec<&'static str> = log
+        .iter()
+        .filter(|window| window.start_ns <= until && window.end_ns >= at_ns)
+        .map(|window| window.kind)
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}
 
 impl<N: SimNode> World<N> {
     /// The path prefix of a fault target on the node's disk.
@@ -50,6 +82,10 @@ impl<N: SimNode> World<N> {
             }
             if self.healed.load(Ordering::Relaxed) {
                 return;
+            }
+            if event.is_global() {
+                self.clone().apply_global(episode as u64, event);
+                continue;
             }
             let index = self.struck(event.node()).await;
             self.clone().apply(episode as u64, event, index);
@@ -91,6 +127,16 @@ impl<N: SimNode> World<N> {
         0
     }
 
+    /// Logs a fault applied now, in force for `duration_ms`.
+    fn log_fault(&self, event: &FaultEvent, duration_ms: u64) {
+        let start_ns = sim_now_ns();
+        lock(&self.fault_log).push(FaultWindow {
+            kind: event.kind_name(),
+            start_ns,
+            end_ns: start_ns + duration_ms * 1_000_000,
+        });
+    }
+
     /// Applies one fault to node `index` now; its end (restart, resume, episode end) is a timer task.
     fn apply(self: Arc<Self>, episode: u64, event: FaultEvent, index: usize) {
         self.probe.event(
@@ -105,6 +151,8 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("skip: node is down"));
                     return;
                 }
+                self.log_fault(&event, down_ms);
+                lock(&self.last_crash_ns)[index] = sim_now_ns();
                 server.crash("scheduled");
                 let generation = lock(&server.state).generation;
                 tokio::spawn(async move {
@@ -123,6 +171,7 @@ impl<N: SimNode> World<N> {
                             .event("fault", format_args!("skip: node is down or paused"));
                         return;
                     }
+                    self.log_fault(&event, duration_ms);
                     state.paused = true;
                     state.generation += 1;
                     Handle::current().pause(server.madsim_id);
@@ -156,6 +205,7 @@ impl<N: SimNode> World<N> {
                     chance_ppm,
                     remaining: None,
                 };
+                self.log_fault(&event, duration_ms);
                 server.disk.add_fault(rule.clone());
                 lock(&self.disk_rules).push((episode, index, rule));
                 tokio::spawn(async move {
@@ -182,6 +232,7 @@ impl<N: SimNode> World<N> {
                 duration_ms,
                 ..
             } => {
+                self.log_fault(&event, duration_ms);
                 let id = server.io.slow_begin(&self.prefix(target), latency_us);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
@@ -190,8 +241,83 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("end slow episode {episode}"));
                 });
             }
-            FaultEvent::BitRot { target, .. } => self.rot(&server, target),
+            FaultEvent::Partition {
+                peer,
+                one_way,
+                duration_ms,
+                ..
+            } => {
+                let peers: Vec<usize> = match peer {
+                    Some(peer) => vec![peer as usize],
+                    None => (0..self.servers.len()).collect(),
+                };
+                let mut links = Vec::new();
+                for peer in peers.into_iter().filter(|&peer| peer != index) {
+                    let Some(other) = self.servers.get(peer) else {
+                        continue;
+                    };
+                    links.push((server.madsim_id, other.madsim_id));
+                    if !one_way {
+                        links.push((other.madsim_id, server.madsim_id));
+                    }
+                }
+                if links.is_empty() {
+                    // The leader of the moment turned out to be the peer itself.
+                    self.probe
+                        .event("fault", format_args!("skip: no link to cut"));
+                    return;
+                }
+                self.log_fault(&event, duration_ms);
+                lock(&self.net).clog(&links);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+                    if self.healed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    lock(&self.net).unclog(&links);
+                    self.probe
+                        .event("fault", format_args!("end partition episode {episode}"));
+                });
+            }
+            FaultEvent::Net { .. } => unreachable!("a network episode strikes no node"),
+            FaultEvent::BitRot { target, .. } => {
+                self.log_fault(&event, 0);
+                self.rot(&server, target)
+            }
         }
+    }
+
+    /// Applies a fault of the whole network now; its end is a timer task.
+    fn apply_global(self: Arc<Self>, episode: u64, event: FaultEvent) {
+        self.probe
+            .event("fault", format_args!("apply {}", event.describe()));
+        let FaultEvent::Net {
+            loss_ppm,
+            latency_min_us,
+            latency_max_us,
+            duration_ms,
+            ..
+        } = event
+        else {
+            unreachable!("only network episodes are global");
+        };
+        self.log_fault(&event, duration_ms);
+        lock(&self.net).begin(
+            episode,
+            NetEpisode {
+                loss_ppm,
+                latency_us: latency_min_us..latency_max_us,
+            },
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            lock(&self.net).end(episode);
+            self.probe
+                .event("fault", format_args!("end net episode {episode}"));
+        });
     }
 
     /// Flips a bit of synced data and excuses the records it may destroy: those of the checksummed
@@ -284,15 +410,85 @@ impl<N: SimNode> World<N> {
         }
     }
 
+    /// The nodes down now that stay down through the liveness deadline (`phases.keep_down`): every
+    /// learner that is down, and of the metastore's voters as many as leave a quorum of them up (a
+    /// node boots only through a read barrier of the leader). Tells the ledger which records they
+    /// may hold.
+    fn keep_down(&self) -> std::collections::BTreeSet<usize> {
+        let mut kept = std::collections::BTreeSet::new();
+        if !self.spec.scenario.phases.keep_down {
+            return kept;
+        }
+        // Member ids are node index + 1, as the nodes are told their members.
+        let members = (0..self.servers.len()).map(|index| narad_core::NodeId(index as u32 + 1));
+        let (voters, _) = narad_core::metastore::voters_and_learners(members);
+        let voter = |index: usize| voters.contains(&narad_core::NodeId(index as u32 + 1));
+        let mut voters_down_tolerated = (voters.len() - 1) / 2;
+        for server in &self.servers {
+            if !lock(&server.state).down {
+                continue;
+            }
+            if !voter(server.index) {
+                kept.insert(server.index);
+            } else if voters_down_tolerated > 0 {
+                voters_down_tolerated -= 1;
+                kept.insert(server.index);
+            }
+        }
+        if !kept.is_empty() {
+            let crashes = lock(&self.last_crash_ns);
+            let before_ns = kept.iter().map(|&index| crashes[index]).max().unwrap_or(0);
+            let nodes = kept.iter().map(|&index| index as u32).collect();
+            lock(&self.ledger).excuse_at_deadline(nodes, before_ns);
+        }
+        *lock(&self.kept_down) = kept.clone();
+        kept
+    }
+
+    /// Tells the ledger which topics have every partition owned by a node kept down: their records
+    /// cannot reroute, so they need not be visible at the liveness deadline.
+    pub(super) async fn excuse_stranded_topics(&self) {
+        let kept = lock(&self.kept_down).clone();
+        if kept.is_empty() {
+            return;
+        }
+        for topic in &self.topics {
+            let mut stranded = true;
+            for partition in 0..topic.spec.partitions {
+                let owner = self
+                    .owner_of(&topic.spec.name, narad_core::PartitionId(partition))
+                    .await;
+                stranded &= kept.contains(&owner);
+            }
+            if stranded {
+                self.probe.event(
+                    "harness",
+                    format_args!("{}: every partition's owner stays down", topic.spec.name),
+                );
+                lock(&self.ledger).excuse_topic_at_deadline(&topic.spec.name);
+            }
+        }
+    }
+
     /// Ends every fault: the liveness phase starts.
     pub(super) fn heal(&self) {
         self.healed.store(true, Ordering::Relaxed);
         lock(&self.disk_rules).clear();
+        lock(&self.net).heal();
+        let kept = self.keep_down();
         for server in &self.servers {
             server.disk.clear_faults();
             server.io.heal();
             let state = *lock(&server.state);
-            if state.down {
+            if state.down && kept.contains(&server.index) {
+                self.probe.event(
+                    "harness",
+                    format_args!(
+                        "node {} stays down through the liveness deadline",
+                        server.index
+                    ),
+                );
+            } else if state.down {
                 server.restart();
             } else if state.paused {
                 let mut state = lock(&server.state);
@@ -314,4 +510,88 @@ fn payloads_under(disk: &narad_core::disk::sim::SimDisk, dir: &str) -> Vec<u64> 
         .filter_map(|path| disk.durable_image(&path))
         .flat_map(|image| payload::scan(&image).into_iter().map(|found| found.id))
         .collect()
+}
+
+/// A lossy or slow network episode in force.
+#[derive(Clone, Debug)]
+pub(super) struct NetEpisode {
+    loss_ppm: u32,
+    latency_us: Range<u64>,
+}
+
+/// The network faults in force, kept so that overlapping ones end one by one: clogged links with
+/// the number of partitions that cut each, and the network episodes (madsim has one configuration
+/// for the whole network, so the worst of each setting is the one in force).
+#[derive(Debug, Default)]
+pub(super) struct NetFaults {
+    clogged: BTreeMap<(MadsimNodeId, MadsimNodeId), u32>,
+    episodes: BTreeMap<u64, NetEpisode>,
+}
+
+impl NetFaults {
+    fn clog(&mut self, links: &[(MadsimNodeId, MadsimNodeId)]) {
+        let net = NetSim::current();
+        for &(src, dst) in links {
+            let cuts = self.clogged.entry((src, dst)).or_default();
+            if *cuts == 0 {
+                net.clog_link(src, dst);
+            }
+            *cuts += 1;
+        }
+    }
+
+    fn unclog(&mut self, links: &[(MadsimNodeId, MadsimNodeId)]) {
+        let net = NetSim::current();
+        for link in links {
+            let Some(cuts) = self.clogged.get_mut(link) else {
+                continue;
+            };
+            *cuts -= 1;
+            if *cuts == 0 {
+                self.clogged.remove(link);
+                net.unclog_link(link.0, link.1);
+            }
+        }
+    }
+
+    fn begin(&mut self, episode: u64, net: NetEpisode) {
+        self.episodes.insert(episode, net);
+        self.configure();
+    }
+
+    fn end(&mut self, episode: u64) {
+        self.episodes.remove(&episode);
+        self.configure();
+    }
+
+    fn configure(&self) {
+        let mut config = madsim::net::Config::default();
+        if !self.episodes.is_empty() {
+            let loss = self
+                .episodes
+                .values()
+                .map(|e| e.loss_ppm)
+                .max()
+                .unwrap_or(0);
+            let least = self.episodes.values().map(|e| e.latency_us.start).max();
+            let most = self.episodes.values().map(|e| e.latency_us.end).max();
+            config.packet_loss_rate = f64::from(loss) / 1e6;
+            if let (Some(least), Some(most)) = (least, most) {
+                config.send_latency =
+                    Duration::from_micros(least)..Duration::from_micros(most.max(least + 1));
+            }
+        }
+        NetSim::current().update_config(|current| *current = config);
+    }
+
+    fn heal(&mut self) {
+        let net = NetSim::current();
+        for (src, dst) in std::mem::take(&mut self.clogged).into_keys() {
+            net.unclog_link(src, dst);
+        }
+        if !self.episodes.is_empty() {
+            self.episodes.clear();
+            self.configure();
+        }
+    }
 }

@@ -154,6 +154,14 @@ struct World<N: SimNode> {
     disk_rules: Mutex<Vec<(u64, usize, FaultRule)>>,
     /// Chooses where bit rot strikes.
     rot_rng: Mutex<ChaCha8Rng>,
+    /// The network faults in force.
+    net: Mutex<faults::NetFaults>,
+    /// Every fault applied: its kind and when it was in force, for the verdict's breakdown.
+    fault_log: Mutex<Vec<faults::FaultWindow>>,
+    /// When each node last crashed (ns; 0: never).
+    last_crash_ns: Mutex<Vec<u64>>,
+    /// The nodes kept down through the liveness deadline (`phases.keep_down`).
+    kept_down: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 impl<N: SimNode> World<N> {
@@ -250,6 +258,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
                 seed,
                 spec.plant_bug,
                 sizes,
+                scenario.topology.legacy_nodes.contains(&(index as u32)),
             )
         })
         .collect();
@@ -278,6 +287,10 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         watchdog: Arc::new(Watchdog::default()),
         disk_rules: Mutex::new(Vec::new()),
         rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
+        net: Mutex::new(faults::NetFaults::default()),
+        fault_log: Mutex::new(Vec::new()),
+        last_crash_ns: Mutex::new(vec![0; servers.len()]),
+        kept_down: Mutex::new(Default::default()),
         spec,
     });
 
@@ -314,7 +327,12 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
 
     // Liveness phase.
     world.heal();
+    world.excuse_stranded_topics().await;
     let at_deadline = world.observe(liveness_deadline_ns, "liveness").await;
+    let kept_down = std::mem::take(&mut *lock(&world.kept_down));
+    for &index in &kept_down {
+        servers[index].restart();
+    }
 
     // Final crash: what was visible must also be durable.
     let after_final = if world.spec.scenario.phases.final_crash {
@@ -348,6 +366,12 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         ),
     );
     let details = world.details(&report);
+    let breakdown = if servers.len() > 1 {
+        let log = lock(&world.fault_log).clone();
+        lock(&world.ledger).breakdown(&report, |at_ns| faults::kinds_around(&log, at_ns))
+    } else {
+        Default::default()
+    };
     // madsim frees no task when its runtime drops, and a node's tasks hold each other (channels,
     // wakers) in cycles: kill the node and let the executor drop its tasks, or every run leaks them.
     for server in &servers {
@@ -373,6 +397,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             .map(|server| u64::from(server.crashes.load(Ordering::Relaxed)))
             .sum(),
         details,
+        breakdown,
     }
 }
 

@@ -31,8 +31,14 @@ impl<N: SimNode> World<N> {
     /// Reads every partition of every topic's current incarnation.
     async fn read_all(&self) -> Observation {
         let mut observation = Observation::default();
+        let kept_down = lock(&self.kept_down).clone();
         for topic in &self.topics {
             for p in 0..topic.spec.partitions {
+                if !kept_down.is_empty()
+                    && kept_down.contains(&self.owner_of(&topic.spec.name, PartitionId(p)).await)
+                {
+                    continue; // Unreadable until it restarts: the final read covers it.
+                }
                 self.read_partition(&topic.spec.name, PartitionId(p), &mut observation)
                     .await;
             }
@@ -104,7 +110,7 @@ impl<N: SimNode> World<N> {
 
     /// The node that owns `partition` of `name`, as a node's metadata says (node 0 when none can
     /// say). Reads go there: a read through another node would be forwarded one record at a time.
-    async fn owner_of(&self, name: &str, partition: PartitionId) -> usize {
+    pub(super) async fn owner_of(&self, name: &str, partition: PartitionId) -> usize {
         if self.servers.len() == 1 {
             return 0;
         }
@@ -124,7 +130,19 @@ impl<N: SimNode> World<N> {
     /// Waits for a zero backlog (or `deadline_ns`), then reads; if a 202'd record is still missing
     /// before the deadline, waits for the deadline and reads again.
     pub(super) async fn observe(&self, deadline_ns: u64, what: &str) -> Observation {
+        let kept_down = lock(&self.kept_down).clone();
+        let missing = |observation: &Observation| {
+            let ledger = lock(&self.ledger);
+            if kept_down.is_empty() {
+                ledger.missing(observation)
+            } else {
+                ledger.missing_at_deadline(observation)
+            }
+        };
         for server in &self.servers {
+            if kept_down.contains(&server.index) {
+                continue;
+            }
             if !server.booted(deadline_ns).await {
                 self.error(format!(
                     "node {} not booted by the {what} deadline",
@@ -135,7 +153,11 @@ impl<N: SimNode> World<N> {
         }
         loop {
             let mut drained = true;
-            for server in &self.servers {
+            for server in self
+                .servers
+                .iter()
+                .filter(|s| !kept_down.contains(&s.index))
+            {
                 drained &= matches!(
                     server
                         .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
@@ -149,13 +171,13 @@ impl<N: SimNode> World<N> {
             tokio::time::sleep(STATUS_POLL).await;
         }
         let observation = self.read_all().await;
-        let missing = lock(&self.ledger).missing(&observation);
+        let missing_now = missing(&observation);
         let now = sim_now_ns();
-        if missing == 0 || now >= deadline_ns {
+        if missing_now == 0 || now >= deadline_ns {
             self.probe.event(
                 "harness",
                 format_args!(
-                    "{what} read: {} served, {missing} missing",
+                    "{what} read: {} served, {missing_now} missing",
                     observation.served.len()
                 ),
             );
@@ -168,7 +190,7 @@ impl<N: SimNode> World<N> {
             format_args!(
                 "{what} read at the deadline: {} served, {} missing",
                 observation.served.len(),
-                lock(&self.ledger).missing(&observation)
+                missing(&observation)
             ),
         );
         observation

@@ -88,6 +88,7 @@ impl<N: SimNode> Server<N> {
         seed: u64,
         plant_bug: Option<PlantedBug>,
         sizes: NodeSizes,
+        legacy_owner: bool,
     ) -> Arc<Self> {
         let slot: Arc<Mutex<Option<Booted<N>>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
@@ -114,6 +115,7 @@ impl<N: SimNode> Server<N> {
                     probe: init_probe.clone(),
                     sizes,
                     members: members.clone(),
+                    legacy_owner,
                 };
                 let slot = init_slot.clone();
                 let own_id = init_own_id.clone();

@@ -171,6 +171,9 @@ impl<N: SimNode> World<N> {
             1 => 0,
             count => rng.random_range(0..count),
         };
+        if self.servers.len() > 1 {
+            lock(&self.ledger).set_via(attempt, via as u32, sim_now_ns());
+        }
         let result = self.servers[via]
             .call_watched(&self.watchdog, self.timeout(), move |node| async move {
                 if batch {
