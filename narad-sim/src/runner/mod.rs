@@ -296,7 +296,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
 
     // Topics first (the node may still be booting), then the safety phase.
     for topic in &world.topics {
-        match world.create_topic(topic, safety_end_ns).await {
+        match world.create_topic(topic, None, safety_end_ns).await {
             Some(id) => *lock(&topic.current) = Some(id),
             None => world.error(format!("topic {} could not be created", topic.spec.name)),
         }

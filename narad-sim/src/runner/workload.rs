@@ -28,9 +28,13 @@ const PROPAGATION_POLL: Duration = Duration::from_millis(5);
 
 impl<N: SimNode> World<N> {
     /// Creates `topic` and learns its incarnation, retrying through failures until `deadline_ns`.
+    /// `deleted` is the incarnation churn just deleted: a node whose replica lags still describes
+    /// it, and a client that took that answer for the topic it created would attribute every later
+    /// record to a dead incarnation.
     pub(super) async fn create_topic(
         &self,
         topic: &TopicRuntime,
+        deleted: Option<TopicId>,
         deadline_ns: u64,
     ) -> Option<TopicId> {
         let name = topic.spec.name.clone();
@@ -51,7 +55,7 @@ impl<N: SimNode> World<N> {
             }
             // Ambiguous or refused (it may exist already): ask what is there.
             if let Some(Some(info)) = self.describe(&name).await {
-                if info.partitions == partitions {
+                if info.partitions == partitions && deleted.is_none_or(|old| info.id > old) {
                     self.probe
                         .event("client", format_args!("found {name}#{}", info.id));
                     self.propagated(&name, info.id, deadline_ns).await;
@@ -271,7 +275,7 @@ impl<N: SimNode> World<N> {
             }
             lock(&self.ledger).incarnation_deleted(old);
             *lock(&topic.current) = None;
-            match self.create_topic(topic, hard_deadline_ns).await {
+            match self.create_topic(topic, Some(old), hard_deadline_ns).await {
                 Some(id) => *lock(&topic.current) = Some(id),
                 None => {
                     self.error(format!("topic {} could not be recreated", topic.spec.name));
