@@ -227,6 +227,30 @@ impl Cluster {
             .zip(1..)
             .map(|((http, cluster), id)| MemberAddrs { id, http, cluster })
             .collect();
+        Cluster::start_serial(binary, addrs, secret, extra, serial)
+    }
+
+    /// [`Cluster::start_with_env`] on the given addresses (member `id` at index `id - 1`), e.g.
+    /// members in network namespaces of their own ([`crate::netns::Netns`]).
+    pub fn start_at(
+        binary: &Path,
+        addrs: Vec<MemberAddrs>,
+        secret: &str,
+        extra: impl Fn(u64) -> Vec<(String, String)>,
+    ) -> Cluster {
+        assert!(!addrs.is_empty(), "a cluster has a member");
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        Cluster::start_serial(binary, addrs, secret, extra, serial)
+    }
+
+    fn start_serial(
+        binary: &Path,
+        addrs: Vec<MemberAddrs>,
+        secret: &str,
+        extra: impl Fn(u64) -> Vec<(String, String)>,
+        serial: MutexGuard<'static, ()>,
+    ) -> Cluster {
+        let n = addrs.len();
         let peers = peers_list(&addrs);
         // Every process first, then the waits: a member may only get ready (or even listen) once a
         // quorum of its peers is up.

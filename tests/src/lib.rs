@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod conn;
 pub mod ledger;
 pub mod load;
+pub mod netns;
 pub mod observe;
 
 use std::io::{BufRead, BufReader};
@@ -30,6 +31,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// An entry of a node's environment that is not passed on: the network namespace
+/// (`ip netns`) it is started in, at every restart too ([`netns::Netns`]).
+pub const NETNS_ENV: &str = "narad-test-netns";
 
 /// Longest wait for a node to bind, become ready, or exit.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -168,7 +173,20 @@ impl Node {
         temp: Option<tempfile::TempDir>,
         env: Vec<(String, String)>,
     ) -> Node {
-        let mut command = Command::new(binary);
+        // Started inside a network namespace: `ip netns exec` enters it and execs the node in
+        // place, so the child's pid is the node's and a SIGKILL reaches it.
+        let netns = env
+            .iter()
+            .find(|(name, _)| name == NETNS_ENV)
+            .map(|(_, value)| value.clone());
+        let mut command = match &netns {
+            Some(namespace) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", namespace]).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         // The node refuses `NARAD_*` variables it does not read: the test's own (seeds, rounds) stay
         // with the test.
         for (name, _) in std::env::vars_os() {
@@ -200,7 +218,11 @@ impl Node {
         }
         command.env("NARAD_LOG_LEVEL", "info");
         let mut child = command
-            .envs(env.iter().map(|(name, value)| (name, value)))
+            .envs(
+                env.iter()
+                    .filter(|(name, _)| name != NETNS_ENV)
+                    .map(|(name, value)| (name, value)),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -99,6 +99,8 @@ pub struct ProducerSpec {
     pub keyed: bool,
     /// Single or batch.
     pub shape: Shape,
+    /// A pause after every call (zero: as fast as the node answers), to bound a long test's records.
+    pub gap: Duration,
 }
 
 impl ProducerSpec {
@@ -116,6 +118,7 @@ impl ProducerSpec {
             name: format!("{name}{suffix}"),
             keyed,
             shape,
+            gap: Duration::ZERO,
         })
         .collect()
     }
@@ -269,6 +272,9 @@ fn produce(
         };
         let judged = judge(&answer);
         ledger.complete(attempt, judged.clone());
+        if !spec.gap.is_zero() {
+            pause(spec.gap);
+        }
         let records_count = records.len() as u64;
         match (judged.0, &answer) {
             (Outcome::Accepted, _) => progress.add(|c| c.acked += records_count),
