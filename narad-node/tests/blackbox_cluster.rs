@@ -121,21 +121,7 @@ fn replay_through(cluster: &Cluster, id: u64, topic: &str) -> Observation {
 fn assert_ledger_ok(ledger: &SharedLedger, replay: &Observation, what: &str) -> Verdict {
     let verdict = ledger.check(replay);
     eprintln!("{what}:\n{verdict}");
-    let report = &verdict.report;
-    assert!(
-        verdict.is_ok(),
-        "{what}: records lost, invented or misplaced:\n{verdict}"
-    );
-    assert_eq!(
-        (
-            report.lost.len(),
-            report.phantoms.len(),
-            report.misplaced.len()
-        ),
-        (0, 0, 0),
-        "{what}:\n{verdict}"
-    );
-    assert!(report.accepted > 0, "{what}: nothing was acknowledged");
+    verdict.assert_clean(what);
     verdict
 }
 

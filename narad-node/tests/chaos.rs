@@ -166,20 +166,5 @@ fn members_partitioned_and_killed_lose_no_acknowledged_record() {
         "chaos: {rounds} rounds ({partitions} partitions, {kills} kills), reroutes counted by the \
          live members {reroutes}\n{verdict}"
     );
-    let report = &verdict.report;
-    assert!(report.accepted > 0, "nothing was acknowledged");
-    assert!(
-        verdict.is_ok(),
-        "records lost, invented or misplaced under the nemesis:\n{verdict}"
-    );
-    assert_eq!(
-        (
-            report.lost.len(),
-            report.phantoms.len(),
-            report.misplaced.len()
-        ),
-        (0, 0, 0),
-        "{verdict}"
-    );
-    drop(cluster);
+    verdict.assert_clean("under the nemesis");
 }

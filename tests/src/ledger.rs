@@ -250,6 +250,26 @@ impl Verdict {
     pub fn is_ok(&self) -> bool {
         !self.report.failed() && self.report.refused == 0
     }
+
+    /// Panics, naming `what`, unless [`Verdict::is_ok`] holds, nothing is lost, phantom or
+    /// misplaced, and something was acknowledged.
+    pub fn assert_clean(&self, what: &str) {
+        let report = &self.report;
+        assert!(
+            self.is_ok(),
+            "{what}: records lost, invented or misplaced:\n{self}"
+        );
+        assert_eq!(
+            (
+                report.lost.len(),
+                report.phantoms.len(),
+                report.misplaced.len()
+            ),
+            (0, 0, 0),
+            "{what}:\n{self}"
+        );
+        assert!(report.accepted > 0, "{what}: nothing was acknowledged");
+    }
 }
 
 impl fmt::Display for Verdict {
