@@ -26,6 +26,9 @@ const READ_RECORDS_MAX: usize = 1000;
 const READ_CALLS_MAX: usize = 100_000;
 /// Records of each failure category described in a run's details.
 const DETAILS_MAX: usize = 10;
+/// Calls asking for a partition's owner before the harness gives up (50 pauses of `ADMIN_RETRY` on
+/// top of the calls: longer than a node's boot).
+const OWNER_ASKS_MAX: usize = 250;
 
 impl<N: SimNode> World<N> {
     /// Reads every partition of every topic's current incarnation.
@@ -114,17 +117,31 @@ impl<N: SimNode> World<N> {
         if self.servers.len() == 1 {
             return 0;
         }
-        let topic = name.to_string();
-        match self
-            .admin_server()
-            .call(ADMIN_TIMEOUT, move |node| async move {
-                node.owner(&topic, partition)
-            })
-            .await
-        {
-            Call::Done(Some(owner)) if owner < self.servers.len() => owner,
-            _ => 0,
+        // A node that is still booting has no view yet (it answers `None`): ask the next one, and
+        // again after a pause, before falling back to node 0.
+        for attempt in 0..OWNER_ASKS_MAX {
+            let topic = name.to_string();
+            if let Call::Done(Some(owner)) = self
+                .admin_server()
+                .call(ADMIN_TIMEOUT, move |node| async move {
+                    node.owner(&topic, partition)
+                })
+                .await
+            {
+                if owner < self.servers.len() {
+                    return owner;
+                }
+            }
+            if (attempt + 1) % self.servers.len() == 0 {
+                tokio::time::sleep(ADMIN_RETRY).await;
+            }
         }
+        // A deleted topic has no owner to name: node 0 answers for it as any node would.
+        self.probe.event(
+            "harness",
+            format_args!("no node names the owner of {name}/{partition}: asking node 0"),
+        );
+        0
     }
 
     /// Waits for a zero backlog (or `deadline_ns`), then reads; if a 202'd record is still missing

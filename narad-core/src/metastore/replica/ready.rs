@@ -94,6 +94,13 @@ impl MetaReplica {
         }
         self.apply_committed(ready.take_committed_entries());
         let entries = ready.take_entries();
+        if let Some(first) = entries.first().map(|entry| entry.index) {
+            // raft hands only entries past the ones its log already agrees on: one at or below the
+            // log recovered at start-up replaces that suffix. A committed entry is never replaced,
+            // so the replaced ones were never applied, here or anywhere; catching up must not wait
+            // for the cluster to write past them (a quiet cluster never would).
+            self.recovered_last_index = self.recovered_last_index.min(first - 1);
+        }
         if !entries.is_empty() {
             let appended = self.node.mut_store().memory.wl().append(&entries);
             appended.expect("raft hands entries that follow its log");

@@ -453,6 +453,57 @@ fn a_deposed_leaders_proposal_is_answered_lost() {
 }
 
 #[test]
+fn a_restarted_replica_whose_uncommitted_suffix_was_replaced_catches_up_without_new_writes() {
+    let mut cluster = Cluster::new(3, 19);
+    let old = cluster.elect();
+    cluster.cut.insert(old);
+    // Appended and persisted on the cut-off leader only: never committed.
+    for proposal in 1..=3 {
+        cluster.handle(
+            old,
+            ReplicaInput::Propose {
+                id: ProposalId(proposal),
+                command: create(&format!("stranded{proposal}")),
+            },
+        );
+    }
+    let elected = cluster.run_until(Duration::from_secs(10), |cluster| {
+        cluster.leaders().iter().any(|&id| id != old)
+    });
+    assert!(elected);
+    let new = *cluster
+        .leaders()
+        .iter()
+        .find(|&&id| id != old)
+        .expect("new leader");
+    let disk = cluster.peer(old).disk.clone();
+    let stranded_last = disk.entries.last().expect("persisted").index;
+    cluster.run_until(Duration::from_secs(1), |cluster| {
+        cluster.replica(new).applied_index().0 > 0
+    });
+    assert!(
+        cluster.replica(new).applied_index().0 < stranded_last,
+        "the cluster's log stays below the stranded suffix"
+    );
+
+    // The old leader restarts from its disk and rejoins a cluster that writes nothing more.
+    let replica = MetaReplica::new(config(old as u32, 3, 19), disk.recovered(), cluster.now)
+        .expect("reopens");
+    assert!(!replica.caught_up());
+    cluster.peers[(old - 1) as usize] = Peer::new(replica);
+    cluster.peers[(old - 1) as usize].disk = disk;
+    cluster.drain(old);
+    cluster.cut.clear();
+    let caught_up = cluster.run_until(Duration::from_secs(10), |cluster| {
+        cluster.replica(old).caught_up()
+            && cluster.replica(old).applied_index() == cluster.replica(new).applied_index()
+    });
+    assert!(caught_up, "the replaced suffix was never applied anywhere");
+    assert!(cluster.replica(old).state().topic("stranded1").is_none());
+    assert_eq!(cluster.replica(old).state(), cluster.replica(new).state());
+}
+
+#[test]
 fn a_restarted_replica_recovers_its_snapshot_and_log() {
     let mut cluster = Cluster::with(1, 20, |config| config.snapshot_every_entries = 3);
     cluster.elect();
