@@ -43,6 +43,21 @@ pub enum DiskError {
     Enospc,
 }
 
+/// Every name [`FaultEvent::kind_name`] gives, and `none` (a record no fault overlapped): the keys
+/// of a report's breakdown by fault kind.
+pub const KIND_NAMES: &[&str] = &[
+    "crash",
+    "pause",
+    "fsync-eio",
+    "write-eio",
+    "enospc",
+    "slow-disk",
+    "partition",
+    "net",
+    "bit-rot",
+    "none",
+];
+
 /// One timed fault.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]

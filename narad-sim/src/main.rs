@@ -73,6 +73,13 @@ struct SweepArgs {
     /// Stop taking new seeds after the first failure (planted-bug checks).
     #[arg(long)]
     stop_at_first_failure: bool,
+    /// Runs (seeds times scenarios) per worker process: a longer sweep runs its seeds in chunks,
+    /// one child process after another, so what a run leaves behind ends with its process.
+    #[arg(long, default_value_t = 1000)]
+    runs_per_process: u64,
+    /// Run as a sweep's worker: print each scenario's tally and the failures, for the parent.
+    #[arg(long, hide = true)]
+    worker: bool,
 }
 
 #[derive(Debug, Args)]
@@ -417,6 +424,10 @@ mod sim {
         for path in &paths {
             scenarios.push((path.clone(), Arc::new(Scenario::load(path)?)));
         }
+        let runs = (args.seeds.end - args.seeds.start).saturating_mul(scenarios.len() as u64);
+        if !args.worker && runs > args.runs_per_process.max(1) {
+            return sweep_in_processes(&args, &paths);
+        }
         let mut jobs = Vec::new();
         for seed in args.seeds.clone() {
             for (index, (path, scenario)) in scenarios.iter().enumerate() {
@@ -454,19 +465,47 @@ mod sim {
                 failures.push((job, outcome));
             }
         }
+        let failure_lines: Vec<String> = failures
+            .iter()
+            .map(|(job, outcome)| {
+                format!(
+                    "FAIL {} seed={}: {}\n  replay: {}",
+                    rows[job.scenario].0,
+                    job.spec.seed,
+                    outcome.reason(),
+                    replay_command(&job.spec.scenario_path, job.spec.seed, job.spec.plant_bug)
+                )
+            })
+            .collect();
+        if args.worker {
+            for (index, (_, tally)) in rows.iter().enumerate() {
+                println!("{WORKER_TALLY} {index} {}", tally.encode());
+            }
+            for line in &failure_lines {
+                println!("{line}");
+            }
+        } else {
+            print_sweep(&rows, &failure_lines, wall_s);
+        }
+        Ok(if failures.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+
+    /// The line prefix of a worker's tally of one scenario.
+    const WORKER_TALLY: &str = "worker-tally";
+
+    /// The sweep's report: the table, each failure, the breakdown, the speed and the summary.
+    fn print_sweep(rows: &[(String, Tally)], failure_lines: &[String], wall_s: f64) {
         let mut total = Tally::default();
-        for (_, tally) in &rows {
+        for (_, tally) in rows {
             total.merge(tally);
         }
-        print!("{}", table(&rows));
-        for (job, outcome) in &failures {
-            println!(
-                "FAIL {} seed={}: {}\n  replay: {}",
-                rows[job.scenario].0,
-                job.spec.seed,
-                outcome.reason(),
-                replay_command(&job.spec.scenario_path, job.spec.seed, job.spec.plant_bug)
-            );
+        print!("{}", table(rows));
+        for line in failure_lines {
+            println!("{line}");
         }
         let breakdown = narad_sim::sweep::breakdown_lines(&total.breakdown);
         if !breakdown.is_empty() {
@@ -477,10 +516,81 @@ mod sim {
         }
         println!("{}", speed_line(&total, wall_s));
         println!("{}", summary_line(&total, wall_s));
-        Ok(if failures.is_empty() {
-            ExitCode::SUCCESS
-        } else {
+    }
+
+    /// A long sweep: its seeds in chunks of `runs_per_process` runs, each chunk a worker process of
+    /// this binary (one after another, each with every job thread), their tallies summed.
+    fn sweep_in_processes(args: &SweepArgs, paths: &[PathBuf]) -> Result<ExitCode, String> {
+        let exe = std::env::current_exe().map_err(|error| format!("no own executable: {error}"))?;
+        let per_chunk = (args.runs_per_process / paths.len() as u64).max(1);
+        let started = wall_now();
+        let mut rows: Vec<(String, Tally)> = paths
+            .iter()
+            .map(|path| (display_name(path), Tally::default()))
+            .collect();
+        let mut failure_lines = Vec::new();
+        let mut from = args.seeds.start;
+        while from < args.seeds.end {
+            let to = from.saturating_add(per_chunk).min(args.seeds.end);
+            let mut command = std::process::Command::new(&exe);
+            command.arg("sweep").arg("--worker");
+            for path in paths {
+                command.arg("--scenario").arg(path);
+            }
+            command.arg("--seeds").arg(format!("{from}..{to}"));
+            if let Some(jobs) = args.jobs {
+                command.arg("--jobs").arg(jobs.to_string());
+            }
+            if let Some(bug) = args.plant_bug {
+                command.arg("--plant-bug").arg(bug.name());
+            }
+            if args.stop_at_first_failure {
+                command.arg("--stop-at-first-failure");
+            }
+            command.stderr(std::process::Stdio::inherit());
+            let output = command
+                .output()
+                .map_err(|error| format!("cannot start a sweep worker: {error}"))?;
+            let text = String::from_utf8_lossy(&output.stdout);
+            if !matches!(output.status.code(), Some(0 | 1)) {
+                return Err(format!(
+                    "the sweep worker for seeds {from}..{to} ended with {}:\n{text}",
+                    output.status
+                ));
+            }
+            for line in text.lines() {
+                if let Some(rest) = line.strip_prefix(WORKER_TALLY) {
+                    let (index, encoded) = rest
+                        .trim_start()
+                        .split_once(' ')
+                        .ok_or_else(|| format!("bad worker line {line:?}"))?;
+                    let index: usize = index
+                        .parse()
+                        .map_err(|_| format!("bad worker line {line:?}"))?;
+                    let row = rows
+                        .get_mut(index)
+                        .ok_or_else(|| format!("worker line {line:?} names no scenario"))?;
+                    row.1.merge(&Tally::decode(encoded)?);
+                } else if !line.is_empty() {
+                    failure_lines.push(line.to_string());
+                }
+            }
+            if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                let (start, end) = (args.seeds.start, args.seeds.end);
+                eprintln!("seeds {start}..{to} of {start}..{end} done");
+            }
+            if args.stop_at_first_failure && output.status.code() == Some(1) {
+                break;
+            }
+            from = to;
+        }
+        let wall_s = started.elapsed().as_secs_f64();
+        print_sweep(&rows, &failure_lines, wall_s);
+        let failed = rows.iter().any(|(_, tally)| tally.failed > 0);
+        Ok(if failed {
             ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
         })
     }
 

@@ -92,6 +92,117 @@ impl Tally {
     }
 }
 
+/// The numeric fields of a [`Tally`] by name, in the order [`Tally::encode`] writes them.
+macro_rules! tally_fields {
+    ($apply:ident) => {
+        $apply!(
+            seeds,
+            failed,
+            accepted,
+            lost,
+            unseen,
+            phantoms,
+            misplaced,
+            duplicates,
+            reroutes,
+            excused_rot,
+            excused_deleted,
+            crashes,
+            violations,
+            errors,
+            sim_ns,
+            run_wall_ns
+        )
+    };
+}
+
+impl Tally {
+    /// One line of text that [`Tally::decode`] reads back: how a sweep's worker process hands its
+    /// tally to the sweep that started it.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        macro_rules! put {
+            ($($field:ident),*) => {
+                $(let _ = write!(out, "{}={} ", stringify!($field), self.$field);)*
+            };
+        }
+        tally_fields!(put);
+        for (node, t) in &self.breakdown.by_node {
+            let _ = write!(out, "node:{node}={} ", tally_counts(t));
+        }
+        for (kind, t) in &self.breakdown.by_fault {
+            let _ = write!(out, "fault:{kind}={} ", tally_counts(t));
+        }
+        out.trim_end().to_string()
+    }
+
+    /// Reads what [`Tally::encode`] wrote.
+    pub fn decode(text: &str) -> Result<Tally, String> {
+        let mut tally = Tally::default();
+        for pair in text.split_whitespace() {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("tally field {pair:?} has no value"))?;
+            let number = |value: &str| {
+                value
+                    .parse::<u64>()
+                    .map_err(|_| format!("tally field {pair:?} is not a number"))
+            };
+            if let Some(node) = key.strip_prefix("node:") {
+                let node = node
+                    .parse::<u32>()
+                    .map_err(|_| format!("tally field {pair:?} names no node"))?;
+                tally.breakdown.by_node.insert(node, parse_counts(value)?);
+                continue;
+            }
+            if let Some(kind) = key.strip_prefix("fault:") {
+                let kind = crate::fault::KIND_NAMES
+                    .iter()
+                    .copied()
+                    .find(|known| *known == kind)
+                    .ok_or_else(|| format!("tally field {pair:?} names no fault kind"))?;
+                tally.breakdown.by_fault.insert(kind, parse_counts(value)?);
+                continue;
+            }
+            macro_rules! get {
+                ($($field:ident),*) => {
+                    match key {
+                        $(stringify!($field) => tally.$field = number(value)?,)*
+                        _ => return Err(format!("unknown tally field {key:?}")),
+                    }
+                };
+            }
+            tally_fields!(get);
+        }
+        Ok(tally)
+    }
+}
+
+fn tally_counts(t: &crate::ledger::Tally) -> String {
+    format!(
+        "{},{},{},{},{}",
+        t.accepted, t.lost, t.unseen, t.duplicated, t.rerouted
+    )
+}
+
+fn parse_counts(text: &str) -> Result<crate::ledger::Tally, String> {
+    let counts: Vec<u64> = text
+        .split(',')
+        .map(|count| count.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("bad breakdown counts {text:?}"))?;
+    match counts[..] {
+        [accepted, lost, unseen, duplicated, rerouted] => Ok(crate::ledger::Tally {
+            accepted,
+            lost,
+            unseen,
+            duplicated,
+            rerouted,
+        }),
+        _ => Err(format!("breakdown counts {text:?} are not five")),
+    }
+}
+
 /// The breakdown lines of a cluster's verdict: one per node, one per fault kind (none when no run
 /// broke its records down).
 pub fn breakdown_lines(breakdown: &crate::ledger::Breakdown) -> Vec<String> {
@@ -331,6 +442,36 @@ mod tests {
         both.add(&outcome(0, 2), 7);
         a.merge(&b);
         assert_eq!(a, both);
+    }
+
+    #[test]
+    fn a_tally_survives_its_encoding() {
+        let mut tally = Tally::default();
+        tally.add(&outcome(2, 3), 17);
+        tally.add(&outcome(0, 1), 5);
+        tally.errors = 4;
+        tally.breakdown.by_node.insert(
+            3,
+            crate::ledger::Tally {
+                accepted: 9,
+                lost: 1,
+                unseen: 2,
+                duplicated: 3,
+                rerouted: 4,
+            },
+        );
+        tally.breakdown.by_fault.insert(
+            "partition",
+            crate::ledger::Tally {
+                accepted: 5,
+                ..Default::default()
+            },
+        );
+        assert_eq!(Tally::decode(&tally.encode()), Ok(tally));
+        assert!(Tally::decode("seeds=x").is_err());
+        assert!(Tally::decode("fault:meteor=1,0,0,0,0").is_err());
+        assert!(Tally::decode("node:1=1,2").is_err());
+        assert!(Tally::decode("bogus=1").is_err());
     }
 
     #[test]

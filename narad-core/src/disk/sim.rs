@@ -275,6 +275,18 @@ impl SimDisk {
         self.lock().lying_sync = lying;
     }
 
+    /// Drops every file and directory: the disk is empty from now on. A simulator run ends with it,
+    /// because madsim keeps a finished run's nodes (and the handles their start-up closures hold)
+    /// alive until the process exits.
+    pub fn discard(&self) {
+        let mut inner = self.lock();
+        inner.inodes = BTreeMap::new();
+        inner.live_names = BTreeMap::new();
+        inner.durable_names = BTreeMap::new();
+        inner.pending_ns = BTreeMap::new();
+        inner.dirs = BTreeSet::from([String::new()]);
+    }
+
     /// Simulates a power loss: see the module documentation.
     pub fn crash(&self) {
         self.lock().crash();

@@ -378,6 +378,9 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         Handle::current().kill(server.madsim_id);
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
+    for server in &servers {
+        server.release();
+    }
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
     RunOutcome {

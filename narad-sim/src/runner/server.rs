@@ -76,6 +76,14 @@ pub(super) enum Call<T> {
 }
 
 impl<N: SimNode> Server<N> {
+    /// Frees what the run leaves behind: the booted node and the disk's contents. madsim keeps
+    /// every node's start-up closure (which shares the slot and the disk) until the process exits,
+    /// so a sweep of thousands of runs would otherwise keep every run's last nodes and disks.
+    pub(super) fn release(&self) {
+        drop(lock(&self.slot).take());
+        self.disk.discard();
+    }
+
     /// Creates the node's madsim node; its init boots the node (every boot: the first start and
     /// each restart) and fills the slot once the node is ready.
     #[allow(clippy::too_many_arguments)]
