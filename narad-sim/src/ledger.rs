@@ -367,6 +367,27 @@ impl Ledger {
         }
     }
 
+    /// Every call noted by [`Ledger::set_via`], in call order: where and when it was sent, how it
+    /// ended and how many records it carried (for a run's timeline).
+    pub fn calls(&self) -> Vec<(AttemptId, Via, Outcome, u64)> {
+        let mut records: BTreeMap<AttemptId, u64> = BTreeMap::new();
+        for entry in &self.records {
+            *records.entry(entry.attempt).or_default() += 1;
+        }
+        self.via
+            .iter()
+            .map(|(&attempt, &via)| {
+                let outcome = self.attempts[attempt.0 as usize];
+                (
+                    attempt,
+                    via,
+                    outcome,
+                    records.get(&attempt).copied().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
     /// Notes that call `attempt` was sent through node `node` at `at_ns`, for the report's
     /// breakdowns ([`Ledger::breakdown`]).
     pub fn set_via(&mut self, attempt: AttemptId, node: u32, at_ns: u64) {

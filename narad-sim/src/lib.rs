@@ -33,4 +33,5 @@ pub mod schedule;
 pub mod seam;
 pub mod shrink;
 pub mod sweep;
+pub mod timeline;
 pub mod trace;

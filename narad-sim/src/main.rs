@@ -51,6 +51,9 @@ struct RunArgs {
     /// Run the seed twice and compare trace hashes; exit 1 on mismatch.
     #[arg(long)]
     check_determinism: bool,
+    /// Write the run's timeline (one self-contained HTML page) to this file.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
     /// Plant a bug (simulation only).
     #[arg(long, value_parser = parse_bug)]
     plant_bug: Option<PlantedBug>,
@@ -268,6 +271,20 @@ mod sim {
         }
     }
 
+    /// Renders the run's timeline into `file`.
+    fn write_timeline(
+        spec: &RunSpec,
+        file: &Path,
+        outcome: &RunOutcome,
+        trace_lines: &[String],
+    ) -> Result<(), String> {
+        let page = narad_sim::timeline::page(spec, outcome, trace_lines);
+        std::fs::write(file, page)
+            .map_err(|error| format!("cannot write {}: {error}", file.display()))?;
+        println!("timeline: {}", file.display());
+        Ok(())
+    }
+
     fn print_outcome(spec: &RunSpec, outcome: &RunOutcome, wall_s: f64) {
         if let Some(lines) = &outcome.trace_lines {
             for line in lines {
@@ -375,12 +392,26 @@ mod sim {
             scenario_path: shown(&path),
             seed,
             plant_bug: args.plant_bug,
-            trace: args.trace,
+            // The timeline reads the node's commits from the trace.
+            trace: args.trace || args.timeline.is_some(),
             schedule: None,
         };
-        let (outcome, wall_s) = timed(&spec);
+        let (mut outcome, wall_s) = timed(&spec);
+        let trace_lines = if args.trace {
+            outcome.trace_lines.clone()
+        } else {
+            outcome.trace_lines.take()
+        };
         print_outcome(&spec, &outcome, wall_s);
         let mut failed = outcome.failed();
+        if let Some(file) = &args.timeline {
+            write_timeline(
+                &spec,
+                file,
+                &outcome,
+                trace_lines.as_deref().unwrap_or_default(),
+            )?;
+        }
         if args.check_determinism {
             let (again, _) = timed(&RunSpec {
                 trace: false,

@@ -56,6 +56,8 @@ pub struct RunOutcome {
     pub details: Vec<String>,
     /// The verdict by node and by fault kind (a cluster's; empty for a single node).
     pub breakdown: crate::ledger::Breakdown,
+    /// What a timeline shows (gathered with the readable trace).
+    pub timeline: Option<crate::timeline::TimelineData>,
 }
 
 impl RunOutcome {

@@ -42,11 +42,17 @@ const OPERATOR_RESTART_AFTER: Duration = Duration::from_secs(1);
 const ATTRIBUTION_WINDOW: Duration = Duration::from_secs(10);
 
 /// A fault as it was applied: its kind and when it was in force.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct FaultWindow {
-    kind: &'static str,
-    start_ns: u64,
-    end_ns: u64,
+    pub(super) kind: &'static str,
+    pub(super) start_ns: u64,
+    pub(super) end_ns: u64,
+    /// The node it struck (`None`: the whole network).
+    pub(super) node: Option<usize>,
+    /// A partition's other side: `Some(None)` every other node.
+    pub(super) peer: Option<Option<usize>>,
+    /// What it was, as the trace describes it.
+    pub(super) label: String,
 }
 
 /// The kinds of the faults in force within [`ATTRIBUTION_WINDOW`] after `at_ns`, each once.
@@ -127,13 +133,20 @@ impl<N: SimNode> World<N> {
         0
     }
 
-    /// Logs a fault applied now, in force for `duration_ms`.
-    fn log_fault(&self, event: &FaultEvent, duration_ms: u64) {
+    /// Logs a fault applied now to node `node` (`None`: the network), in force for `duration_ms`.
+    fn log_fault(&self, event: &FaultEvent, node: Option<usize>, duration_ms: u64) {
         let start_ns = sim_now_ns();
+        let peer = match event {
+            FaultEvent::Partition { peer, .. } => Some(peer.map(|peer| peer as usize)),
+            _ => None,
+        };
         lock(&self.fault_log).push(FaultWindow {
             kind: event.kind_name(),
             start_ns,
             end_ns: start_ns + duration_ms * 1_000_000,
+            node,
+            peer,
+            label: event.describe(),
         });
     }
 
@@ -151,7 +164,7 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("skip: node is down"));
                     return;
                 }
-                self.log_fault(&event, down_ms);
+                self.log_fault(&event, Some(index), down_ms);
                 lock(&self.last_crash_ns)[index] = sim_now_ns();
                 server.crash("scheduled");
                 let generation = lock(&server.state).generation;
@@ -171,7 +184,7 @@ impl<N: SimNode> World<N> {
                             .event("fault", format_args!("skip: node is down or paused"));
                         return;
                     }
-                    self.log_fault(&event, duration_ms);
+                    self.log_fault(&event, Some(index), duration_ms);
                     state.paused = true;
                     state.generation += 1;
                     Handle::current().pause(server.madsim_id);
@@ -205,7 +218,7 @@ impl<N: SimNode> World<N> {
                     chance_ppm,
                     remaining: None,
                 };
-                self.log_fault(&event, duration_ms);
+                self.log_fault(&event, Some(index), duration_ms);
                 server.disk.add_fault(rule.clone());
                 lock(&self.disk_rules).push((episode, index, rule));
                 tokio::spawn(async move {
@@ -232,7 +245,7 @@ impl<N: SimNode> World<N> {
                 duration_ms,
                 ..
             } => {
-                self.log_fault(&event, duration_ms);
+                self.log_fault(&event, Some(index), duration_ms);
                 let id = server.io.slow_begin(&self.prefix(target), latency_us);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
@@ -267,7 +280,7 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("skip: no link to cut"));
                     return;
                 }
-                self.log_fault(&event, duration_ms);
+                self.log_fault(&event, Some(index), duration_ms);
                 lock(&self.net).clog(&links);
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
@@ -281,7 +294,7 @@ impl<N: SimNode> World<N> {
             }
             FaultEvent::Net { .. } => unreachable!("a network episode strikes no node"),
             FaultEvent::BitRot { target, .. } => {
-                self.log_fault(&event, 0);
+                self.log_fault(&event, Some(index), 0);
                 self.rot(&server, target)
             }
         }
@@ -301,7 +314,7 @@ impl<N: SimNode> World<N> {
         else {
             unreachable!("only network episodes are global");
         };
-        self.log_fault(&event, duration_ms);
+        self.log_fault(&event, None, duration_ms);
         lock(&self.net).begin(
             episode,
             NetEpisode {

@@ -26,6 +26,7 @@
 mod faults;
 mod observe;
 mod server;
+mod timeline;
 mod watchdog;
 mod workload;
 
@@ -162,6 +163,8 @@ struct World<N: SimNode> {
     last_crash_ns: Mutex<Vec<u64>>,
     /// The nodes kept down through the liveness deadline (`phases.keep_down`).
     kept_down: Mutex<std::collections::BTreeSet<usize>>,
+    /// The harness's reads, for a timeline.
+    reads: Mutex<Vec<crate::timeline::ReadMark>>,
 }
 
 impl<N: SimNode> World<N> {
@@ -291,6 +294,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         fault_log: Mutex::new(Vec::new()),
         last_crash_ns: Mutex::new(vec![0; servers.len()]),
         kept_down: Mutex::new(Default::default()),
+        reads: Mutex::new(Vec::new()),
         spec,
     });
 
@@ -366,6 +370,12 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         ),
     );
     let details = world.details(&report);
+    let timeline = if world.spec.trace {
+        let kept: Vec<usize> = kept_down.iter().copied().collect();
+        Some(world.timeline(&report, &after_final, &kept).await)
+    } else {
+        None
+    };
     let breakdown = if servers.len() > 1 {
         let log = lock(&world.fault_log).clone();
         lock(&world.ledger).breakdown(&report, |at_ns| faults::kinds_around(&log, at_ns))
@@ -401,6 +411,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             .sum(),
         details,
         breakdown,
+        timeline,
     }
 }
 

@@ -198,6 +198,12 @@ impl<N: SimNode> World<N> {
                     observation.served.len()
                 ),
             );
+            lock(&self.reads).push(crate::timeline::ReadMark {
+                at_ns: now,
+                what: what.to_string(),
+                served: observation.served.len() as u64,
+                missing: missing_now as u64,
+            });
             return observation;
         }
         tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;

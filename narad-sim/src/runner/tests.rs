@@ -400,3 +400,58 @@ fn records_visible_only_after_the_deadline_are_caught_as_unseen() {
         "every required record was late"
     );
 }
+
+#[test]
+fn the_timeline_of_a_cluster_run_names_every_node_and_fault() {
+    let scenario = Scenario::parse(include_str!("../../../scenarios/cluster-basic.toml"))
+        .expect("cluster-basic parses");
+    let schedule = vec![
+        FaultEvent::Crash {
+            at_us: 2_000_000,
+            node: Some(1),
+            down_ms: 6_000,
+        },
+        FaultEvent::Partition {
+            at_us: 3_000_000,
+            node: Some(0),
+            peer: Some(2),
+            one_way: false,
+            duration_ms: 2_000,
+        },
+        FaultEvent::Net {
+            at_us: 5_500_000,
+            loss_ppm: 20_000,
+            latency_min_us: 100,
+            latency_max_us: 2_000,
+            duration_ms: 1_000,
+        },
+    ];
+    let spec = RunSpec {
+        scenario: Arc::new(scenario),
+        scenario_path: "scenarios/cluster-basic.toml".into(),
+        seed: 5,
+        plant_bug: None,
+        trace: true,
+        schedule: Some(schedule.clone()),
+    };
+    let outcome = run::<crate::node_narad::NaradSimNode>(&spec);
+    assert!(!outcome.failed(), "{}", outcome.reason());
+    let lines = outcome.trace_lines.clone().expect("traced");
+    let page = crate::timeline::page(&spec, &outcome, &lines);
+    for node in 0..3 {
+        assert!(
+            page.contains(&format!(">node {node}</text>")),
+            "node {node}"
+        );
+    }
+    for event in &schedule {
+        assert!(page.contains(&event.describe()), "{}", event.describe());
+        assert!(page.contains(&format!(">{}</text>", event.kind_name())));
+    }
+    // The crash outlasts the dead timeout: the run reroutes, and the page draws it.
+    assert!(outcome.report.reroutes > 0);
+    assert!(page.contains(" rerouted: node "));
+    assert!(page.contains("records visible"));
+    assert!(page.contains("liveness read at"));
+    assert!(!page.contains("FAILED"));
+}
