@@ -55,6 +55,7 @@ pub const KIND_NAMES: &[&str] = &[
     "partition",
     "net",
     "bit-rot",
+    "lag",
     "none",
 ];
 
@@ -149,6 +150,23 @@ pub enum FaultEvent {
         /// How long the episode lasts.
         duration_ms: u64,
     },
+    /// Hold the node's metadata view for `duration_ms`: its replica goes on voting and appending,
+    /// while the rest of the node (ownership, incarnation checks, placement, the produce path)
+    /// keeps the state from before, as a replica lagging behind the log would. For the first
+    /// `cut_ms` the node is also cut from every other node both ways, so what it took before a
+    /// topic change reaches the owners only after the change, from a sender that still lags.
+    Lag {
+        /// When.
+        at_us: u64,
+        /// The node it strikes (an index into the cluster).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<u32>,
+        /// How long the view is held.
+        duration_ms: u64,
+        /// How long the node is cut from its peers at the start (0: not cut; at most `duration_ms`).
+        #[serde(default)]
+        cut_ms: u64,
+    },
     /// Flip one bit of synced data in a file under `target`.
     BitRot {
         /// When.
@@ -172,6 +190,7 @@ impl FaultEvent {
             | FaultEvent::SlowDisk { at_us, .. }
             | FaultEvent::Partition { at_us, .. }
             | FaultEvent::Net { at_us, .. }
+            | FaultEvent::Lag { at_us, .. }
             | FaultEvent::BitRot { at_us, .. } => *at_us,
         }
     }
@@ -185,6 +204,7 @@ impl FaultEvent {
             | FaultEvent::Disk { node, .. }
             | FaultEvent::SlowDisk { node, .. }
             | FaultEvent::Partition { node, .. }
+            | FaultEvent::Lag { node, .. }
             | FaultEvent::BitRot { node, .. } => *node,
             FaultEvent::Net { .. } => None,
         }
@@ -198,6 +218,7 @@ impl FaultEvent {
             | FaultEvent::Disk { node, .. }
             | FaultEvent::SlowDisk { node, .. }
             | FaultEvent::Partition { node, .. }
+            | FaultEvent::Lag { node, .. }
             | FaultEvent::BitRot { node, .. } => *node = to,
             FaultEvent::Net { .. } => {}
         }
@@ -221,6 +242,7 @@ impl FaultEvent {
             FaultEvent::SlowDisk { .. } => "slow-disk",
             FaultEvent::Partition { .. } => "partition",
             FaultEvent::Net { .. } => "net",
+            FaultEvent::Lag { .. } => "lag",
             FaultEvent::BitRot { .. } => "bit-rot",
         }
     }
@@ -277,6 +299,11 @@ impl FaultEvent {
                 "net loss_ppm={loss_ppm} latency_us={latency_min_us}..{latency_max_us} \
                  duration_ms={duration_ms}"
             ),
+            FaultEvent::Lag {
+                duration_ms,
+                cut_ms,
+                ..
+            } => format!("lag duration_ms={duration_ms} cut_ms={cut_ms}"),
             FaultEvent::BitRot { target, .. } => format!("bit-rot target={}", target.name()),
         }
     }
@@ -309,10 +336,12 @@ pub enum FaultKind {
     Partition,
     /// [`FaultEvent::Net`].
     Net,
+    /// [`FaultEvent::Lag`].
+    Lag,
 }
 
 /// How many fault kinds there are.
-pub const FAULT_KINDS: usize = 10;
+pub const FAULT_KINDS: usize = 11;
 
 impl FaultKind {
     /// Every kind, in weight order (kinds added later go last, so older scenarios draw as before).
@@ -327,5 +356,6 @@ impl FaultKind {
         FaultKind::BitRot,
         FaultKind::Partition,
         FaultKind::Net,
+        FaultKind::Lag,
     ];
 }

@@ -225,6 +225,20 @@ impl Report {
             || !self.misplaced.is_empty()
     }
 
+    /// The verdict's counts as one `key=value` line: lost, unseen, phantoms, misplaced, duplicate
+    /// copies and reroutes.
+    pub fn verdict_line(&self) -> String {
+        format!(
+            "lost={} unseen={} phantoms={} misplaced={} duplicates={} reroutes={}",
+            self.lost.len(),
+            self.unseen.len(),
+            self.phantoms.len(),
+            self.misplaced.len(),
+            self.duplicate_copies(),
+            self.reroutes
+        )
+    }
+
     /// Extra copies over all records (a record served 3 times counts 2).
     pub fn duplicate_copies(&self) -> u64 {
         self.duplicates

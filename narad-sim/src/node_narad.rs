@@ -356,6 +356,7 @@ impl SimNode for NaradSimNode {
             },
             plant,
             metastore_hold_file: None,
+            metastore_hold_flag: Some(ctx.view_hold.clone()),
             legacy_owner: ctx.legacy_owner,
         };
         let index = ctx.node_id.0 as usize;

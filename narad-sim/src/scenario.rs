@@ -257,6 +257,20 @@ pub struct FaultMix {
     /// least latency, the higher the greatest (their gap is the jitter).
     #[serde(default = "default_latency_us")]
     pub latency_us: Span,
+    /// Weight: a node's metadata view is held for `lag_ms` (a replica lagging behind the log),
+    /// the node cut from its peers for the first `lag_cut_ms` of it. A cluster's knob.
+    #[serde(default = "span_zero")]
+    pub lag: Span,
+    /// How long a lag holds the view.
+    #[serde(default = "default_lag_ms")]
+    pub lag_ms: Span,
+    /// How long a lagging node is cut from its peers at the start of the lag (at most the lag).
+    #[serde(default = "span_zero")]
+    pub lag_cut_ms: Span,
+}
+
+fn default_lag_ms() -> Span {
+    Span::Fixed(4000)
 }
 
 fn default_partition_ms() -> Span {
@@ -516,8 +530,15 @@ impl Scenario {
         f.net_ms.check("faults.net_ms", 1, PHASE_MS_MAX)?;
         f.loss_ppm.check("faults.loss_ppm", 0, 1_000_000)?;
         f.latency_us.check("faults.latency_us", 1, 60_000_000)?;
-        if self.topology.nodes == 1 && (f.partition.hi() > 0 || f.net.hi() > 0) {
-            return Err("faults.partition and faults.net need topology.nodes > 1".into());
+        if self.topology.nodes == 1 && (f.partition.hi() > 0 || f.net.hi() > 0 || f.lag.hi() > 0) {
+            return Err(
+                "faults.partition, faults.net and faults.lag need topology.nodes > 1".into(),
+            );
+        }
+        f.lag_ms.check("faults.lag_ms", 1, PHASE_MS_MAX)?;
+        f.lag_cut_ms.check("faults.lag_cut_ms", 0, PHASE_MS_MAX)?;
+        if f.lag_cut_ms.hi() > f.lag_ms.lo() {
+            return Err("faults.lag_cut_ms must not exceed faults.lag_ms".into());
         }
         if f.disk_targets.is_empty() || f.disk_targets.len() > 3 {
             return Err("faults.disk_targets must name 1 to 3 targets".into());
@@ -587,6 +608,20 @@ impl Scenario {
                             }
                         }
                     }
+                    FaultEvent::Lag {
+                        duration_ms,
+                        cut_ms,
+                        ..
+                    } => {
+                        if self.topology.nodes == 1 {
+                            return Err(format!("schedule[{index}]: a lag needs a cluster"));
+                        }
+                        if *duration_ms == 0 || cut_ms > duration_ms {
+                            return Err(format!(
+                                "schedule[{index}]: a lag lasts at least 1 ms and its cut no longer"
+                            ));
+                        }
+                    }
                     FaultEvent::Net {
                         loss_ppm,
                         latency_min_us,
@@ -636,6 +671,7 @@ impl Scenario {
             ("faults.bit_rot", f.bit_rot),
             ("faults.partition", f.partition),
             ("faults.net", f.net),
+            ("faults.lag", f.lag),
         ]
     }
 
@@ -783,6 +819,19 @@ liveness_ms = 5000
         assert!(Scenario::parse(&MINIMAL.replace("nodes = 1", "nodes = 3")).is_ok());
         let text = MINIMAL.replace("chance_ppm = 1000000", "chance_ppm = 1000001");
         assert!(Scenario::parse(&text).unwrap_err().contains("chance_ppm"));
+    }
+
+    #[test]
+    fn a_lag_needs_a_cluster_and_a_cut_within_it() {
+        let lag = MINIMAL.replace("slow_us = 1000", "slow_us = 1000\nlag = 1\nlag_ms = 3000");
+        assert!(Scenario::parse(&lag).unwrap_err().contains("faults.lag"));
+        let clustered = lag.replace("nodes = 1", "nodes = 3");
+        let scenario = Scenario::parse(&clustered).unwrap();
+        assert_eq!(scenario.faults.lag_cut_ms, Span::Fixed(0));
+        let cut = clustered.replace("lag_ms = 3000", "lag_ms = 3000\nlag_cut_ms = [1000, 4000]");
+        assert!(Scenario::parse(&cut).unwrap_err().contains("lag_cut_ms"));
+        let cut = clustered.replace("lag_ms = 3000", "lag_ms = 3000\nlag_cut_ms = [1000, 3000]");
+        assert!(Scenario::parse(&cut).is_ok());
     }
 
     #[test]

@@ -124,6 +124,12 @@ fn event_of(kind: FaultKind, at_us: u64, scenario: &Scenario, rng: &mut ChaCha8R
             one_way: rng.random_range(0..100) < f.one_way_percent.draw(rng),
             duration_ms: f.partition_ms.draw(rng),
         },
+        FaultKind::Lag => FaultEvent::Lag {
+            at_us,
+            node: None,
+            duration_ms: f.lag_ms.draw(rng),
+            cut_ms: f.lag_cut_ms.draw(rng),
+        },
         FaultKind::Net => {
             let (a, b) = (f.latency_us.draw(rng), f.latency_us.draw(rng));
             FaultEvent::Net {
@@ -230,6 +236,7 @@ mod tests {
                 FaultEvent::Pause { .. }
                 | FaultEvent::BitRot { .. }
                 | FaultEvent::Partition { .. }
+                | FaultEvent::Lag { .. }
                 | FaultEvent::Net { .. } => panic!("{event:?}"),
             }
         }

@@ -41,6 +41,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -168,6 +169,9 @@ pub struct NodeContext {
     pub members: Vec<std::net::SocketAddr>,
     /// Act as an owner from before the incarnation section (it refuses one as trailing data).
     pub legacy_owner: bool,
+    /// While set, the node's metadata view is held where it was (the lag fault): its replica goes
+    /// on voting and appending, the rest of the node acts on the old state. Shared across restarts.
+    pub view_hold: Arc<AtomicBool>,
 }
 
 /// File sizes a scenario overrides, so segment rolls and compaction happen within a run.

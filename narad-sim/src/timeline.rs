@@ -284,17 +284,18 @@ fn split_line(line: &str) -> Option<(u64, &str, &str)> {
 
 /// Sums arrows of the same sender and owner within `bin_ns` of each other into one.
 pub fn bin_arrows(arrows: &[Arrow], bin_ns: u64) -> Vec<Arrow> {
+    let bin_ns = bin_ns.max(1);
     let mut bins: BTreeMap<(u64, usize, usize), u64> = BTreeMap::new();
     for arrow in arrows {
         *bins
-            .entry((arrow.at_ns / bin_ns.max(1), arrow.from, arrow.to))
+            .entry((arrow.at_ns / bin_ns, arrow.from, arrow.to))
             .or_default() += arrow.count;
     }
     bins.into_iter()
         .map(|((bin, from, to), count)| Arrow {
             from,
             to,
-            at_ns: bin * bin_ns.max(1) + bin_ns.max(1) / 2,
+            at_ns: bin * bin_ns + bin_ns / 2,
             count,
         })
         .collect()
@@ -317,6 +318,7 @@ fn fault_color(kind: &str) -> &'static str {
         "net" => "#bcbd22",
         "slow-disk" => "#17becf",
         "bit-rot" => "#8c564b",
+        "lag" => "#7f7f7f",
         _ => "#e377c2", // disk errors
     }
 }
@@ -569,6 +571,7 @@ pub fn render(data: &TimelineData, dispatch: &DispatchEvents) -> String {
         ("#bcbd22", "net loss/latency"),
         ("#17becf", "slow disk"),
         ("#e377c2", "disk errors"),
+        ("#7f7f7f", "view held (lag)"),
     ] {
         let _ = write!(
             svg,

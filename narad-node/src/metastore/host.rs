@@ -43,6 +43,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,6 +159,9 @@ pub struct MetastoreOptions {
     /// answered (raft itself goes on), so the node acts on a lagging replica's state. Answers and the
     /// view follow within a tick of the file's removal. `None` in production.
     pub hold_file: Option<PathBuf>,
+    /// The same failpoint as a flag: while it is set the view is held as by [`Self::hold_file`]
+    /// (the simulator's lag fault: a flag stays deterministic where a file on the host would not).
+    pub hold_flag: Option<Arc<AtomicBool>>,
     /// The bug planted in the leader's liveness decisions (simulator only).
     pub plant: narad_core::planted::Plant,
 }
@@ -176,6 +180,7 @@ impl MetastoreOptions {
             learners: Vec::new(),
             peers: None,
             hold_file: None,
+            hold_flag: None,
             plant: narad_core::planted::Plant::NONE,
         }
     }
@@ -507,6 +512,8 @@ struct MetaHost {
     liveness: Liveness,
     /// See [`MetastoreOptions::hold_file`].
     hold_file: Option<PathBuf>,
+    /// See [`MetastoreOptions::hold_flag`].
+    hold_flag: Option<Arc<AtomicBool>>,
     /// The view changed while held: publish it on release.
     unpublished: bool,
     /// The hold was in force at the last drain (its start and end are logged).
@@ -590,6 +597,7 @@ impl MetaHost {
             outbox: BTreeMap::new(),
             liveness: Liveness::with_plant(options.node_id, options.plant),
             hold_file: options.hold_file.clone(),
+            hold_flag: options.hold_flag.clone(),
             unpublished: false,
             held: false,
         })
@@ -745,7 +753,11 @@ impl MetaHost {
 
     /// Whether the hold failpoint is in force now; logs when it starts and ends.
     fn hold(&mut self) -> bool {
-        let held = self.hold_file.as_ref().is_some_and(|path| path.exists());
+        let held = self.hold_file.as_ref().is_some_and(|path| path.exists())
+            || self
+                .hold_flag
+                .as_ref()
+                .is_some_and(|flag| flag.load(Ordering::Relaxed));
         if held != self.held {
             self.held = held;
             let applied_index = self.replica.applied_index().0;

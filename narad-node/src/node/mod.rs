@@ -101,6 +101,8 @@ pub struct NodeHooks {
     pub plant: Plant,
     /// The metastore's hold failpoint ([`MetastoreOptions::hold_file`]).
     pub metastore_hold_file: Option<std::path::PathBuf>,
+    /// The same hold as a flag ([`MetastoreOptions::hold_flag`]; the simulator's lag fault).
+    pub metastore_hold_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Act, as a partition owner, as a release from before the incarnation section: a commit that
     /// carries one is refused as trailing data (the simulator's legacy-owner scenario).
     pub legacy_owner: bool,
@@ -211,6 +213,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
     metastore_options.clock = Some(clock.clone());
     metastore_options.hold_file = hooks.metastore_hold_file.clone();
+    metastore_options.hold_flag = hooks.metastore_hold_flag.clone();
     metastore_options.plant = hooks.plant;
     let cluster = match cluster {
         Some(setup) => {

@@ -292,6 +292,54 @@ impl<N: SimNode> World<N> {
                         .event("fault", format_args!("end partition episode {episode}"));
                 });
             }
+            FaultEvent::Lag {
+                duration_ms,
+                cut_ms,
+                ..
+            } => {
+                self.log_fault(&event, Some(index), duration_ms);
+                server.hold_view();
+                // The cut: every link to and from the node, as a two-way partition from all peers.
+                let links: Vec<_> = self
+                    .servers
+                    .iter()
+                    .filter(|other| other.index != index)
+                    .flat_map(|other| {
+                        [
+                            (server.madsim_id, other.madsim_id),
+                            (other.madsim_id, server.madsim_id),
+                        ]
+                    })
+                    .collect();
+                if cut_ms > 0 {
+                    let cut = FaultEvent::Partition {
+                        at_us: event.at_us(),
+                        node: Some(index as u32),
+                        peer: None,
+                        one_way: false,
+                        duration_ms: cut_ms,
+                    };
+                    self.log_fault(&cut, Some(index), cut_ms);
+                    lock(&self.net).clog(&links);
+                }
+                tokio::spawn(async move {
+                    if cut_ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(cut_ms)).await;
+                        if self.healed.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        lock(&self.net).unclog(&links);
+                    }
+                    tokio::time::sleep(Duration::from_millis(duration_ms.saturating_sub(cut_ms)))
+                        .await;
+                    if self.healed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    server.release_view(false);
+                    self.probe
+                        .event("fault", format_args!("end lag episode {episode}"));
+                });
+            }
             FaultEvent::Net { .. } => unreachable!("a network episode strikes no node"),
             FaultEvent::BitRot { target, .. } => {
                 self.log_fault(&event, Some(index), 0);
@@ -492,6 +540,7 @@ impl<N: SimNode> World<N> {
         for server in &self.servers {
             server.disk.clear_faults();
             server.io.heal();
+            server.release_view(true);
             let state = *lock(&server.state);
             if state.down && kept.contains(&server.index) {
                 self.probe.event(

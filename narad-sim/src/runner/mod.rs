@@ -131,6 +131,11 @@ struct TopicRuntime {
     /// Producers hold it shared for a call; churn holds it exclusively, so every record is attributed
     /// to the incarnation it was sent to.
     gate: tokio::sync::RwLock<()>,
+    /// Nodes whose view a lag held when the current incarnation was propagated: they may still
+    /// take its produces for the incarnation before, so the clients send through the others (a
+    /// client of a real cluster cannot tell, and the ledger could not say which incarnation such
+    /// a 202 was for).
+    stale_on: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 /// Everything the run's tasks share.
@@ -180,13 +185,21 @@ impl<N: SimNode> World<N> {
     }
 
     /// The node a topic-management or read call goes to: the next one, in turn, that is not down
-    /// (any node forwards what it does not own or lead).
+    /// and whose view no lag holds (any node forwards what it does not own or lead).
     fn admin_server(&self) -> &Arc<Server<N>> {
+        self.admin_server_avoiding(&std::collections::BTreeSet::new())
+    }
+
+    /// [`Self::admin_server`], passing over the nodes in `avoid` too (the first in turn when
+    /// every node is passed over).
+    fn admin_server_avoiding(&self, avoid: &std::collections::BTreeSet<usize>) -> &Arc<Server<N>> {
         let count = self.servers.len();
         let start = self.admin_turn.fetch_add(1, Ordering::Relaxed);
         (0..count)
             .map(|step| &self.servers[(start + step) % count])
-            .find(|server| !lock(&server.state).down)
+            .find(|server| {
+                !lock(&server.state).down && !server.view_held() && !avoid.contains(&server.index)
+            })
             .unwrap_or(&self.servers[start % count])
     }
 }
@@ -281,6 +294,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
                 spec: spec.clone(),
                 current: Mutex::new(None),
                 gate: tokio::sync::RwLock::new(()),
+                stale_on: Mutex::new(std::collections::BTreeSet::new()),
             })
             .collect(),
         safety_end_ns,

@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -61,6 +61,11 @@ pub(super) struct Server<N: SimNode> {
     probe: Probe,
     /// Crashes so far (the final one included).
     pub(super) crashes: AtomicU32,
+    /// The node's view hold ([`NodeContext::view_hold`]), set while any lag fault holds it.
+    view_hold: Arc<AtomicBool>,
+    /// Lag faults in force on the node (they may overlap; the last to end releases the view), and
+    /// how many ever began.
+    view_holds: Mutex<(u32, u64)>,
 }
 
 /// How a call to the node ended, from the client's side.
@@ -104,6 +109,8 @@ impl<N: SimNode> Server<N> {
         let init_probe = probe.clone();
         let init_disk = disk.clone();
         let init_io = io.clone();
+        let view_hold = Arc::new(AtomicBool::new(false));
+        let init_view_hold = view_hold.clone();
         let node_seed = derive_seed(seed, &format!("node/{index}"));
         let ip = members[index].ip();
         let own_id: Arc<std::sync::OnceLock<MadsimNodeId>> = Arc::new(std::sync::OnceLock::new());
@@ -124,6 +131,7 @@ impl<N: SimNode> Server<N> {
                     sizes,
                     members: members.clone(),
                     legacy_owner,
+                    view_hold: init_view_hold.clone(),
                 };
                 let slot = init_slot.clone();
                 let own_id = init_own_id.clone();
@@ -179,7 +187,39 @@ impl<N: SimNode> Server<N> {
             io,
             probe,
             crashes: AtomicU32::new(0),
+            view_hold,
+            view_holds: Mutex::new((0, 0)),
         })
+    }
+
+    /// Holds the node's metadata view (a lag fault begins).
+    pub(super) fn hold_view(&self) {
+        let mut holds = lock(&self.view_holds);
+        holds.0 += 1;
+        holds.1 += 1;
+        self.view_hold.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends one hold of the view; the view is released when none is left (`all`: every one, as
+    /// at the heal).
+    pub(super) fn release_view(&self, all: bool) {
+        let mut holds = lock(&self.view_holds);
+        holds.0 = if all { 0 } else { holds.0.saturating_sub(1) };
+        if holds.0 == 0 {
+            self.view_hold.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a lag fault holds the node's view now.
+    pub(super) fn view_held(&self) -> bool {
+        lock(&self.view_holds).0 > 0
+    }
+
+    /// `None` while a lag holds the view, else how many holds ever began: a call whose answer
+    /// must come from a live view compares the marks taken before and after it.
+    pub(super) fn hold_mark(&self) -> Option<u64> {
+        let holds = lock(&self.view_holds);
+        (holds.0 == 0).then_some(holds.1)
     }
 
     /// The running node and its spawn handle; `None` after the delay a refused connection takes

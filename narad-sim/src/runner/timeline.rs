@@ -77,10 +77,10 @@ impl<N: SimNode> World<N> {
             .chain(&report.unseen)
             .filter_map(|&id| ledger.record(id).map(|entry| entry.attempt))
             .collect();
-        let calls = ledger
-            .calls()
-            .into_iter()
-            .map(|(attempt, via, outcome, records)| CallMark {
+        let noted = ledger.calls();
+        let calls = noted
+            .iter()
+            .map(|&(attempt, via, outcome, records)| CallMark {
                 node: via.node as usize,
                 at_ns: via.at_ns,
                 outcome: outcome.name(),
@@ -91,10 +91,9 @@ impl<N: SimNode> World<N> {
         // A rerouted record's copy off its partition: an arrow from the owner it was aimed at to
         // the owner of the partition that took it, when its call was sent.
         let rerouted: BTreeSet<u64> = report.rerouted.iter().copied().collect();
-        let sent_at: BTreeMap<_, _> = ledger
-            .calls()
-            .into_iter()
-            .map(|(attempt, via, _, _)| (attempt, via.at_ns))
+        let sent_at: BTreeMap<_, _> = noted
+            .iter()
+            .map(|&(attempt, via, _, _)| (attempt, via.at_ns))
             .collect();
         let mut reroutes = Vec::new();
         for served in &after_final.served {
@@ -141,16 +140,7 @@ impl<N: SimNode> World<N> {
             reads,
             reroutes,
             owners,
-            verdict: format!(
-                "accepted={} lost={} unseen={} phantoms={} misplaced={} duplicates={} reroutes={}",
-                report.accepted,
-                report.lost.len(),
-                report.unseen.len(),
-                report.phantoms.len(),
-                report.misplaced.len(),
-                report.duplicate_copies(),
-                report.reroutes
-            ),
+            verdict: format!("accepted={} {}", report.accepted, report.verdict_line()),
             failure: None,
         }
     }

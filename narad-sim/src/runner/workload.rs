@@ -50,15 +50,15 @@ impl<N: SimNode> World<N> {
             if let Call::Done(Ok(info)) = created {
                 self.probe
                     .event("client", format_args!("created {name}#{}", info.id));
-                self.propagated(&name, info.id, deadline_ns).await;
+                self.propagated(topic, info.id, deadline_ns).await;
                 return Some(info.id);
             }
             // Ambiguous or refused (it may exist already): ask what is there.
-            if let Some(Some(info)) = self.describe(&name).await {
+            if let Some(Some(info)) = self.describe(topic).await {
                 if info.partitions == partitions && deleted.is_none_or(|old| info.id > old) {
                     self.probe
                         .event("client", format_args!("found {name}#{}", info.id));
-                    self.propagated(&name, info.id, deadline_ns).await;
+                    self.propagated(topic, info.id, deadline_ns).await;
                     return Some(info.id);
                 }
             }
@@ -72,13 +72,27 @@ impl<N: SimNode> World<N> {
     /// applied it yet takes produces for the incarnation it knows, which the spec allows and the
     /// ledger, attributing records to the incarnation the clients know, would call lost. A node
     /// that is down is not waited for: it catches up before it serves (its readiness waits for the
-    /// leader).
-    async fn propagated(&self, name: &str, id: TopicId, deadline_ns: u64) {
+    /// leader). Nor is one whose view a lag holds, nor one still behind at the deadline: each is
+    /// noted in the topic's [`stale_on`](super::TopicRuntime::stale_on) for the whole incarnation,
+    /// and the clients send through the others.
+    async fn propagated(&self, topic: &TopicRuntime, id: TopicId, deadline_ns: u64) {
+        let name = topic.spec.name.as_str();
+        lock(&topic.stale_on).clear();
         if self.servers.len() == 1 {
             return;
         }
         for server in &self.servers {
-            while sim_now_ns() < deadline_ns && !lock(&server.state).down {
+            let caught_up = loop {
+                if server.view_held() {
+                    // Down or up, it serves the view it holds until the lag ends.
+                    break false;
+                }
+                if lock(&server.state).down {
+                    break true;
+                }
+                if sim_now_ns() >= deadline_ns {
+                    break false;
+                }
                 let describe_name = name.to_string();
                 let known = server
                     .call(ADMIN_TIMEOUT, move |node| async move {
@@ -86,23 +100,36 @@ impl<N: SimNode> World<N> {
                     })
                     .await;
                 match known {
-                    Call::Done(Ok(Some(info))) if info.id == id => break,
+                    Call::Done(Ok(Some(info))) if info.id == id => break true,
                     // Booting nodes too: one may turn ready a round trip behind.
                     _ => tokio::time::sleep(PROPAGATION_POLL).await,
                 }
+            };
+            if !caught_up {
+                lock(&topic.stale_on).insert(server.index);
             }
         }
     }
 
-    async fn describe(&self, name: &str) -> Option<Option<TopicInfo>> {
-        let describe_name = name.to_string();
-        match self
-            .admin_server()
+    /// What a node says of `topic`, asking one that knew its current incarnation where one can
+    /// answer (not one in [`stale_on`](super::TopicRuntime::stale_on)); `None` if no answer came,
+    /// or it came from a view a lag held (it may predate any change of the topic, and a delete
+    /// confirmed by a view that never had the incarnation would let churn recreate over a live
+    /// one).
+    async fn describe(&self, topic: &TopicRuntime) -> Option<Option<TopicInfo>> {
+        let describe_name = topic.spec.name.clone();
+        let stale = lock(&topic.stale_on).clone();
+        let server = self.admin_server_avoiding(&stale);
+        let before = server.hold_mark()?;
+        let answer = server
             .call(ADMIN_TIMEOUT, move |node| async move {
                 node.describe_topic(&describe_name).await
             })
-            .await
-        {
+            .await;
+        if server.hold_mark() != Some(before) {
+            return None;
+        }
+        match answer {
             Call::Done(Ok(info)) => Some(info),
             Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut => None,
         }
@@ -119,9 +146,11 @@ impl<N: SimNode> World<N> {
                     node.delete_topic(&delete_name).await
                 })
                 .await;
-            match self.describe(&name).await {
+            match self.describe(topic).await {
                 Some(None) => return true,
-                Some(Some(info)) if info.id != old => return true,
+                // A newer incarnation: the delete took, and a create (an ambiguous one of an
+                // earlier churn, retried) followed it.
+                Some(Some(info)) if info.id > old => return true,
                 Some(Some(_)) | None => tokio::time::sleep(ADMIN_RETRY).await,
             }
         }
@@ -148,6 +177,11 @@ impl<N: SimNode> World<N> {
         let Some(topic_id) = *lock(&topic.current) else {
             return;
         };
+        if lock(&topic.stale_on).len() == self.servers.len() {
+            // No node is known to serve this incarnation: nothing a client sends could be
+            // attributed to it.
+            return;
+        }
         let partitions = topic.spec.partitions;
         let explicit = (mode == 2).then(|| PartitionId(rng.random_range(0..partitions)));
         let mut records = Vec::with_capacity(count as usize);
@@ -173,7 +207,15 @@ impl<N: SimNode> World<N> {
         // Any node takes produces (drawn only in a cluster: a single node's runs replay as before).
         let via = match self.servers.len() {
             1 => 0,
-            count => rng.random_range(0..count),
+            count => {
+                let drawn = rng.random_range(0..count);
+                // A node still lagging behind this incarnation passes the call to the next one.
+                let stale = lock(&topic.stale_on);
+                (0..count)
+                    .map(|step| (drawn + step) % count)
+                    .find(|index| !stale.contains(index))
+                    .expect("a node serves this incarnation")
+            }
         };
         if self.servers.len() > 1 {
             lock(&self.ledger).set_via(attempt, via as u32, sim_now_ns());

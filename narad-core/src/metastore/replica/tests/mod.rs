@@ -420,6 +420,19 @@ fn a_follower_answers_its_leader_only_once_the_entries_are_persisted() {
     assert_eq!(append_answers(&cluster), 1);
 }
 
+/// Runs until a leader other than `old` (cut off) is elected, and returns it.
+fn elect_other_than(cluster: &mut Cluster, old: u64) -> u64 {
+    let elected = cluster.run_until(Duration::from_secs(10), |cluster| {
+        cluster.leaders().iter().any(|&id| id != old)
+    });
+    assert!(elected);
+    *cluster
+        .leaders()
+        .iter()
+        .find(|&&id| id != old)
+        .expect("new leader")
+}
+
 #[test]
 fn a_deposed_leaders_proposal_is_answered_lost() {
     let mut cluster = Cluster::new(3, 19);
@@ -432,15 +445,7 @@ fn a_deposed_leaders_proposal_is_answered_lost() {
             command: create("stranded"),
         },
     );
-    let elected = cluster.run_until(Duration::from_secs(10), |cluster| {
-        cluster.leaders().iter().any(|&id| id != old)
-    });
-    assert!(elected);
-    let new = *cluster
-        .leaders()
-        .iter()
-        .find(|&&id| id != old)
-        .expect("new leader");
+    let new = elect_other_than(&mut cluster, old);
     propose(&mut cluster, new, 1, create("kept"));
     cluster.cut.clear();
     let answered = cluster.run_until(Duration::from_secs(10), |cluster| {
@@ -467,15 +472,7 @@ fn a_restarted_replica_whose_uncommitted_suffix_was_replaced_catches_up_without_
             },
         );
     }
-    let elected = cluster.run_until(Duration::from_secs(10), |cluster| {
-        cluster.leaders().iter().any(|&id| id != old)
-    });
-    assert!(elected);
-    let new = *cluster
-        .leaders()
-        .iter()
-        .find(|&&id| id != old)
-        .expect("new leader");
+    let new = elect_other_than(&mut cluster, old);
     let disk = cluster.peer(old).disk.clone();
     let stranded_last = disk.entries.last().expect("persisted").index;
     cluster.run_until(Duration::from_secs(1), |cluster| {
