@@ -44,11 +44,17 @@ pub enum PlantedBug {
     RemoteAckBeforeFsync,
     /// The metastore leader never marks a silent member dead: a dead owner's records never reroute.
     NeverMarkDead,
+    /// The owner's partition log makes a commit visible (and answers it) once its partition write is
+    /// read back, without waiting for the owner journal's fsync that makes it durable.
+    VisibleBeforeJournalSync,
+    /// The owner journal removes a sealed segment without waiting for the partition logs whose
+    /// records it holds to sync them.
+    TrimJournalAheadOfPartitionSync,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 14] = [
+    pub const ALL: [PlantedBug; 16] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -63,6 +69,8 @@ impl PlantedBug {
         PlantedBug::CommitAfterCallerGaveUp,
         PlantedBug::RemoteAckBeforeFsync,
         PlantedBug::NeverMarkDead,
+        PlantedBug::VisibleBeforeJournalSync,
+        PlantedBug::TrimJournalAheadOfPartitionSync,
     ];
 
     /// The command-line name.
@@ -84,6 +92,8 @@ impl PlantedBug {
             PlantedBug::CommitAfterCallerGaveUp => "commit-after-caller-gave-up",
             PlantedBug::RemoteAckBeforeFsync => "remote-ack-before-fsync",
             PlantedBug::NeverMarkDead => "never-mark-dead",
+            PlantedBug::VisibleBeforeJournalSync => "visible-before-journal-sync",
+            PlantedBug::TrimJournalAheadOfPartitionSync => "trim-journal-ahead-of-partition-sync",
         }
     }
 }

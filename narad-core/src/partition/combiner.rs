@@ -50,9 +50,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::log::{
-    AppendRecord, CommitFault, CommitRequest, CommittedRun, LogCommitId, LogInput, LogOutput,
-    LogStatus, PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId, ReadRequest,
-    RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
+    AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
+    LogOutput, LogStatus, PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId,
+    ReadRequest, RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
 };
 use crate::actor::Actor;
 use crate::codec::partition::FRAME_RECORDS_BYTES_MAX;
@@ -243,6 +243,15 @@ pub enum CombinerInput {
     QueryHighWatermark(QueryId),
     /// An I/O request completed.
     Io(IoCompletion),
+    /// The owner journal's outcome for the held log's commit ([`CombinerOutput::Journal`]).
+    JournalDone {
+        /// The log's commit.
+        id: LogCommitId,
+        /// `Ok` once durable in the journal.
+        result: Result<(), IoFault>,
+    },
+    /// The owner journal wants the held log's files synced ([`CombinerOutput::Synced`] answers).
+    Sync,
 }
 
 /// Outputs of [`Combiner`].
@@ -292,6 +301,21 @@ pub enum CombinerOutput {
         topic_id: Option<TopicId>,
         /// The fault.
         fault: IoFault,
+    },
+    /// The held log's commit is written and read back: make it durable in the owner journal and
+    /// answer [`CombinerInput::JournalDone`].
+    Journal {
+        /// The log's directory.
+        dir: String,
+        /// The log's commit.
+        id: LogCommitId,
+        /// Its frames.
+        run: JournalRun,
+    },
+    /// The held log's files hold every record below `through` durably.
+    Synced {
+        /// The log's high watermark when its sync started.
+        through: Offset,
     },
     /// A log was let go: its incarnation is no longer live here (the driver may quarantine `dir`).
     LogRetired {
@@ -565,6 +589,12 @@ impl Combiner {
                     CombinerOutput::LogLatched { topic_id, fault }
                 }
                 LogOutput::ReadDone { id, result } => CombinerOutput::ReadDone { id, result },
+                LogOutput::Journal { id, run } => CombinerOutput::Journal {
+                    dir: slot.dir.clone(),
+                    id,
+                    run,
+                },
+                LogOutput::Synced { through } => CombinerOutput::Synced { through },
                 LogOutput::CommitDone { id, result } => {
                     commit_outcomes.push((id, result));
                     continue;
@@ -657,9 +687,9 @@ impl Combiner {
         match status {
             LogStatus::Ready => None,
             LogStatus::Opening | LogStatus::Repairing | LogStatus::Committing => Some(Step::Wait),
-            LogStatus::Latched if retry_due => {
+            // A log whose lazy sync failed has nothing to repair: only a restart replays its journal.
+            LogStatus::Latched if retry_due && slot.log.retry_repair() => {
                 slot.retry_at = None;
-                slot.log.retry_repair();
                 self.drain_log(now);
                 Some(Step::Wait)
             }
@@ -898,6 +928,10 @@ impl Actor for Combiner {
             CombinerInput::Read(request) => self.on_read(now, request),
             CombinerInput::QueryHighWatermark(id) => self.on_query(id),
             CombinerInput::Io(completion) => self.on_io(now, completion),
+            CombinerInput::JournalDone { id, result } => {
+                self.feed_log(now, LogInput::JournalDone { id, result })
+            }
+            CombinerInput::Sync => self.feed_log(now, LogInput::Sync),
         }
         if crate::DEEP_CHECKS {
             self.check_invariants();

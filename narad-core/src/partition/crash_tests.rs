@@ -222,7 +222,9 @@ impl Run {
                 LogOutput::Io(_)
                 | LogOutput::Opened(_)
                 | LogOutput::OpenFailed(_)
-                | LogOutput::ReadDone { .. } => panic!("unexpected output {output:?}"),
+                | LogOutput::ReadDone { .. }
+                | LogOutput::Journal { .. }
+                | LogOutput::Synced { .. } => panic!("unexpected output {output:?}"),
             }
         }
         assert!(

@@ -17,7 +17,9 @@ impl IoActor for PartitionLog {
             | LogOutput::OpenFailed(_)
             | LogOutput::CommitDone { .. }
             | LogOutput::ReadDone { .. }
-            | LogOutput::Latched(_)) => Err(other),
+            | LogOutput::Latched(_)
+            | LogOutput::Journal { .. }
+            | LogOutput::Synced { .. }) => Err(other),
         }
     }
 
@@ -40,7 +42,9 @@ impl IoActor for Combiner {
             | CombinerOutput::LogOpened { .. }
             | CombinerOutput::LogOpenFailed { .. }
             | CombinerOutput::LogLatched { .. }
-            | CombinerOutput::LogRetired { .. }) => Err(other),
+            | CombinerOutput::LogRetired { .. }
+            | CombinerOutput::Journal { .. }
+            | CombinerOutput::Synced { .. }) => Err(other),
         }
     }
 

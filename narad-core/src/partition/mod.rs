@@ -13,6 +13,7 @@
 
 pub mod combiner;
 pub mod driver;
+pub mod journal;
 pub mod log;
 pub mod owner;
 pub mod segment;
@@ -25,7 +26,7 @@ pub use combiner::{
     CommitError, CommittedRange, LiveTopic, QueryId, TopicView,
 };
 pub use log::{
-    AppendRecord, CommitFault, CommitRequest, CommittedRun, LogCommitId, LogInput, LogOutput,
-    LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError, ReadFault,
-    ReadId, ReadRequest, RecoveryError, RecoveryReport, PREALLOCATE_BYTES_DEFAULT,
+    AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
+    LogOutput, LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError,
+    ReadFault, ReadId, ReadRequest, RecoveryError, RecoveryReport, PREALLOCATE_BYTES_DEFAULT,
 };

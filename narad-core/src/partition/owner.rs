@@ -36,6 +36,7 @@ use super::combiner::{
     BatchId, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch, CommitError,
     CommittedRange, LiveTopic, TopicView,
 };
+use super::journal::{JournalConfig, JournalEvent, JournalInput, JournalOutput, OwnerJournal};
 use super::log::{
     LogStatus, PartitionStats, ReadBatch, ReadError, ReadId, ReadRequest, RecoveryError,
     RecoveryReport,
@@ -53,6 +54,8 @@ pub const TOPICS_DIR: &str = "topics";
 pub const PARKED_READS_MAX: usize = 1024;
 /// Io ids at and above this are the owner's own (removing retired logs), never a log's.
 const JANITOR_IO_BASE: u64 = 1 << 63;
+/// The key of the owner journal's requests (combiners' keys start at 1).
+pub const JOURNAL_KEY: LogKey = LogKey(0);
 
 /// The directory of one partition's log: the incarnation is part of it, so a recreated topic starts
 /// empty.
@@ -104,6 +107,8 @@ pub struct OwnerConfig {
     pub node: NodeId,
     /// Every combiner's settings (its log's included).
     pub combiner: CombinerConfig,
+    /// The owner journal's settings; `None` runs every log on its own fsyncs (one per commit).
+    pub journal: Option<JournalConfig>,
 }
 
 /// Names one hosted combiner for as long as it lives; its I/O lanes are ordered by it.
@@ -251,6 +256,8 @@ pub enum OwnerOutput {
         /// Records, or why none.
         result: Result<ReadBatch, OwnerReadError>,
     },
+    /// Something happened to the owner journal.
+    Journal(JournalEvent),
     /// Something happened to a log.
     Log {
         /// The topic name.
@@ -305,6 +312,12 @@ pub struct Owner {
     opening: BTreeSet<LogKey>,
     open_failed: BTreeSet<LogKey>,
     restart_needed: BTreeSet<LogKey>,
+    /// The owner journal, when commits are journaled.
+    journal: Option<OwnerJournal>,
+    /// Inputs for the journal, fed once no combiner is being drained.
+    journal_inbox: VecDeque<JournalInput>,
+    /// The journal's inbox is being worked through (feeds reached from it only queue).
+    pumping: bool,
     /// The instant of the input being handled (the combiners are fed it).
     now: Instant,
     outputs: VecDeque<OwnerOutput>,
@@ -312,9 +325,14 @@ pub struct Owner {
 
 impl Owner {
     /// An owner holding nothing until the first [`OwnerInput::Replica`].
-    pub fn new(config: OwnerConfig) -> Owner {
+    pub fn new(mut config: OwnerConfig) -> Owner {
+        config.combiner.log.journaled = config.journal.is_some();
+        let journal = config.journal.clone().map(OwnerJournal::new);
         Owner {
             config,
+            journal,
+            journal_inbox: VecDeque::new(),
+            pumping: false,
             state: Arc::new(MetaState::new()),
             by_name: BTreeMap::new(),
             slots: BTreeMap::new(),
@@ -488,6 +506,10 @@ impl Owner {
     }
 
     fn on_io(&mut self, key: LogKey, completion: IoCompletion) {
+        if key == JOURNAL_KEY {
+            self.journal_inbox.push_back(JournalInput::Io(completion));
+            return self.pump_journal();
+        }
         if Owner::is_removal(&completion) {
             return self.on_removal(key, completion);
         }
@@ -506,6 +528,50 @@ impl Owner {
         slot.combiner.handle(self.now, input);
         self.drain(key);
         self.drop_if_idle(key);
+        self.pump_journal();
+    }
+
+    /// Feeds the journal what the combiners asked of it, and carries out its answers (which may feed
+    /// combiners again, whose requests queue behind).
+    fn pump_journal(&mut self) {
+        if self.pumping {
+            return;
+        }
+        self.pumping = true;
+        while let Some(input) = self.journal_inbox.pop_front() {
+            let Some(journal) = self.journal.as_mut() else {
+                break;
+            };
+            journal.handle(self.now, input);
+            let mut outputs = Vec::new();
+            while let Some(output) = journal.poll_output() {
+                outputs.push(output);
+            }
+            for output in outputs {
+                match output {
+                    JournalOutput::Io(request) => self.outputs.push_back(OwnerOutput::Io {
+                        key: JOURNAL_KEY,
+                        request,
+                    }),
+                    JournalOutput::Done { key, id, result } => {
+                        self.feed(key, CombinerInput::JournalDone { id, result })
+                    }
+                    JournalOutput::SyncWanted { key } => {
+                        if self.slots.contains_key(&key) {
+                            self.feed(key, CombinerInput::Sync);
+                        } else {
+                            // Gone without a retirement (cannot hold records): nothing to keep.
+                            self.journal_inbox.push_back(JournalInput::Released { key });
+                        }
+                    }
+                    JournalOutput::Event(event) => {
+                        self.outputs.push_back(OwnerOutput::Journal(event))
+                    }
+                }
+            }
+        }
+        self.journal_inbox.clear();
+        self.pumping = false;
     }
 
     /// Routes every output of one combiner, then notes its log's state and sends on the reads parked
@@ -534,6 +600,20 @@ impl Owner {
                 }
                 // Only a handoff asks for it, and nothing asks yet.
                 CombinerOutput::HighWatermark { .. } => continue,
+                CombinerOutput::Journal { dir, id, run } => {
+                    self.journal_inbox.push_back(JournalInput::Append {
+                        key,
+                        dir: Arc::from(dir),
+                        id,
+                        run,
+                    });
+                    continue;
+                }
+                CombinerOutput::Synced { through } => {
+                    self.journal_inbox
+                        .push_back(JournalInput::Synced { key, through });
+                    continue;
+                }
                 CombinerOutput::LogOpened { topic_id, report } => {
                     log_events = true;
                     LogEvent::Opened { topic_id, report }
@@ -547,6 +627,7 @@ impl Owner {
                 }
                 CombinerOutput::LogRetired { topic_id, dir } => {
                     log_events = true;
+                    self.journal_inbox.push_back(JournalInput::Released { key });
                     retired.push(dir.clone());
                     LogEvent::Retired { topic_id, dir }
                 }

@@ -15,7 +15,7 @@ impl PartitionLog {
     }
 
     pub(super) fn begin_commit(&mut self, request: &CommitRequest) -> Result<(), CommitFault> {
-        if !matches!(self.phase, Phase::Ready) {
+        if !matches!(self.phase, Phase::Ready) || self.sync_failed.is_some() {
             return Err(CommitFault::NotReady(self.status()));
         }
         if request.records.is_empty() {
@@ -92,7 +92,11 @@ impl PartitionLog {
         if created {
             self.fill_off = false;
         }
-        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX && !self.fill_off {
+        // A journaled log's own writes are never on a commit's fsync: a fill would save nothing.
+        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX
+            && !self.fill_off
+            && !self.config.journaled
+        {
             self.config
                 .preallocate_bytes
                 .min(self.config.segment_bytes_max / 8)
@@ -111,9 +115,11 @@ impl PartitionLog {
         } else {
             zeroed.max(write_end)
         };
-        ops.push(IoOp::SyncData { path: path.clone() });
-        stages.push(Stage::Sync);
-        if !name_durable {
+        if !self.config.journaled {
+            ops.push(IoOp::SyncData { path: path.clone() });
+            stages.push(Stage::Sync);
+        }
+        if !name_durable && !self.config.journaled {
             ops.push(IoOp::SyncDir {
                 dir: self.config.dir.clone(),
             });
@@ -183,8 +189,11 @@ impl PartitionLog {
 
     pub(super) fn on_commit_io(&mut self, pending: PendingCommit, completion: IoCompletion) {
         let outcome = match completion.result {
-            Ok(replies) => match replies.last() {
-                Some(IoReply::Data(bytes)) if verify_run(&pending, bytes, self.verify_crc()) => {
+            Ok(mut replies) => match replies.pop() {
+                Some(IoReply::Data(bytes)) if verify_run(&pending, &bytes, self.verify_crc()) => {
+                    if self.config.journaled {
+                        return self.hand_to_journal(pending, bytes);
+                    }
                     Ok(())
                 }
                 _ => Err(CommitFault::ReadBackMismatch),
@@ -205,6 +214,129 @@ impl PartitionLog {
         match outcome {
             Ok(()) => self.apply_commit(pending),
             Err(fault) => self.discard_commit(pending, fault),
+        }
+    }
+
+    /// A journaled commit is written and read back here: its frames go to the owner journal, and the
+    /// commit waits for the journal's fsync before anything becomes visible.
+    fn hand_to_journal(&mut self, pending: PendingCommit, bytes: Vec<u8>) {
+        self.writes += 1;
+        self.dirty.insert(pending.segment, self.writes);
+        // Each frame runs to the next one's start (the last to the run's end).
+        let frames = pending
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(index, frame)| {
+                let start = frame.position as usize;
+                let next = pending
+                    .frames
+                    .get(index + 1)
+                    .map_or(bytes.len(), |next| next.position as usize);
+                let end = Offset(frame.base.0 + u64::from(frame.count));
+                (start, next - start, end)
+            })
+            .collect();
+        let run = JournalRun {
+            segment: pending.segment,
+            position: pending.position,
+            bytes,
+            frames,
+        };
+        self.outputs.push_back(LogOutput::Journal {
+            id: pending.id,
+            run,
+        });
+        if self.config.plant.is(PlantedBug::VisibleBeforeJournalSync) {
+            return self.apply_commit(pending);
+        }
+        self.phase = Phase::Journaling(Box::new(pending));
+    }
+
+    pub(super) fn on_journal_done(&mut self, id: LogCommitId, result: Result<(), IoFault>) {
+        let pending = match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::Journaling(pending) if pending.id == id => pending,
+            phase => {
+                // An answer for a commit this log no longer waits for (the planted bug's).
+                self.phase = phase;
+                return;
+            }
+        };
+        match result {
+            Ok(()) => self.apply_commit(*pending),
+            Err(fault) => self.discard_commit(*pending, CommitFault::Sync(fault)),
+        }
+    }
+
+    /// A lazy sync of every segment written since its last sync (and the directory, while a segment's
+    /// name is not durable). It runs on its own lane, beside commits: it covers the writes completed
+    /// before it was issued, so it vouches for the records below the high watermark of that moment.
+    pub(super) fn on_sync(&mut self) {
+        if !self.config.journaled || self.sync.is_some() || self.sync_failed.is_some() {
+            return;
+        }
+        if matches!(
+            self.phase,
+            Phase::Listing(..)
+                | Phase::Measuring(..)
+                | Phase::Scanning(..)
+                | Phase::Finalizing(..)
+                | Phase::OpenFailed(..)
+        ) {
+            return;
+        }
+        let names: Vec<Offset> = self
+            .segments
+            .iter()
+            .filter(|(_, segment)| !segment.name_durable)
+            .map(|(&base, _)| base)
+            .collect();
+        if self.dirty.is_empty() && names.is_empty() {
+            let through = self.high_watermark;
+            self.outputs.push_back(LogOutput::Synced { through });
+            return;
+        }
+        let mut ops: Vec<IoOp> = self
+            .dirty
+            .keys()
+            .map(|&base| IoOp::SyncData {
+                path: self.segment_path(base),
+            })
+            .collect();
+        if !names.is_empty() {
+            ops.push(IoOp::SyncDir {
+                dir: self.config.dir.clone(),
+            });
+        }
+        let io = self.request(self.config.sync_lane, ops);
+        self.sync = Some(LazySync {
+            io,
+            writes: self.writes,
+            through: self.high_watermark,
+            names,
+        });
+    }
+
+    pub(super) fn on_sync_io(&mut self, completion: IoCompletion) {
+        let Some(sync) = self.sync.take() else {
+            return;
+        };
+        match completion.result {
+            Ok(_) => {
+                self.dirty.retain(|_, written| *written > sync.writes);
+                for base in sync.names {
+                    if let Some(segment) = self.segments.get_mut(&base) {
+                        segment.name_durable = true;
+                    }
+                }
+                self.outputs.push_back(LogOutput::Synced {
+                    through: sync.through,
+                });
+            }
+            Err((_, fault)) => {
+                self.sync_failed = Some(fault.clone());
+                self.outputs.push_back(LogOutput::Latched(fault));
+            }
         }
     }
 
@@ -241,7 +373,8 @@ impl PartitionLog {
         segment.bytes = pending.position + pending.run_bytes;
         segment.file_bytes = pending.file_bytes;
         segment.end_offset = pending.end_offset;
-        segment.name_durable = true;
+        // A journaled commit syncs neither the file nor its directory: a lazy sync does.
+        segment.name_durable |= !self.config.journaled;
         self.high_watermark = pending.end_offset;
         self.next_offset = pending.end_offset;
         self.last_committed_at_ms = pending.committed_at_ms;

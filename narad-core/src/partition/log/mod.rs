@@ -143,6 +143,13 @@ pub struct PartitionLogConfig {
     pub commit_lane: IoLane,
     /// Lane of read requests.
     pub read_lane: IoLane,
+    /// Lane of the lazy syncs of a journaled log (they may overlap its commits and reads).
+    pub sync_lane: IoLane,
+    /// Whether the owner journal makes commits durable: a commit is then written and read back here
+    /// without an fsync, handed to the journal ([`LogOutput::Journal`]), and made visible only once
+    /// the journal's fsync covers it ([`LogInput::JournalDone`]); this log's files are synced lazily
+    /// ([`LogInput::Sync`]) so the journal can be trimmed behind them.
+    pub journaled: bool,
     /// The bug planted in this log (simulator only; [`Plant::NONE`] everywhere else).
     pub plant: Plant,
 }
@@ -161,6 +168,8 @@ impl PartitionLogConfig {
             io_id_base: 0,
             commit_lane: IoLane(0),
             read_lane: IoLane(1),
+            sync_lane: IoLane(2),
+            journaled: false,
             plant: Plant::NONE,
         }
     }
@@ -417,6 +426,31 @@ pub enum LogInput {
     Read(ReadRequest),
     /// An I/O request completed.
     Io(IoCompletion),
+    /// The owner journal's outcome for the commit handed to it ([`LogOutput::Journal`]).
+    JournalDone {
+        /// The commit.
+        id: LogCommitId,
+        /// `Ok` once the journal's fsync covers the commit's frames and they were read back.
+        result: Result<(), IoFault>,
+    },
+    /// Make every visible record of a journaled log durable in its own files; answered
+    /// [`LogOutput::Synced`] (at once when nothing is unsynced). A log whose lazy sync failed never
+    /// answers again: the journal keeps its records until a restart replays them.
+    Sync,
+}
+
+/// A journaled commit's frames, as written to (and read back from) the partition segment: what the
+/// owner journal makes durable for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalRun {
+    /// The partition segment the run was written to (its base offset).
+    pub segment: Offset,
+    /// The run's byte position in that segment.
+    pub position: u64,
+    /// The run's frames, byte for byte as read back.
+    pub bytes: Vec<u8>,
+    /// Each frame: `(position in bytes, length, offset past its last record)`.
+    pub frames: Vec<(usize, usize, Offset)>,
 }
 
 /// Outputs of [`PartitionLog`].
@@ -445,6 +479,20 @@ pub enum LogOutput {
     },
     /// A failed commit could not be repaired: commits are refused until the log is reopened.
     Latched(IoFault),
+    /// A journaled commit is written and read back here: make `run` durable in the owner journal and
+    /// answer [`LogInput::JournalDone`].
+    Journal {
+        /// The commit.
+        id: LogCommitId,
+        /// Its frames.
+        run: JournalRun,
+    },
+    /// Every record below `through` is durable in this log's own files (a lazy sync, or nothing was
+    /// unsynced).
+    Synced {
+        /// The high watermark when the sync started.
+        through: Offset,
+    },
 }
 
 /// The figures `partition_stats` reports.
@@ -552,6 +600,8 @@ enum Phase {
     Finalizing(IoId, RecoveryReport),
     Ready,
     Committing(Box<PendingCommit>),
+    /// Written and read back here; waiting for the owner journal's fsync.
+    Journaling(Box<PendingCommit>),
     Repairing(IoId, RepairTarget),
     Latched(IoFault, RepairTarget),
     OpenFailed(RecoveryError),
@@ -589,7 +639,28 @@ pub struct PartitionLog {
     run_bytes_avg: u64,
     /// A fill failed in the last segment: none until a roll.
     fill_off: bool,
+    /// Journaled: segments written since their last sync, with the write count when last written.
+    dirty: BTreeMap<Offset, u64>,
+    /// Journaled: commits written so far (orders writes against the start of a lazy sync).
+    writes: u64,
+    /// Journaled: the lazy sync in flight.
+    sync: Option<LazySync>,
+    /// Journaled: a lazy sync failed (fsyncgate: the pages it covered are of unknown content, and
+    /// only the journal still holds them): commits are refused until a restart replays the journal.
+    sync_failed: Option<IoFault>,
     outputs: VecDeque<LogOutput>,
+}
+
+/// A lazy sync in flight.
+#[derive(Clone, Debug)]
+struct LazySync {
+    io: IoId,
+    /// Writes completed when it was issued: it covers those.
+    writes: u64,
+    /// The high watermark when it was issued.
+    through: Offset,
+    /// Segments whose names it makes durable.
+    names: Vec<Offset>,
 }
 
 impl PartitionLog {
@@ -614,6 +685,10 @@ impl PartitionLog {
             reads: BTreeMap::new(),
             run_bytes_avg: 0,
             fill_off: false,
+            dirty: BTreeMap::new(),
+            writes: 0,
+            sync: None,
+            sync_failed: None,
             outputs: VecDeque::new(),
         };
         let dir = log.config.dir.clone();
@@ -634,8 +709,9 @@ impl PartitionLog {
             | Phase::Measuring(..)
             | Phase::Scanning(..)
             | Phase::Finalizing(..) => LogStatus::Opening,
+            Phase::Ready if self.sync_failed.is_some() => LogStatus::Latched,
             Phase::Ready => LogStatus::Ready,
-            Phase::Committing(..) => LogStatus::Committing,
+            Phase::Committing(..) | Phase::Journaling(..) => LogStatus::Committing,
             Phase::Repairing(..) => LogStatus::Repairing,
             Phase::Latched(..) => LogStatus::Latched,
             Phase::OpenFailed(..) => LogStatus::OpenFailed,
@@ -700,8 +776,13 @@ impl PartitionLog {
     pub fn latched_fault(&self) -> Option<&IoFault> {
         match &self.phase {
             Phase::Latched(fault, _) => Some(fault),
-            _ => None,
+            _ => self.sync_failed.as_ref(),
         }
+    }
+
+    /// Journaled: whether records below the high watermark wait for a lazy sync of this log's files.
+    pub fn unsynced(&self) -> bool {
+        !self.dirty.is_empty()
     }
 
     /// Why the open failed, while failed.
@@ -759,6 +840,13 @@ impl PartitionLog {
         if let Some(read) = self.reads.remove(&completion.id) {
             return self.on_read_io(read, completion);
         }
+        if self
+            .sync
+            .as_ref()
+            .is_some_and(|sync| sync.io == completion.id)
+        {
+            return self.on_sync_io(completion);
+        }
         let phase_io = match &self.phase {
             Phase::Listing(io)
             | Phase::Measuring(io, _)
@@ -766,7 +854,9 @@ impl PartitionLog {
             | Phase::Finalizing(io, _)
             | Phase::Repairing(io, _) => Some(*io),
             Phase::Committing(pending) => Some(pending.io),
-            Phase::Ready | Phase::Latched(..) | Phase::OpenFailed(_) => None,
+            Phase::Ready | Phase::Journaling(..) | Phase::Latched(..) | Phase::OpenFailed(_) => {
+                None
+            }
         };
         if phase_io != Some(completion.id) {
             // A completion for a read forgotten by `take_pending_reads`: nobody waits for it.
@@ -786,7 +876,7 @@ impl PartitionLog {
     pub fn check_invariants(&self) {
         assert!(self.oldest_offset() <= self.high_watermark);
         assert!(self.high_watermark <= self.next_offset);
-        let committing = matches!(self.phase, Phase::Committing(..));
+        let committing = matches!(self.phase, Phase::Committing(..) | Phase::Journaling(..));
         assert!(committing || self.next_offset == self.high_watermark);
         // Contiguity and sorted indexes are asserted where segments and index entries are added
         // (`insert_segment`, `SparseIndex::note_frame`), and only the last segment ever changes
@@ -815,6 +905,8 @@ impl Actor for PartitionLog {
             LogInput::Commit(request) => self.on_commit(request),
             LogInput::Read(request) => self.on_read(request),
             LogInput::Io(completion) => self.on_io(completion),
+            LogInput::JournalDone { id, result } => self.on_journal_done(id, result),
+            LogInput::Sync => self.on_sync(),
         }
         if crate::DEEP_CHECKS {
             self.check_invariants();

@@ -24,7 +24,11 @@ impl PartitionLog {
 
     fn begin_read(&mut self, request: ReadRequest) -> Result<(), ReadError> {
         match self.phase {
-            Phase::Ready | Phase::Committing(..) | Phase::Repairing(..) | Phase::Latched(..) => {}
+            Phase::Ready
+            | Phase::Committing(..)
+            | Phase::Journaling(..)
+            | Phase::Repairing(..)
+            | Phase::Latched(..) => {}
             Phase::Listing(..)
             | Phase::Measuring(..)
             | Phase::Scanning(..)

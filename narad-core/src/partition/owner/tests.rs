@@ -42,6 +42,7 @@ struct Harness {
 impl Harness {
     fn new() -> Harness {
         let config = OwnerConfig {
+            journal: None,
             node: HERE,
             combiner: CombinerConfig::new(1_700_000_000_000),
         };

@@ -1,0 +1,685 @@
+//! `OwnerJournal`: one group-committed log for every partition this node owns, as a pure actor.
+//!
+//! # Contract
+//! - **Durability.** A journaled partition log writes a commit's frames into its own segment and reads
+//!   them back, without an fsync, then hands them here ([`JournalInput::Append`]). The journal stages
+//!   every log's frames, and one flush makes them all durable: `[Create (on roll)], WriteAt, SyncData,
+//!   [SyncDir (while the segment's name is not durable)], ReadAt`; every entry read back must decode
+//!   (magic, length, CRC, frame header) and equal what was written. Only then is each append answered
+//!   `Ok` ([`JournalOutput::Done`]), and only then does its log advance its high watermark. So one
+//!   fsync covers the commits of every partition that had some, and the commit boundary of the
+//!   produce path holds: append, fsync, read back + CRC, then visible.
+//! - **Group commit.** One flush at a time; appends arriving meanwhile wait for the next one, which
+//!   starts the moment the flush in flight completes.
+//! - **Failure and fsyncgate.** A failed flush (create, write, sync, read-back) answers every append in
+//!   it with the fault, then cuts the segment back to the last durable byte and syncs that
+//!   (`[SetLen, SyncData]`), so nothing of the failed flush can come back after a crash and nothing
+//!   later is written over pages a failed sync dropped. A failed sync is never retried. If the repair
+//!   fails the journal **latches**: appends are refused with the fault, and the repair is tried again
+//!   by the first append at least [`REPAIR_RETRY_INTERVAL`] later.
+//! - **Trimming.** Each segment remembers, per log, the offset past the last record it holds for that
+//!   log (its *pins*). Once more than `sealed_segments_kept` segments are sealed, the logs pinning the
+//!   oldest are asked to sync their own files ([`JournalOutput::SyncWanted`]); each
+//!   [`JournalInput::Synced`] (or [`JournalInput::Released`]: the log's directory is being removed)
+//!   clears its pins up to that offset, and a sealed segment with no pins left is removed
+//!   (`[Remove, SyncDir]`). So the journal never drops a record its partition log does not hold
+//!   durably, and a restart replays at most the retained segments (see [`replay`]).
+//! - **Limits.** Staged bytes at most `staged_bytes_max` (an append past it is refused as `NoSpace`
+//!   unless nothing is staged), journal bytes on disk at most `journal_bytes_max` (appends refused
+//!   likewise until trims catch up): a log that can never sync cannot grow the journal without bound.
+//!
+//! # Polling order
+//! After every `handle`, drain `poll_output`. Flushes run on `flush_lane` one at a time; trims on
+//! `trim_lane`, beside them. The journal sets no timer.
+//!
+//! # Invariants (checked after every `handle` in debug builds)
+//! At most one flush and one trim in flight; the active (last) segment is never trimmed; staged bytes
+//! within their limit unless one append alone exceeds it; every waiter of a flush is in it once.
+
+pub mod entry;
+pub mod replay;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::entry::{decode_entry, encode_entry, entry_len};
+use super::log::{JournalRun, LogCommitId};
+use super::owner::LogKey;
+use crate::actor::Actor;
+use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
+use crate::error::IoFault;
+use crate::ids::Offset;
+use crate::planted::{Plant, PlantedBug};
+use crate::time::Instant;
+
+/// The journal's directory (relative to the data directory).
+pub const JOURNAL_DIR: &str = "owner-journal";
+/// Suffix of a journal segment's file name (`<20-digit sequence number>.journal`).
+pub const JOURNAL_SUFFIX: &str = ".journal";
+/// A segment rolls when a flush would take it past this.
+pub const JOURNAL_SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// Sealed segments kept before the logs pinning the oldest are asked to sync: the slack lets the
+/// kernel write partition pages back on its own first, so the lazy syncs find little to do.
+pub const SEALED_SEGMENTS_KEPT_DEFAULT: usize = 1;
+/// Bytes staged for the next flush, at most.
+pub const STAGED_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
+/// Journal bytes on disk, at most: appends are refused past it until trims catch up.
+pub const JOURNAL_BYTES_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
+/// How long a latched journal waits before an append tries its repair again.
+pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The file name of journal segment `seq`.
+pub fn journal_segment_name(seq: u64) -> String {
+    format!("{seq:020}{JOURNAL_SUFFIX}")
+}
+
+/// The sequence number a journal segment's file name encodes, or `None` for any other file.
+pub fn parse_journal_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(JOURNAL_SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Settings of an [`OwnerJournal`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// Directory of the segments (relative to the disk root).
+    pub dir: String,
+    /// See [`JOURNAL_SEGMENT_BYTES_DEFAULT`].
+    pub segment_bytes_max: u64,
+    /// See [`SEALED_SEGMENTS_KEPT_DEFAULT`].
+    pub sealed_segments_kept: usize,
+    /// See [`STAGED_BYTES_MAX_DEFAULT`].
+    pub staged_bytes_max: usize,
+    /// See [`JOURNAL_BYTES_MAX_DEFAULT`].
+    pub journal_bytes_max: u64,
+    /// The first segment's sequence number (past every segment a replay found).
+    pub first_seq: u64,
+    /// First io id this journal uses.
+    pub io_id_base: u64,
+    /// Lane of flushes and repairs (serialized).
+    pub flush_lane: IoLane,
+    /// Lane of trims.
+    pub trim_lane: IoLane,
+    /// The bug planted (simulator only).
+    pub plant: Plant,
+}
+
+impl JournalConfig {
+    /// The production defaults.
+    pub fn new() -> Self {
+        JournalConfig {
+            dir: JOURNAL_DIR.to_string(),
+            segment_bytes_max: JOURNAL_SEGMENT_BYTES_DEFAULT,
+            sealed_segments_kept: SEALED_SEGMENTS_KEPT_DEFAULT,
+            staged_bytes_max: STAGED_BYTES_MAX_DEFAULT,
+            journal_bytes_max: JOURNAL_BYTES_MAX_DEFAULT,
+            first_seq: 0,
+            io_id_base: 0,
+            flush_lane: IoLane(0),
+            trim_lane: IoLane(1),
+            plant: Plant::NONE,
+        }
+    }
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig::new()
+    }
+}
+
+/// The events an [`OwnerJournal`] consumes.
+#[derive(Clone, Debug)]
+pub enum JournalInput {
+    /// Make a log's commit durable; answered [`JournalOutput::Done`].
+    Append {
+        /// The log.
+        key: LogKey,
+        /// Its directory (named in every entry, for replay).
+        dir: Arc<str>,
+        /// The commit.
+        id: LogCommitId,
+        /// Its frames.
+        run: JournalRun,
+    },
+    /// The log's own files hold every record below `through` durably.
+    Synced {
+        /// The log.
+        key: LogKey,
+        /// Its high watermark when its sync started.
+        through: Offset,
+    },
+    /// The log is gone (its directory is being removed): nothing of it needs keeping.
+    Released {
+        /// The log.
+        key: LogKey,
+    },
+    /// A request of [`JournalOutput::Io`] finished.
+    Io(IoCompletion),
+}
+
+/// What happened, for the driver's log lines and counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalEvent {
+    /// A flush failed: every append in it was refused.
+    FlushFailed(IoFault),
+    /// The repair after a failed flush failed: appends are refused until a repair succeeds.
+    Latched(IoFault),
+    /// A sealed segment was removed.
+    Trimmed {
+        /// Its sequence number.
+        seq: u64,
+    },
+    /// Removing a sealed segment failed (it is tried again after the next flush).
+    TrimFailed(IoFault),
+}
+
+/// The commands an [`OwnerJournal`] emits.
+#[must_use]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JournalOutput {
+    /// Run this request; feed back [`JournalInput::Io`].
+    Io(IoRequest),
+    /// An append's outcome.
+    Done {
+        /// The log.
+        key: LogKey,
+        /// The commit.
+        id: LogCommitId,
+        /// `Ok` once durable and read back.
+        result: Result<(), IoFault>,
+    },
+    /// Ask the log to sync its own files ([`super::log::LogInput::Sync`]).
+    SyncWanted {
+        /// The log.
+        key: LogKey,
+    },
+    /// Something to log.
+    Event(JournalEvent),
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    path: String,
+    /// Bytes durable (every flush before the one in flight).
+    bytes: u64,
+    /// False while its directory entry may not survive a crash.
+    name_durable: bool,
+    /// Per log: the offset past the last of its records this segment holds.
+    pins: BTreeMap<LogKey, Offset>,
+    /// Its pinning logs were asked to sync.
+    syncs_asked: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    key: LogKey,
+    id: LogCommitId,
+    end: Offset,
+}
+
+#[derive(Clone, Debug)]
+struct Flush {
+    io: IoId,
+    seq: u64,
+    position: u64,
+    len: u64,
+    created: bool,
+    waiters: Vec<Waiter>,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Ready,
+    Flushing(Box<Flush>),
+    Repairing {
+        io: IoId,
+        seq: u64,
+        position: u64,
+    },
+    Latched {
+        fault: IoFault,
+        seq: u64,
+        position: u64,
+        retry_at: Instant,
+    },
+}
+
+/// The owner journal: see the module documentation.
+#[derive(Debug)]
+pub struct OwnerJournal {
+    config: JournalConfig,
+    phase: Phase,
+    segments: BTreeMap<u64, Segment>,
+    next_seq: u64,
+    staged: Vec<u8>,
+    staged_waiters: Vec<Waiter>,
+    trim: Option<(IoId, u64)>,
+    next_io: u64,
+    now: Instant,
+    outputs: VecDeque<JournalOutput>,
+}
+
+impl OwnerJournal {
+    /// An empty journal (a replay removed every segment before it starts).
+    pub fn new(config: JournalConfig) -> Self {
+        assert!(config.segment_bytes_max > 0 && config.staged_bytes_max > 0);
+        OwnerJournal {
+            next_seq: config.first_seq,
+            next_io: config.io_id_base,
+            config,
+            phase: Phase::Ready,
+            segments: BTreeMap::new(),
+            staged: Vec::new(),
+            staged_waiters: Vec::new(),
+            trim: None,
+            now: Instant::default(),
+            outputs: VecDeque::new(),
+        }
+    }
+
+    // ---- getters ----
+
+    /// Segments on disk (sealed and active).
+    pub fn segments(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Durable bytes in every segment.
+    pub fn bytes(&self) -> u64 {
+        self.segments.values().map(|segment| segment.bytes).sum()
+    }
+
+    /// Whether appends are refused until a repair succeeds.
+    pub fn latched(&self) -> bool {
+        matches!(self.phase, Phase::Latched { .. })
+    }
+
+    /// True when `id` is one of this journal's requests.
+    pub fn owns_io(&self, id: IoId) -> bool {
+        id.0 >= self.config.io_id_base && id.0 < self.next_io
+    }
+
+    // ---- inputs ----
+
+    fn on_append(&mut self, key: LogKey, dir: &str, id: LogCommitId, run: JournalRun) {
+        let end = run.frames.last().map_or(Offset(0), |&(_, _, end)| end);
+        let waiter = Waiter { key, id, end };
+        if let Phase::Latched {
+            fault,
+            seq,
+            position,
+            retry_at,
+        } = &self.phase
+        {
+            if self.now < *retry_at {
+                let fault = fault.clone();
+                return self.answer(waiter, Err(fault));
+            }
+            let (seq, position) = (*seq, *position);
+            self.repair(seq, position);
+        }
+        let len: usize = run
+            .frames
+            .iter()
+            .map(|&(_, frame_len, _)| entry_len(dir, frame_len))
+            .sum();
+        let over_staged =
+            !self.staged.is_empty() && self.staged.len() + len > self.config.staged_bytes_max;
+        let over_disk = self.bytes() + (self.staged.len() + len) as u64
+            > self.config.journal_bytes_max
+            && !self.segments.is_empty();
+        if over_staged || over_disk {
+            return self.answer(waiter, Err(IoFault::NoSpace));
+        }
+        for &(start, frame_len, _) in &run.frames {
+            let position = run.position + start as u64;
+            let frame = &run.bytes[start..start + frame_len];
+            encode_entry(&mut self.staged, dir, run.segment, position, frame);
+        }
+        self.staged_waiters.push(waiter);
+        self.flush_if_ready();
+    }
+
+    fn on_synced(&mut self, key: LogKey, through: Offset) {
+        for segment in self.segments.values_mut() {
+            if segment.pins.get(&key).is_some_and(|&end| end <= through) {
+                segment.pins.remove(&key);
+            }
+        }
+        self.trim_if_due();
+    }
+
+    fn on_released(&mut self, key: LogKey) {
+        for segment in self.segments.values_mut() {
+            segment.pins.remove(&key);
+        }
+        self.trim_if_due();
+    }
+
+    fn on_io(&mut self, completion: IoCompletion) {
+        if self.trim.is_some_and(|(io, _)| io == completion.id) {
+            return self.on_trim_io(completion);
+        }
+        match std::mem::replace(&mut self.phase, Phase::Ready) {
+            Phase::Flushing(flush) if flush.io == completion.id => {
+                self.on_flush_io(*flush, completion)
+            }
+            Phase::Repairing { io, seq, position } if io == completion.id => {
+                match completion.result {
+                    Ok(_) => {
+                        self.phase = Phase::Ready;
+                        self.flush_if_ready();
+                    }
+                    Err((_, fault)) => {
+                        self.outputs
+                            .push_back(JournalOutput::Event(JournalEvent::Latched(fault.clone())));
+                        self.fail_staged(&fault);
+                        self.phase = Phase::Latched {
+                            fault,
+                            seq,
+                            position,
+                            retry_at: self.now + REPAIR_RETRY_INTERVAL,
+                        };
+                    }
+                }
+            }
+            phase => self.phase = phase,
+        }
+    }
+
+    // ---- flushes ----
+
+    fn flush_if_ready(&mut self) {
+        if !matches!(self.phase, Phase::Ready) || self.staged.is_empty() {
+            return;
+        }
+        let data = std::mem::take(&mut self.staged);
+        let waiters = std::mem::take(&mut self.staged_waiters);
+        let len = data.len() as u64;
+        let active = self
+            .segments
+            .iter()
+            .next_back()
+            .filter(|(_, segment)| {
+                segment.bytes == 0 || segment.bytes + len <= self.config.segment_bytes_max
+            })
+            .map(|(&seq, _)| seq);
+        let (seq, created) = match active {
+            Some(seq) => (seq, false),
+            None => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                (seq, true)
+            }
+        };
+        let path = join(&self.config.dir, &journal_segment_name(seq));
+        let (position, name_durable) = match self.segments.get(&seq) {
+            Some(segment) => (segment.bytes, segment.name_durable),
+            None => (0, false),
+        };
+        let mut ops = Vec::with_capacity(5);
+        if created {
+            ops.push(IoOp::CreateDirAll {
+                dir: self.config.dir.clone(),
+            });
+            ops.push(IoOp::Create { path: path.clone() });
+        }
+        ops.push(IoOp::WriteAt {
+            path: path.clone(),
+            offset: position,
+            data,
+        });
+        ops.push(IoOp::SyncData { path: path.clone() });
+        if !name_durable {
+            ops.push(IoOp::SyncDir {
+                dir: self.config.dir.clone(),
+            });
+        }
+        ops.push(IoOp::ReadAt {
+            path,
+            offset: position,
+            len: len as usize,
+        });
+        let io = self.request(self.config.flush_lane, ops);
+        self.phase = Phase::Flushing(Box::new(Flush {
+            io,
+            seq,
+            position,
+            len,
+            created,
+            waiters,
+        }));
+    }
+
+    fn on_flush_io(&mut self, flush: Flush, completion: IoCompletion) {
+        let outcome = match completion.result {
+            Ok(mut replies) => match replies.pop() {
+                Some(IoReply::Data(bytes)) if read_back_verifies(&bytes, &flush) => Ok(()),
+                _ => Err(IoFault::Other(
+                    "journal read-back verification failed".into(),
+                )),
+            },
+            Err((index, fault)) if flush.created && index < 2 => {
+                // The new segment could not be created: nothing was written, nothing to repair.
+                self.outputs
+                    .push_back(JournalOutput::Event(JournalEvent::FlushFailed(
+                        fault.clone(),
+                    )));
+                for waiter in flush.waiters {
+                    self.answer(waiter, Err(fault.clone()));
+                }
+                self.phase = Phase::Ready;
+                return self.flush_if_ready();
+            }
+            Err((_, fault)) => Err(fault),
+        };
+        if flush.created {
+            // The file exists at least in the page cache: it is the active segment from now on.
+            self.segments.insert(
+                flush.seq,
+                Segment {
+                    path: join(&self.config.dir, &journal_segment_name(flush.seq)),
+                    bytes: 0,
+                    name_durable: false,
+                    pins: BTreeMap::new(),
+                    syncs_asked: false,
+                },
+            );
+        }
+        match outcome {
+            Ok(()) => {
+                let segment = self.segments.get_mut(&flush.seq).expect("flushed segment");
+                segment.bytes = flush.position + flush.len;
+                segment.name_durable = true;
+                for waiter in &flush.waiters {
+                    let pin = segment.pins.entry(waiter.key).or_insert(waiter.end);
+                    *pin = (*pin).max(waiter.end);
+                }
+                for waiter in flush.waiters {
+                    self.answer(waiter, Ok(()));
+                }
+                self.phase = Phase::Ready;
+                self.trim_if_due();
+                self.flush_if_ready();
+            }
+            Err(fault) => {
+                self.outputs
+                    .push_back(JournalOutput::Event(JournalEvent::FlushFailed(
+                        fault.clone(),
+                    )));
+                for waiter in flush.waiters {
+                    self.answer(waiter, Err(fault.clone()));
+                }
+                self.repair(flush.seq, flush.position);
+            }
+        }
+    }
+
+    /// Cuts segment `seq` back to `position` (its last durable byte) and syncs that.
+    fn repair(&mut self, seq: u64, position: u64) {
+        let path = join(&self.config.dir, &journal_segment_name(seq));
+        let io = self.request(
+            self.config.flush_lane,
+            vec![
+                IoOp::SetLen {
+                    path: path.clone(),
+                    len: position,
+                },
+                IoOp::SyncData { path },
+            ],
+        );
+        self.phase = Phase::Repairing { io, seq, position };
+    }
+
+    fn fail_staged(&mut self, fault: &IoFault) {
+        self.staged.clear();
+        for waiter in std::mem::take(&mut self.staged_waiters) {
+            self.answer(waiter, Err(fault.clone()));
+        }
+    }
+
+    fn answer(&mut self, waiter: Waiter, result: Result<(), IoFault>) {
+        self.outputs.push_back(JournalOutput::Done {
+            key: waiter.key,
+            id: waiter.id,
+            result,
+        });
+    }
+
+    // ---- trims ----
+
+    /// Asks the logs pinning the oldest sealed segment to sync once more than `sealed_segments_kept`
+    /// are sealed, and removes it once nothing pins it.
+    fn trim_if_due(&mut self) {
+        if self.trim.is_some() || self.segments.len() <= self.config.sealed_segments_kept + 1 {
+            return;
+        }
+        let ignore_pins = self
+            .config
+            .plant
+            .is(PlantedBug::TrimJournalAheadOfPartitionSync);
+        let Some((&seq, oldest)) = self.segments.iter_mut().next() else {
+            return;
+        };
+        if !oldest.pins.is_empty() && !ignore_pins {
+            if !oldest.syncs_asked {
+                oldest.syncs_asked = true;
+                let keys: Vec<LogKey> = oldest.pins.keys().copied().collect();
+                for key in keys {
+                    self.outputs.push_back(JournalOutput::SyncWanted { key });
+                }
+            }
+            return;
+        }
+        let path = oldest.path.clone();
+        let io = self.request(
+            self.config.trim_lane,
+            vec![
+                IoOp::Remove { path },
+                IoOp::SyncDir {
+                    dir: self.config.dir.clone(),
+                },
+            ],
+        );
+        self.trim = Some((io, seq));
+    }
+
+    fn on_trim_io(&mut self, completion: IoCompletion) {
+        let Some((_, seq)) = self.trim.take() else {
+            return;
+        };
+        match completion.result {
+            Ok(_) => {
+                self.segments.remove(&seq);
+                self.outputs
+                    .push_back(JournalOutput::Event(JournalEvent::Trimmed { seq }));
+                self.trim_if_due();
+            }
+            Err((_, fault)) => {
+                // The segment stays (a later trim tries again); a file that is gone or still there is
+                // fine either way, since replay is idempotent.
+                self.outputs
+                    .push_back(JournalOutput::Event(JournalEvent::TrimFailed(fault)));
+            }
+        }
+    }
+
+    fn request(&mut self, lane: IoLane, ops: Vec<IoOp>) -> IoId {
+        let id = IoId(self.next_io);
+        self.next_io += 1;
+        self.outputs
+            .push_back(JournalOutput::Io(IoRequest { id, lane, ops }));
+        id
+    }
+
+    /// Asserts the invariants in the module documentation.
+    pub fn check_invariants(&self) {
+        let waiting: BTreeSet<(LogKey, LogCommitId)> = self
+            .staged_waiters
+            .iter()
+            .map(|waiter| (waiter.key, waiter.id))
+            .collect();
+        assert_eq!(
+            waiting.len(),
+            self.staged_waiters.len(),
+            "one waiter per append"
+        );
+        if let Some((_, seq)) = self.trim {
+            assert!(
+                self.segments.keys().next_back() != Some(&seq),
+                "the active segment is never trimmed"
+            );
+        }
+        if let Phase::Flushing(flush) = &self.phase {
+            assert!(!flush.waiters.is_empty());
+        }
+    }
+}
+
+/// Whether the bytes read back are the flush's, and every entry in them decodes.
+fn read_back_verifies(bytes: &[u8], flush: &Flush) -> bool {
+    if bytes.len() as u64 != flush.len {
+        return false;
+    }
+    let mut position = 0;
+    while position < bytes.len() {
+        match decode_entry(&bytes[position..]) {
+            Ok((_, len)) => position += len,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+impl Actor for OwnerJournal {
+    type Input = JournalInput;
+    type Output = JournalOutput;
+
+    fn handle(&mut self, now: Instant, input: JournalInput) {
+        self.now = now;
+        match input {
+            JournalInput::Append { key, dir, id, run } => self.on_append(key, &dir, id, run),
+            JournalInput::Synced { key, through } => self.on_synced(key, through),
+            JournalInput::Released { key } => self.on_released(key),
+            JournalInput::Io(completion) => self.on_io(completion),
+        }
+        if crate::DEEP_CHECKS {
+            self.check_invariants();
+        }
+    }
+
+    fn poll_output(&mut self) -> Option<JournalOutput> {
+        self.outputs.pop_front()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+}
