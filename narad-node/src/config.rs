@@ -191,6 +191,11 @@ pub struct StorageConfig {
     /// commit's duration. 0 turns it off: the spec's "group commit fires on every append". Must be
     /// below the backstop. On by default (a deviation from the spec): see the WAL's module doc.
     pub ingress_wal_commit_delay_us: u64,
+    /// Make owner commits durable in one owner journal for every local partition (one fsync for
+    /// every partition's queued commits; partition files synced lazily behind it). On by default;
+    /// off, every partition commit pays its own fsync. A journal left by a run with it on is
+    /// replayed at start either way.
+    pub owner_journal: bool,
 }
 
 /// `[log]`.
@@ -240,6 +245,7 @@ impl Default for StorageConfig {
             data_dir: PathBuf::from(DATA_DIR_DEFAULT),
             ingress_wal_prealloc: false,
             partition_prealloc_bytes: narad_core::partition::PREALLOCATE_BYTES_DEFAULT,
+            owner_journal: true,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
             ingress_wal_commit_delay_us: INGRESS_WAL_COMMIT_DELAY_US_DEFAULT,
         }
@@ -368,6 +374,10 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
     ("NARAD_STORAGE_PARTITION_PREALLOC_BYTES", |config, value| {
         config.storage.partition_prealloc_bytes = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_STORAGE_OWNER_JOURNAL", |config, value| {
+        config.storage.owner_journal = parse_bool(value)?;
         Ok(())
     }),
     (
@@ -625,6 +635,7 @@ mod tests {
         assert_eq!(config.storage.data_dir, PathBuf::from("./narad-data"));
         assert!(!config.storage.ingress_wal_prealloc);
         assert_eq!(config.storage.partition_prealloc_bytes, 1024 * 1024);
+        assert!(config.storage.owner_journal);
         assert_eq!(config.storage.ingress_wal_sync_interval_ms, 10);
         assert_eq!(config.storage.ingress_wal_commit_delay_us, 1_000);
         assert_eq!(config.cluster.node_id, 1);
@@ -644,6 +655,7 @@ mod tests {
             ("NARAD_HTTP_ADDR", "127.0.0.1:2"),
             ("NARAD_DATA_DIR", "/env"),
             ("NARAD_STORAGE_PARTITION_PREALLOC_BYTES", "0"),
+            ("NARAD_STORAGE_OWNER_JOURNAL", "false"),
             ("NARAD_LOG_FORMAT", "text"),
         ]);
         let config = Config::load(&flags, &env).unwrap();
@@ -653,6 +665,7 @@ mod tests {
         assert_eq!(config.storage.ingress_wal_commit_delay_us, 300);
         assert!(config.storage.ingress_wal_prealloc);
         assert_eq!(config.storage.partition_prealloc_bytes, 0);
+        assert!(!config.storage.owner_journal);
         assert_eq!(config.log.level, "debug");
         assert_eq!(config.log.format, LogFormat::Text);
 

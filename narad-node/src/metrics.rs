@@ -113,6 +113,9 @@ pub struct Metrics {
     pub ingress_accepted_records: Counter,
     /// WAL fdatasync latency.
     pub ingress_wal_fsync_duration_seconds: Histogram,
+    /// `narad_owner_fsyncs_total`: fdatasync calls on the owner's files (the owner journal and the
+    /// partition logs), the cost owner commits add per record.
+    pub owner_fsyncs: Counter,
     /// Records per WAL group commit.
     pub ingress_wal_group_commit_records: Histogram,
     /// Dispatcher commit latency (send to answer).
@@ -170,6 +173,7 @@ impl Metrics {
             ingress_wal_failed: Gauge::default(),
             ingress_accepted_records: Counter::default(),
             ingress_wal_fsync_duration_seconds: latency_histogram(),
+            owner_fsyncs: Counter::default(),
             ingress_wal_group_commit_records: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
             ingress_dispatch_commit_duration_seconds: latency_histogram(),
             ingress_dispatch_reroutes: Counter::default(),
@@ -225,6 +229,11 @@ impl Metrics {
             "ingress_wal_fsync_duration_seconds",
             "Ingress WAL fdatasync latency",
             m.ingress_wal_fsync_duration_seconds.clone(),
+        );
+        r.register(
+            "owner_fsyncs",
+            "fdatasync calls on owner files: the owner journal and the partition logs",
+            m.owner_fsyncs.clone(),
         );
         r.register(
             "ingress_wal_group_commit_records",

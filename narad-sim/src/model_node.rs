@@ -650,6 +650,7 @@ impl SimNode for ModelNode {
         DiskLayout {
             wal_prefix: format!("{LOG_DIR}/"),
             partition_prefix: format!("{LOG_DIR}/"),
+            journal_prefix: None,
             rot_unit,
         }
     }

@@ -326,6 +326,7 @@ impl SimNode for NaradSimNode {
         DiskLayout {
             wal_prefix: format!("{}/", node::WAL_DIR),
             partition_prefix: format!("{}/", node::partitions::TOPICS_DIR),
+            journal_prefix: Some(format!("{}/", narad_core::partition::journal::JOURNAL_DIR)),
             rot_unit: partition_frame_at,
         }
     }
@@ -353,6 +354,7 @@ impl SimNode for NaradSimNode {
             sizes: StorageSizes {
                 wal_segment_bytes_max: nonzero(ctx.sizes.wal_segment_bytes),
                 partition_segment_bytes_max: nonzero(ctx.sizes.partition_segment_bytes),
+                journal_segment_bytes_max: nonzero(ctx.sizes.journal_segment_bytes),
             },
             plant,
             metastore_hold_file: None,

@@ -312,6 +312,10 @@ pub struct NodeSpec {
     /// A partition log's segment size in bytes.
     #[serde(default = "span_zero")]
     pub partition_segment_bytes: Span,
+    /// The owner journal's segment size in bytes (small: trims, partition syncs and replays in every
+    /// run).
+    #[serde(default = "span_zero")]
+    pub journal_segment_bytes: Span,
 }
 
 impl Default for NodeSpec {
@@ -319,6 +323,7 @@ impl Default for NodeSpec {
         NodeSpec {
             wal_segment_bytes: span_zero(),
             partition_segment_bytes: span_zero(),
+            journal_segment_bytes: span_zero(),
         }
     }
 }
@@ -420,6 +425,8 @@ pub struct Knobs {
     pub wal_segment_bytes: u64,
     /// A partition log's segment size; 0 = the node's default.
     pub partition_segment_bytes: u64,
+    /// The owner journal's segment size; 0 = the node's default.
+    pub journal_segment_bytes: u64,
 }
 
 impl Scenario {
@@ -568,6 +575,11 @@ impl Scenario {
                 n.partition_segment_bytes,
                 PARTITION_SEGMENT_BYTES_MIN,
             ),
+            (
+                "node.journal_segment_bytes",
+                n.journal_segment_bytes,
+                PARTITION_SEGMENT_BYTES_MIN,
+            ),
         ] {
             span.check(name, 0, 1 << 40)?;
             if span.lo() == 0 && span.hi() != 0 {
@@ -707,6 +719,7 @@ impl Scenario {
             // Drawn last, so the knobs above stay what they were for scenarios without `[node]`.
             wal_segment_bytes: self.node.wal_segment_bytes.draw(rng),
             partition_segment_bytes: self.node.partition_segment_bytes.draw(rng),
+            journal_segment_bytes: self.node.journal_segment_bytes.draw(rng),
         }
     }
 

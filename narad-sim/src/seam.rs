@@ -137,6 +137,9 @@ pub struct DiskLayout {
     pub wal_prefix: String,
     /// Prefix of the partition logs.
     pub partition_prefix: String,
+    /// Prefix of the owner journal's files, if the node has one: the partition logs' disk errors and
+    /// slow episodes strike it too (its fsync is the owner's commit fsync).
+    pub journal_prefix: Option<String>,
     /// The byte range of the checksummed unit that holds a byte of a partition log file's image
     /// (`None` where the function cannot tell). The node promises that a flipped bit there costs only
     /// the records of that unit: the log stays open and every other record readable, after a restart
@@ -181,6 +184,8 @@ pub struct NodeSizes {
     pub wal_segment_bytes: u64,
     /// A partition log's segment size in bytes; 0 = the node's default.
     pub partition_segment_bytes: u64,
+    /// The owner journal's segment size in bytes; 0 = the node's default.
+    pub journal_segment_bytes: u64,
 }
 
 /// A node the harness can run: the real node through an adapter, or (in the harness's own tests) the

@@ -1,5 +1,6 @@
 //! [`MeteredDisk`]: a [`Disk`] that times the ingress WAL's segment fsyncs for
-//! `narad_ingress_wal_fsync_duration_seconds`, and forwards everything else untouched.
+//! `narad_ingress_wal_fsync_duration_seconds`, counts the owner's (journal and partition logs) for
+//! `narad_owner_fsyncs_total`, and forwards everything else untouched.
 
 use std::sync::Arc;
 
@@ -43,6 +44,13 @@ impl DiskLayer for MeteredDisk {
     }
     fn sync_data(&self, path: &str) -> Result<(), IoFault> {
         if !(path.starts_with(&self.wal_prefix) && path.ends_with(".wal")) {
+            let owner = path
+                .strip_prefix(narad_core::partition::owner::TOPICS_DIR)
+                .or_else(|| path.strip_prefix(narad_core::partition::journal::JOURNAL_DIR))
+                .is_some_and(|rest| rest.starts_with('/'));
+            if owner {
+                self.metrics.owner_fsyncs.inc();
+            }
             return self.inner.sync_data(path);
         }
         let started = self.clock.now();
@@ -62,7 +70,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn only_wal_segment_syncs_are_timed() {
+    async fn wal_segment_syncs_are_timed_and_owner_syncs_counted() {
         let metrics = Arc::new(Metrics::new());
         let metered = MeteredDisk::new(
             Arc::new(SimDisk::new(1)),
@@ -81,10 +89,16 @@ mod tests {
             disk.create(path).unwrap();
             disk.sync_data(path).unwrap();
         }
+        disk.create_dir_all("owner-journal").unwrap();
+        disk.create("owner-journal/00000000000000000000.journal")
+            .unwrap();
+        disk.sync_data("owner-journal/00000000000000000000.journal")
+            .unwrap();
         let text = metrics.encode();
         assert!(
             text.contains("narad_ingress_wal_fsync_duration_seconds_count 1\n"),
             "{text}"
         );
+        assert!(text.contains("narad_owner_fsyncs_total 2\n"), "{text}");
     }
 }

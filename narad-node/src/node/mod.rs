@@ -39,6 +39,7 @@ use std::time::Duration;
 
 use narad_core::disk::Disk;
 use narad_core::ids::NodeId;
+use narad_core::partition::journal::JournalConfig;
 use narad_core::planted::Plant;
 use narad_core::wal::WalConfig;
 use narad_core::Seq;
@@ -115,6 +116,8 @@ pub struct StorageSizes {
     pub wal_segment_bytes_max: Option<u64>,
     /// A partition log's segment size.
     pub partition_segment_bytes_max: Option<u64>,
+    /// The owner journal's segment size (trims, partition syncs and replays then happen often).
+    pub journal_segment_bytes_max: Option<u64>,
 }
 
 impl std::fmt::Debug for NodeOptions {
@@ -244,6 +247,19 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         peers.report_to(metastore.clone());
         cluster
     });
+    // Before any partition log opens: what its own files lost, the journal still holds.
+    let replayed = partitions::replay_owner_journal(Arc::clone(&disk), &clock)
+        .await
+        .map_err(|fault| StartError::Partitions(format!("owner journal replay: {fault}")))?;
+    let journal = config.storage.owner_journal.then(|| {
+        let mut journal = JournalConfig::new();
+        journal.first_seq = replayed.next_seq;
+        journal.plant = hooks.plant;
+        if let Some(segment_bytes_max) = hooks.sizes.journal_segment_bytes_max {
+            journal.segment_bytes_max = segment_bytes_max;
+        }
+        journal
+    });
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,
@@ -251,6 +267,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         node_id,
         metrics.clone(),
         config.storage.partition_prealloc_bytes,
+        journal,
         &hooks,
     );
     let sink = WalSink::new();

@@ -24,6 +24,10 @@ use std::sync::Arc;
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
+use narad_core::partition::journal::replay::{
+    JournalReplay, ReplayConfig, ReplayOutput, ReplayReport,
+};
+use narad_core::partition::journal::{JournalConfig, JournalEvent, JOURNAL_DIR};
 pub use narad_core::partition::owner::{partition_dir, PARKED_READS_MAX, TOPICS_DIR};
 use narad_core::partition::owner::{
     LogEvent, LogKey, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead, OwnerReadError,
@@ -32,7 +36,7 @@ use narad_core::partition::{
     BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, ReadBatch,
     ReadError, ReadId,
 };
-use narad_core::{Actor, Instant};
+use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::NodeHooks;
@@ -78,6 +82,65 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
         }
     }
     verified
+}
+
+/// Runs the owner journal's start-up replay ([`JournalReplay`]) to its end: every partition log's
+/// files get back what the journal holds for them, and the journal is emptied. Runs before the
+/// partition host opens any log.
+pub async fn replay_owner_journal(
+    disk: Arc<dyn Disk>,
+    clock: &Clock,
+) -> Result<ReplayReport, IoFault> {
+    let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
+    loop {
+        match replay.poll_output() {
+            Some(ReplayOutput::Io(request)) => {
+                let (_, completion) = crate::io::run_request(Arc::clone(&disk), request).await;
+                replay.handle(clock.now(), completion);
+            }
+            Some(ReplayOutput::Done(report)) => {
+                if report.entries > 0 || report.segments > 0 {
+                    tracing::info!(
+                        segments = report.segments,
+                        entries = report.entries,
+                        bytes = report.bytes,
+                        logs = report.logs,
+                        torn_bytes = report.torn_bytes,
+                        "owner journal replayed"
+                    );
+                }
+                for (seq, at) in &report.damaged {
+                    tracing::error!(
+                        seq,
+                        at,
+                        "owner journal segment damaged: entries behind the damage are lost"
+                    );
+                }
+                for (dir, expected, found) in &report.gaps {
+                    tracing::error!(dir, %expected, %found, "owner journal entries do not continue their log");
+                }
+                return Ok(report);
+            }
+            Some(ReplayOutput::Failed(fault)) => return Err(fault),
+            None => return Err(IoFault::Other("owner journal replay stalled".into())),
+        }
+    }
+}
+
+fn log_journal_event(event: JournalEvent) {
+    match event {
+        JournalEvent::FlushFailed(fault) => {
+            tracing::error!(error = %fault, "owner journal flush failed; its commits are refused and retried")
+        }
+        JournalEvent::Latched(fault) => tracing::error!(
+            error = %fault,
+            "owner journal latched: its repair failed; commits are refused until a repair succeeds"
+        ),
+        JournalEvent::Trimmed { seq } => tracing::debug!(seq, "owner journal segment trimmed"),
+        JournalEvent::TrimFailed(fault) => {
+            tracing::warn!(error = %fault, "removing an owner journal segment failed")
+        }
+    }
 }
 
 /// Why a replay read returned nothing.
@@ -222,6 +285,7 @@ impl PartitionHost {
         node: NodeId,
         metrics: Arc<Metrics>,
         prealloc_bytes: u64,
+        journal: Option<JournalConfig>,
         hooks: &NodeHooks,
     ) -> PartitionHost {
         let (status_sender, status) = watch::channel(PartitionStatus::default());
@@ -240,6 +304,7 @@ impl PartitionHost {
         let owner = Owner::new(OwnerConfig {
             node,
             combiner: template,
+            journal,
         });
         let config = HostConfig {
             mailbox_capacity: MAILBOX_CAPACITY,
@@ -639,6 +704,7 @@ impl Host {
                     partition,
                     event,
                 } => self.log_event(&topic, partition, event),
+                OwnerOutput::Journal(event) => log_journal_event(event),
             }
         }
     }

@@ -30,7 +30,14 @@ fn options(disk: &SimDisk, seed: u64) -> NodeOptions {
 }
 
 async fn started(disk: &SimDisk, seed: u64) -> Node {
-    let node = start(options(disk, seed)).await.expect("started");
+    started_with(disk, seed, true).await
+}
+
+/// A node on `disk`, with its owner journal on or off.
+async fn started_with(disk: &SimDisk, seed: u64, owner_journal: bool) -> Node {
+    let mut options = options(disk, seed);
+    options.config.storage.owner_journal = owner_journal;
+    let node = start(options).await.expect("started");
     tokio::time::timeout(WAIT_MAX, node.wait_ready())
         .await
         .expect("ready in time")
@@ -284,8 +291,9 @@ fn partition_zero_log(disk: &SimDisk) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay_readable() {
+    // Each commit synced in its own log (no journal), so the rot strikes the only durable copy.
     let disk = SimDisk::new(7);
-    let node = started(&disk, 7).await;
+    let node = started_with(&disk, 7, false).await;
     create_topic(&node, "t", 3).await;
     let mut first_frame_end = 0;
     for index in 0..4u64 {
@@ -310,7 +318,7 @@ async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay
     }
     stop(node).await;
     assert!(disk.rot(&partition_zero_log(&disk), first_frame_end + 30, 3));
-    let node = started(&disk, 8).await;
+    let node = started_with(&disk, 8, false).await;
     let text = node.metrics().encode();
     assert!(
         text.contains("narad_errors_total{component=\"storage\",kind=\"partition_damaged\"} 1\n"),
@@ -324,6 +332,57 @@ async fn rot_inside_acknowledged_data_is_reported_and_the_records_behind_it_stay
     }
     assert_ne!(consume_at(&node, "t", 0, 1).await.status, 200);
     assert_eq!(consume_at(&node, "t", 0, 4).await.status, 204);
+    stop(node).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_durable_only_in_the_owner_journal_survive_power_loss_through_its_replay() {
+    let disk = SimDisk::new(9);
+    let node = started(&disk, 9).await;
+    create_topic(&node, "t", 3).await;
+    for index in 0..6u64 {
+        produce_to(&node, "t", (index % 2) as u32, &format!("jr{index}")).await;
+    }
+    wait_for("the commits", || node.status().backlog_records == 0).await;
+    let durable_in = |prefix: &str, needle: &str| {
+        disk.paths()
+            .into_iter()
+            .filter(|path| path.starts_with(prefix))
+            .any(|path| {
+                disk.durable_image(&path).is_some_and(|image| {
+                    image.windows(needle.len()).any(|w| w == needle.as_bytes())
+                })
+            })
+    };
+    // Visible, and durable in the journal; the partition files have not been synced (their lazy
+    // sync waits for the journal to need trimming).
+    for index in 0..6u64 {
+        let needle = format!("jr{index}");
+        assert!(
+            durable_in("owner-journal/", &needle),
+            "{needle} in the journal"
+        );
+        assert!(
+            !durable_in("topics/", &needle),
+            "{needle} not yet synced in its log"
+        );
+        let reply = consume_at(&node, "t", (index % 2) as u32, index / 2).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    stop(node).await;
+    // Power loss: every unsynced write is torn or gone, the partition files' included.
+    disk.crash();
+    let node = started(&disk, 10).await;
+    for index in 0..6u64 {
+        let reply = consume_at(&node, "t", (index % 2) as u32, index / 2).await;
+        assert_eq!(reply.status, 200, "offset {}: {}", index / 2, reply.text());
+        let message: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(message["payload"], format!("jr{index}"));
+    }
+    assert!(
+        disk.paths().iter().all(|path| !path.ends_with(".journal")),
+        "the replay empties the journal"
+    );
     stop(node).await;
 }
 

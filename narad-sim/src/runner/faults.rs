@@ -78,6 +78,16 @@ impl<N: SimNode> World<N> {
         }
     }
 
+    /// Every prefix a disk error or a slow episode aimed at `target` strikes: the owner journal's
+    /// with the partition logs'.
+    fn prefixes(&self, target: Target) -> Vec<String> {
+        let mut prefixes = vec![self.prefix(target)];
+        if target == Target::Partitions {
+            prefixes.extend(self.layout.journal_prefix.clone());
+        }
+        prefixes
+    }
+
     /// Applies the schedule's events at their instants until the faults heal.
     pub(super) async fn injector(self: Arc<Self>, events: Vec<FaultEvent>) {
         for (episode, event) in events.into_iter().enumerate() {
@@ -150,6 +160,32 @@ impl<N: SimNode> World<N> {
         });
     }
 
+    /// The links a partition of node `index` cuts: from it to `peer` (every other node when
+    /// `None`), and back too unless `one_way`.
+    fn links_of(
+        &self,
+        index: usize,
+        peer: Option<usize>,
+        one_way: bool,
+    ) -> Vec<(MadsimNodeId, MadsimNodeId)> {
+        let server = &self.servers[index];
+        let peers: Vec<usize> = match peer {
+            Some(peer) => vec![peer],
+            None => (0..self.servers.len()).collect(),
+        };
+        let mut links = Vec::new();
+        for peer in peers.into_iter().filter(|&peer| peer != index) {
+            let Some(other) = self.servers.get(peer) else {
+                continue;
+            };
+            links.push((server.madsim_id, other.madsim_id));
+            if !one_way {
+                links.push((other.madsim_id, server.madsim_id));
+            }
+        }
+        links
+    }
+
     /// Applies one fault to node `index` now; its end (restart, resume, episode end) is a timer task.
     fn apply(self: Arc<Self>, episode: u64, event: FaultEvent, index: usize) {
         self.probe.event(
@@ -212,15 +248,17 @@ impl<N: SimNode> World<N> {
                     DiskError::WriteEio => DiskFaultKind::WriteEio,
                     DiskError::Enospc => DiskFaultKind::NoSpace,
                 };
-                let rule = FaultRule {
-                    path_prefix: self.prefix(target),
-                    kind,
-                    chance_ppm,
-                    remaining: None,
-                };
                 self.log_fault(&event, Some(index), duration_ms);
-                server.disk.add_fault(rule.clone());
-                lock(&self.disk_rules).push((episode, index, rule));
+                for path_prefix in self.prefixes(target) {
+                    let rule = FaultRule {
+                        path_prefix,
+                        kind,
+                        chance_ppm,
+                        remaining: None,
+                    };
+                    server.disk.add_fault(rule.clone());
+                    lock(&self.disk_rules).push((episode, index, rule));
+                }
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
                     if self.healed.load(Ordering::Relaxed) {
@@ -246,10 +284,16 @@ impl<N: SimNode> World<N> {
                 ..
             } => {
                 self.log_fault(&event, Some(index), duration_ms);
-                let id = server.io.slow_begin(&self.prefix(target), latency_us);
+                let ids: Vec<_> = self
+                    .prefixes(target)
+                    .iter()
+                    .map(|prefix| server.io.slow_begin(prefix, latency_us))
+                    .collect();
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    server.io.slow_end(id);
+                    for id in ids {
+                        server.io.slow_end(id);
+                    }
                     self.probe
                         .event("fault", format_args!("end slow episode {episode}"));
                 });
@@ -260,20 +304,7 @@ impl<N: SimNode> World<N> {
                 duration_ms,
                 ..
             } => {
-                let peers: Vec<usize> = match peer {
-                    Some(peer) => vec![peer as usize],
-                    None => (0..self.servers.len()).collect(),
-                };
-                let mut links = Vec::new();
-                for peer in peers.into_iter().filter(|&peer| peer != index) {
-                    let Some(other) = self.servers.get(peer) else {
-                        continue;
-                    };
-                    links.push((server.madsim_id, other.madsim_id));
-                    if !one_way {
-                        links.push((other.madsim_id, server.madsim_id));
-                    }
-                }
+                let links = self.links_of(index, peer.map(|peer| peer as usize), one_way);
                 if links.is_empty() {
                     // The leader of the moment turned out to be the peer itself.
                     self.probe
@@ -300,17 +331,7 @@ impl<N: SimNode> World<N> {
                 self.log_fault(&event, Some(index), duration_ms);
                 server.hold_view();
                 // The cut: every link to and from the node, as a two-way partition from all peers.
-                let links: Vec<_> = self
-                    .servers
-                    .iter()
-                    .filter(|other| other.index != index)
-                    .flat_map(|other| {
-                        [
-                            (server.madsim_id, other.madsim_id),
-                            (other.madsim_id, server.madsim_id),
-                        ]
-                    })
-                    .collect();
+                let links = self.links_of(index, None, false);
                 if cut_ms > 0 {
                     let cut = FaultEvent::Partition {
                         at_us: event.at_us(),

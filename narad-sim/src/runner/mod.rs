@@ -249,6 +249,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let sizes = NodeSizes {
         wal_segment_bytes: knobs.wal_segment_bytes,
         partition_segment_bytes: knobs.partition_segment_bytes,
+        journal_segment_bytes: knobs.journal_segment_bytes,
     };
     let nodes = scenario.topology.nodes as usize;
     let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();
@@ -371,18 +372,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     operator.abort();
     watchdog.abort();
     let report = lock(&world.ledger).check(&at_deadline, &after_final);
-    probe.event(
-        "harness",
-        format_args!(
-            "verdict lost={} unseen={} phantoms={} misplaced={} duplicates={} reroutes={}",
-            report.lost.len(),
-            report.unseen.len(),
-            report.phantoms.len(),
-            report.misplaced.len(),
-            report.duplicate_copies(),
-            report.reroutes
-        ),
-    );
+    probe.event("harness", format_args!("verdict {}", report.verdict_line()));
     let details = world.details(&report);
     let timeline = if world.spec.trace {
         let kept: Vec<usize> = kept_down.iter().copied().collect();

@@ -212,7 +212,7 @@ impl<N: SimNode> Server<N> {
 
     /// Whether a lag fault holds the node's view now.
     pub(super) fn view_held(&self) -> bool {
-        lock(&self.view_holds).0 > 0
+        self.hold_mark().is_none()
     }
 
     /// `None` while a lag holds the view, else how many holds ever began: a call whose answer

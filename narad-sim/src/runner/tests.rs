@@ -267,6 +267,7 @@ impl SimNode for PanickingNode {
         DiskLayout {
             wal_prefix: "wal/".into(),
             partition_prefix: "p/".into(),
+            journal_prefix: None,
             rot_unit: |_, _| None,
         }
     }
