@@ -5,7 +5,9 @@
 //! the longest run of frames from byte 0 that decode (magic, header, CRC, records) and whose offsets
 //! continue exactly where the previous frame ended.
 
-use crate::codec::partition::{decode_header, verify_frame_checked, visit_frame_checked};
+use crate::codec::partition::{
+    decode_header, verify_frame_checked, visit_frame_checked, FRAME_HEADER_BYTES,
+};
 use crate::codec::DecodeError;
 use crate::ids::Offset;
 
@@ -159,52 +161,134 @@ pub fn scan_segment_checked(
     interval_bytes: u64,
     verify_crc: bool,
 ) -> SegmentScan {
-    let mut scan = SegmentScan {
-        end_offset: base,
-        verified_bytes: 0,
-        damage: None,
-        index: SparseIndex::default(),
-        committed_at_ms_max: None,
-        last_run_start: 0,
-    };
-    let mut last_run_at_ms: Option<u64> = None;
-    let mut position = 0usize;
-    while position < bytes.len() {
+    let mut scanner = FrameScanner::new(base, interval_bytes, verify_crc);
+    // All the bytes to the end: the scan always ends here.
+    let need = scanner.feed(bytes, bytes.len() as u64);
+    debug_assert_eq!(need, None, "a scan of every byte needs no more");
+    scanner.finish()
+}
+
+/// Whether `verdict`, got by decoding the frame (or header) at the start of `bytes`, is the verdict all
+/// `rest_len` bytes of the file from the same place would give; `Err(n)` when it takes the first `n`
+/// of them (more than `bytes` holds) to tell.
+///
+/// A decoder reads a header's fields in order and then exactly the frame's `frame_len` bytes, so any
+/// verdict but `Truncated` already saw every byte it depends on, and `Truncated` stands when the whole
+/// frame was there (its records are short) or the header says the frame passes the end of the file.
+fn settled<T>(verdict: &Result<T, DecodeError>, bytes: &[u8], rest_len: u64) -> Result<(), usize> {
+    if bytes.len() as u64 >= rest_len || !matches!(verdict, Err(DecodeError::Truncated)) {
+        return Ok(());
+    }
+    match decode_header(bytes) {
+        Ok(header) if header.frame_len() <= bytes.len() => Ok(()),
+        Ok(header) if header.frame_len() as u64 > rest_len => Ok(()),
+        Ok(header) => Err(header.frame_len()),
+        // The header itself is cut short: `rest_len > bytes.len()`, so this asks for more.
+        Err(_) => Err(FRAME_HEADER_BYTES.min(usize::try_from(rest_len).unwrap_or(usize::MAX))),
+    }
+}
+
+/// [`scan_segment_checked`] fed in pieces: a segment read piece by piece gives exactly the
+/// [`SegmentScan`] the whole of it would (recovery holds one piece and a frame, not a segment).
+///
+/// Positions are relative to where the scan starts (byte 0 of the segment, or where frames resume
+/// behind damage).
+#[derive(Clone, Debug)]
+pub struct FrameScanner {
+    scan: SegmentScan,
+    /// The first commit time of the last verified frame (starts of runs are where it changes).
+    last_run_at_ms: Option<u64>,
+    interval_bytes: u64,
+    verify_crc: bool,
+}
+
+impl FrameScanner {
+    /// A scan of frames from offset `base`.
+    pub fn new(base: Offset, interval_bytes: u64, verify_crc: bool) -> Self {
+        FrameScanner {
+            scan: SegmentScan {
+                end_offset: base,
+                verified_bytes: 0,
+                damage: None,
+                index: SparseIndex::default(),
+                committed_at_ms_max: None,
+                last_run_start: 0,
+            },
+            last_run_at_ms: None,
+            interval_bytes,
+            verify_crc,
+        }
+    }
+
+    /// Where the next frame starts: the bytes fed next begin here.
+    pub fn position(&self) -> u64 {
+        self.scan.verified_bytes
+    }
+
+    /// The scan so far (its `last_run_start` tells recovery which bytes to keep).
+    pub fn progress(&self) -> &SegmentScan {
+        &self.scan
+    }
+
+    /// Scans the frames in `bytes`, the file's bytes from [`Self::position`], `rest_len` of them to
+    /// the end of the file. `None` when the scan is over (damage, or the end of the file); `Some(n)`
+    /// when the frame at the (new) position needs its first `n` bytes, more than were fed.
+    pub fn feed(&mut self, bytes: &[u8], rest_len: u64) -> Option<usize> {
+        let start = self.scan.verified_bytes;
+        loop {
+            let local = self.scan.verified_bytes - start;
+            if local >= rest_len {
+                return None;
+            }
+            let rest = bytes.get(local as usize..).unwrap_or(&[]);
+            if let Err(need) = self.next_frame(rest, rest_len - local) {
+                return need;
+            }
+        }
+    }
+
+    /// Verifies the frame at the start of `rest`: `Ok` when it was added, else `Err` with what
+    /// [`Self::feed`] returns.
+    fn next_frame(&mut self, rest: &[u8], rest_len: u64) -> Result<(), Option<usize>> {
         // The first and largest commit time of the frame's records, taken as they are decoded (no
         // record list per frame); used only once the frame verified.
         let mut frame_at_ms: Option<u64> = None;
         let mut frame_max_ms: Option<u64> = None;
-        let visited = visit_frame_checked(&bytes[position..], verify_crc, |record| {
+        let visited = visit_frame_checked(rest, self.verify_crc, |record| {
             frame_at_ms.get_or_insert(record.committed_at_ms);
             frame_max_ms = frame_max_ms.max(Some(record.committed_at_ms));
         });
-        let header = match visited {
-            Ok(header) => header,
-            Err(error) => {
-                scan.damage = Some((position as u64, FrameDamage::Decode(error)));
-                break;
-            }
-        };
+        settled(&visited, rest, rest_len).map_err(Some)?;
+        let scan = &mut self.scan;
+        let position = scan.verified_bytes;
+        let header = visited.map_err(|error| {
+            scan.damage = Some((position, FrameDamage::Decode(error)));
+            None
+        })?;
         if header.base_offset != scan.end_offset {
             let damage = FrameDamage::OffsetGap {
                 expected: scan.end_offset,
                 found: header.base_offset,
             };
-            scan.damage = Some((position as u64, damage));
-            break;
+            scan.damage = Some((position, damage));
+            return Err(None);
         }
         scan.index
-            .note_frame(header.base_offset, position as u64, interval_bytes);
+            .note_frame(header.base_offset, position, self.interval_bytes);
         scan.committed_at_ms_max = scan.committed_at_ms_max.max(frame_max_ms);
-        if frame_at_ms != last_run_at_ms {
-            last_run_at_ms = frame_at_ms;
-            scan.last_run_start = position as u64;
+        if frame_at_ms != self.last_run_at_ms {
+            self.last_run_at_ms = frame_at_ms;
+            scan.last_run_start = position;
         }
         scan.end_offset = header.end_offset();
-        position += header.frame_len();
-        scan.verified_bytes = position as u64;
+        scan.verified_bytes = position + header.frame_len() as u64;
+        Ok(())
     }
-    scan
+
+    /// The scan's result.
+    pub fn finish(self) -> SegmentScan {
+        self.scan
+    }
 }
 
 /// Where verified frames resume behind the damage at byte `damage_at` of a segment: the byte
@@ -227,31 +311,123 @@ pub fn scan_segment_checked(
 /// payload, which may well hold frames (a payload is anything a producer sent), are never adopted as
 /// frames of the log, unless the header covering them is itself damaged. The search slides byte by
 /// byte (the frame magic rejects most positions at once) and always verifies checksums.
+///
+/// [`DamageSearch`] is the same search fed in pieces.
 pub fn verified_frame_behind(
     bytes: &[u8],
     damage_at: u64,
     end_offset: Offset,
 ) -> Option<(u64, Offset)> {
-    let damage_at = usize::try_from(damage_at).ok()?;
-    let mut position = damage_at.checked_add(1)?;
-    if let Ok(header) = decode_header(bytes.get(damage_at..)?) {
-        if header.base_offset == end_offset {
-            let frame_end = damage_at.checked_add(header.frame_len())?;
-            if frame_end > bytes.len() {
-                return None;
-            }
-            position = frame_end;
+    let held = bytes.get(usize::try_from(damage_at).ok()?..)?;
+    match DamageSearch::new(damage_at, end_offset).feed(held, held.len() as u64) {
+        SearchStep::Found(position, base_offset) => Some((position, base_offset)),
+        SearchStep::Need(_) | SearchStep::Zeros | SearchStep::Torn => None,
+    }
+}
+
+/// The search of [`verified_frame_behind`], fed the file's bytes in pieces; it also tells whether
+/// every byte from the damage to the end of the file is zero (which never holds a frame).
+#[derive(Clone, Debug)]
+pub struct DamageSearch {
+    damage_at: u64,
+    end_offset: Offset,
+    /// The next byte position to try (the damage itself until its header was looked at).
+    position: u64,
+    header_checked: bool,
+    /// No byte but zeros seen from the damage on.
+    zeros: bool,
+}
+
+/// What a [`DamageSearch`] fed some bytes found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchStep {
+    /// The first `n` bytes from [`DamageSearch::position`] are needed, more than were fed.
+    Need(usize),
+    /// A verified frame at this byte position, with this base offset.
+    Found(u64, Offset),
+    /// Nothing but zeros from the damage to the end of the file.
+    Zeros,
+    /// No verified frame behind the damage, and not all zeros: a torn tail.
+    Torn,
+}
+
+impl DamageSearch {
+    /// A search behind the damage at byte `damage_at`, for frames at or past `end_offset`.
+    pub fn new(damage_at: u64, end_offset: Offset) -> Self {
+        DamageSearch {
+            damage_at,
+            end_offset,
+            position: damage_at,
+            header_checked: false,
+            zeros: true,
         }
     }
-    while position < bytes.len() {
-        match verify_frame_checked(&bytes[position..], true) {
-            Ok(header) if header.base_offset >= end_offset => {
-                return Some((position as u64, header.base_offset))
+
+    /// Where the bytes fed next begin.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Searches `bytes`, the file's bytes from [`Self::position`], `rest_len` of them to its end.
+    pub fn feed(&mut self, bytes: &[u8], rest_len: u64) -> SearchStep {
+        let start = self.position;
+        let end = start + rest_len;
+        if !self.header_checked {
+            if let Err(need) = self.check_header(bytes, end) {
+                return need;
             }
-            Ok(_) | Err(_) => position += 1,
+        }
+        while self.position < end {
+            let local = (self.position - start) as usize;
+            let Some(rest) = bytes.get(local..) else {
+                // Behind the frame the header at the damage spans: nothing of it was fed.
+                let need = FRAME_HEADER_BYTES as u64;
+                return SearchStep::Need(need.min(end - self.position) as usize);
+            };
+            // A frame starts with its magic, never a zero: a run of zeros (the zero fill) is passed
+            // over at once.
+            let zeros = rest.iter().take_while(|&&b| b == 0).count();
+            if zeros > 0 {
+                self.position += zeros as u64;
+                continue;
+            }
+            let verdict = verify_frame_checked(rest, true);
+            if let Err(need) = settled(&verdict, rest, end - self.position) {
+                return SearchStep::Need(need);
+            }
+            self.zeros = false;
+            match verdict {
+                Ok(header) if header.base_offset >= self.end_offset => {
+                    return SearchStep::Found(self.position, header.base_offset)
+                }
+                Ok(_) | Err(_) => self.position += 1,
+            }
+        }
+        if self.zeros {
+            SearchStep::Zeros
+        } else {
+            SearchStep::Torn
         }
     }
-    None
+
+    /// Looks at the header at the damage (`bytes` start there); see [`verified_frame_behind`].
+    fn check_header(&mut self, bytes: &[u8], end: u64) -> Result<(), SearchStep> {
+        let verdict = decode_header(bytes);
+        settled(&verdict, bytes, end - self.damage_at).map_err(SearchStep::Need)?;
+        self.header_checked = true;
+        self.zeros = bytes.first() == Some(&0);
+        self.position = self.damage_at + 1;
+        if let Ok(header) = verdict {
+            if header.base_offset == self.end_offset {
+                let frame_end = self.damage_at + header.frame_len() as u64;
+                if frame_end > end {
+                    return Err(SearchStep::Torn);
+                }
+                self.position = frame_end;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,9 @@
 //!
 //! # Contract
 //! - **Open / recovery.** [`PartitionLog::open`] emits `[CreateDirAll, List]`, then the length of every
-//!   segment, then reads each segment whole and scans it ([`super::segment::scan_segment`]). The high
+//!   segment, then reads each segment in pieces of `recovery_read_bytes_max` (one `ReadAt` a piece, a
+//!   piece grown to hold a whole frame longer than it: [`RECOVERY_READ_BYTES_DEFAULT`]) and scans it
+//!   exactly as a scan of the whole segment would ([`super::segment::scan_segment`]). The high
 //!   watermark is the end of the CRC-verified frames: there is no boundary file. Damage in the *last*
 //!   segment with nothing verified behind it (a torn append: a crash keeps a prefix of an append) is
 //!   truncated. Damage with verified frames behind it is skipped, never truncated, and the frames behind
@@ -21,8 +23,10 @@
 //!   ends with `[SetLen(verified), WriteAt(last run again), SyncData(last), SyncDir]` so that bytes a
 //!   process crash left in the page cache are durable before anything is served from them (the
 //!   rewrite of the frames sharing the last commit time re-dirties pages a failed fsync marked clean:
-//!   see `finalize`), and so that the durable file ends where the verified frames end even when the
-//!   cache shows a truncate an earlier failed sync dropped; only then [`LogOutput::Opened`].
+//!   see `finalize`; a last run longer than a piece is read again and written back a piece at a time
+//!   first, its last piece being the `WriteAt` here), and so that the durable file ends where the
+//!   verified frames end even when the cache shows a truncate an earlier failed sync dropped; only
+//!   then [`LogOutput::Opened`].
 //! - **CommitDurable.** [`LogInput::Commit`] encodes the run into frames (one frame per about
 //!   `frame_records_bytes_target`), and emits one request: `[SetLen (on roll: the sealed segment's
 //!   zeros trimmed), Create (on roll)], WriteAt (the whole run, one write), [WriteZeros (when the run
@@ -64,15 +68,15 @@
 use std::collections::{BTreeMap, VecDeque};
 
 mod commit;
+#[cfg(test)]
+mod piece_tests;
+mod pieces;
 mod read;
 mod recovery;
 #[cfg(test)]
 mod tests;
 
-use super::segment::{
-    parse_segment_name, scan_segment_checked, segment_name, verified_frame_behind, FrameDamage,
-    SparseIndex,
-};
+use super::segment::{parse_segment_name, segment_name, FrameDamage, SparseIndex};
 use crate::actor::Actor;
 use crate::codec::partition::{
     encode_frame, verify_frame_checked, PartitionRecord, RecordView, FRAME_HEADER_BYTES,
@@ -84,6 +88,7 @@ use crate::error::IoFault;
 use crate::ids::Offset;
 use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
+use pieces::{PieceRead, PieceScan, PieceScanDone};
 
 /// Segment roll threshold: a run that would take the active segment past this starts a new one.
 pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
@@ -112,6 +117,16 @@ pub const FRAME_RECORDS_BYTES_TARGET_DEFAULT: usize = 1024 * 1024;
 pub const INDEX_INTERVAL_BYTES_DEFAULT: u64 = 4096;
 /// The most record bytes one read returns (at least one record is always returned).
 pub const READ_BYTES_MAX_DEFAULT: u32 = 4 * 1024 * 1024;
+/// Bytes one read of recovery asks for: a segment (up to [`SEGMENT_BYTES_MAX_DEFAULT`]) is scanned
+/// a piece at a time, so that many partitions recovering at once hold a few MiB each, not a segment
+/// each.
+///
+/// A piece grows to hold a whole frame when a frame header says the frame is longer than the piece
+/// (up to [`crate::codec::partition::FRAME_BYTES_MAX`], and never past the end of the file): a frame
+/// is only verified whole. The scan also holds on to the bytes of the last run while they fit in a
+/// piece (for the rewrite at the end of recovery; a longer one is read again then), so a scan holds
+/// at most about two pieces and the largest frame.
+pub const RECOVERY_READ_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
 /// Reads in flight at once; more are refused with [`ReadError::Busy`].
 pub const READS_IN_FLIGHT_MAX_DEFAULT: usize = 64;
 /// Io ids each log instance may use: ids `io_id_base .. io_id_base + IO_IDS_PER_LOG`.
@@ -137,6 +152,9 @@ pub struct PartitionLogConfig {
     pub read_bytes_max: u32,
     /// See [`READS_IN_FLIGHT_MAX_DEFAULT`].
     pub reads_in_flight_max: usize,
+    /// Bytes one read of recovery asks for (unless a frame is longer); see
+    /// [`RECOVERY_READ_BYTES_DEFAULT`].
+    pub recovery_read_bytes_max: usize,
     /// First io id this instance uses (give every instance its own range of [`IO_IDS_PER_LOG`]).
     pub io_id_base: u64,
     /// Lane of recovery, commit and repair requests (serialized).
@@ -165,6 +183,7 @@ impl PartitionLogConfig {
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             read_bytes_max: READ_BYTES_MAX_DEFAULT,
             reads_in_flight_max: READS_IN_FLIGHT_MAX_DEFAULT,
+            recovery_read_bytes_max: RECOVERY_READ_BYTES_DEFAULT,
             io_id_base: 0,
             commit_lane: IoLane(0),
             read_lane: IoLane(1),
@@ -590,6 +609,31 @@ struct ScanState {
     next: usize,
     /// Damage skipped so far, in segment order.
     skipped: Vec<SkippedDamage>,
+    /// The scan of segment `next` and the read of its that is in flight.
+    reading: Option<(Box<PieceScan>, PieceRead)>,
+}
+
+/// What the end of recovery writes again of the last segment's last run.
+#[derive(Clone, Debug)]
+enum RunRewrite {
+    /// No frame verified.
+    None,
+    /// The run's bytes, from its byte position, as the scan kept them.
+    Held(u64, Vec<u8>),
+    /// The run's byte range `[start, end)`, longer than the scan kept: read again first.
+    Reread(u64, u64),
+}
+
+/// A last run being read again and written back, a piece at a time, before the final request.
+#[derive(Clone, Debug)]
+struct Reread {
+    report: RecoveryReport,
+    /// Where the run ends.
+    end: u64,
+    /// The piece being read.
+    read: PieceRead,
+    /// A piece was written back already (a failure now is [`RecoveryError::Sync`]).
+    wrote: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -597,6 +641,7 @@ enum Phase {
     Listing(IoId),
     Measuring(IoId, Vec<Offset>),
     Scanning(IoId, ScanState),
+    Rewriting(IoId, Box<Reread>),
     Finalizing(IoId, RecoveryReport),
     Ready,
     Committing(Box<PendingCommit>),
@@ -708,6 +753,7 @@ impl PartitionLog {
             Phase::Listing(..)
             | Phase::Measuring(..)
             | Phase::Scanning(..)
+            | Phase::Rewriting(..)
             | Phase::Finalizing(..) => LogStatus::Opening,
             Phase::Ready if self.sync_failed.is_some() => LogStatus::Latched,
             Phase::Ready => LogStatus::Ready,
@@ -851,6 +897,7 @@ impl PartitionLog {
             Phase::Listing(io)
             | Phase::Measuring(io, _)
             | Phase::Scanning(io, _)
+            | Phase::Rewriting(io, _)
             | Phase::Finalizing(io, _)
             | Phase::Repairing(io, _) => Some(*io),
             Phase::Committing(pending) => Some(pending.io),

@@ -32,6 +32,7 @@ impl PartitionLog {
             Phase::Listing(..)
             | Phase::Measuring(..)
             | Phase::Scanning(..)
+            | Phase::Rewriting(..)
             | Phase::Finalizing(..)
             | Phase::OpenFailed(..) => return Err(ReadError::NotOpen),
         }

@@ -8,7 +8,8 @@ impl PartitionLog {
         let phase = std::mem::replace(&mut self.phase, Phase::Ready);
         let replies = match completion.result {
             Ok(replies) => replies,
-            Err((_, fault)) if matches!(phase, Phase::Finalizing(..)) => {
+            // A write of the last run may have failed, or the sync: which bytes are durable is unknown.
+            Err((_, fault)) if writes_run(&phase) => {
                 return self.fail_open(RecoveryError::Sync(fault))
             }
             Err((_, fault)) => return self.fail_open(RecoveryError::Io(fault)),
@@ -17,6 +18,7 @@ impl PartitionLog {
             Phase::Listing(_) => self.on_listed(replies),
             Phase::Measuring(_, bases) => self.on_measured(bases, replies),
             Phase::Scanning(_, scan) => self.on_segment_read(scan, replies),
+            Phase::Rewriting(_, reread) => self.on_reread(*reread, replies),
             Phase::Finalizing(_, report) => {
                 self.phase = Phase::Ready;
                 self.outputs.push_back(LogOutput::Opened(report));
@@ -35,7 +37,7 @@ impl PartitionLog {
         };
         bases.sort();
         if bases.is_empty() {
-            return self.finalize(None, Vec::new(), 0, None);
+            return self.finalize(None, Vec::new(), 0, RunRewrite::None);
         }
         let ops = bases
             .iter()
@@ -63,33 +65,17 @@ impl PartitionLog {
             lens,
             next: 0,
             skipped: Vec::new(),
+            reading: None,
         });
     }
 
     pub(super) fn read_next_segment(&mut self, scan: ScanState) {
         let base = scan.bases[scan.next];
         let len = scan.lens[scan.next];
-        let Ok(len_usize) = usize::try_from(len) else {
+        if usize::try_from(len).is_err() {
             return self.fail_open(RecoveryError::SegmentTooLarge { segment: base, len });
-        };
-        let path = self.path(base);
-        let io = self.request(
-            self.config.commit_lane,
-            vec![IoOp::ReadAt {
-                path,
-                offset: 0,
-                len: len_usize,
-            }],
-        );
-        self.phase = Phase::Scanning(io, scan);
-    }
-
-    pub(super) fn on_segment_read(&mut self, mut scan: ScanState, replies: Vec<IoReply>) {
-        let Some(IoReply::Data(bytes)) = replies.last() else {
-            return self.fail_open(RecoveryError::Io(bad_reply("read")));
-        };
-        let base = scan.bases[scan.next];
-        let is_last = scan.next + 1 == scan.bases.len();
+        }
+        // Before any read: it needs none of the segment's bytes.
         if let Some(previous) = self.segments.values().next_back() {
             if previous.end_offset != base {
                 let expected = previous.end_offset;
@@ -99,57 +85,60 @@ impl PartitionLog {
                 });
             }
         }
-        let mut result = scan_segment_checked(
+        let is_last = scan.next + 1 == scan.bases.len();
+        let piece = PieceScan::new(
             base,
-            bytes,
+            len,
+            self.config.recovery_read_bytes_max,
+            is_last,
             self.config.index_interval_bytes,
             self.verify_crc(),
         );
-        let file_len = bytes.len() as u64;
-        // Zeros from where the frames end to the end of the file: the preallocated fill, or an append
-        // whose pages never reached the disk. Neither holds a frame.
-        let mut zero_tail = false;
-        // In any segment: a sealed one may hold damage skipped while it was the last.
-        while let Some((byte, damage)) = result.damage {
-            if bytes[byte as usize..].iter().all(|&b| b == 0) {
-                zero_tail = true;
-                break;
-            }
-            // A tail is a tear unless verified frames lie behind it; then the damaged bytes are
-            // skipped and the frames behind them kept (see `verified_frame_behind`).
-            let Some((resume, resume_offset)) =
-                verified_frame_behind(bytes, byte, result.end_offset)
-            else {
-                break;
-            };
-            let Ok(resume_usize) = usize::try_from(resume) else {
-                break;
-            };
-            scan.skipped.push(SkippedDamage {
-                segment: base,
-                byte,
-                damage,
-                offsets: (result.end_offset, resume_offset),
-            });
-            let rest = scan_segment_checked(
-                resume_offset,
-                &bytes[resume_usize..],
-                self.config.index_interval_bytes,
-                self.verify_crc(),
-            );
-            result.index.extend_shifted(rest.index, resume);
-            result.end_offset = rest.end_offset;
-            result.verified_bytes = resume + rest.verified_bytes;
-            // The last run may span the damage: frames of one commit time behind it, that of the
-            // frames before it. Then the rewrite in `finalize` starts before the damage.
-            let spans =
-                rest.last_run_start == 0 && rest.committed_at_ms_max == result.committed_at_ms_max;
-            if !spans {
-                result.last_run_start = resume + rest.last_run_start;
-            }
-            result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
-            result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
-        }
+        self.scan_pieces(scan, Box::new(piece));
+    }
+
+    /// Scans what the segment's pieces read so far allow, then reads the next piece on
+    /// `commit_lane`, or ends the segment.
+    fn scan_pieces(&mut self, mut scan: ScanState, mut piece: Box<PieceScan>) {
+        let Some(read) = piece.advance() else {
+            return self.on_segment_scanned(scan, piece.finish());
+        };
+        let path = self.path(scan.bases[scan.next]);
+        let io = self.request(
+            self.config.commit_lane,
+            vec![IoOp::ReadAt {
+                path,
+                offset: read.offset,
+                len: read.len,
+            }],
+        );
+        scan.reading = Some((piece, read));
+        self.phase = Phase::Scanning(io, scan);
+    }
+
+    pub(super) fn on_segment_read(&mut self, mut scan: ScanState, replies: Vec<IoReply>) {
+        let (Some(IoReply::Data(bytes)), Some((mut piece, read))) =
+            (replies.into_iter().last(), scan.reading.take())
+        else {
+            return self.fail_open(RecoveryError::Io(bad_reply("read")));
+        };
+        piece.on_piece(read, bytes);
+        self.scan_pieces(scan, piece);
+    }
+
+    /// Adds the scanned segment (skipping damage a sealed segment's successor proves a hole), then
+    /// scans the next one or finalizes.
+    fn on_segment_scanned(&mut self, mut scan: ScanState, done: PieceScanDone) {
+        let base = scan.bases[scan.next];
+        let is_last = scan.next + 1 == scan.bases.len();
+        let PieceScanDone {
+            mut result,
+            skipped,
+            zero_tail,
+            file_len,
+            last_run,
+        } = done;
+        scan.skipped.extend(skipped);
         let next_base = scan.bases.get(scan.next + 1).copied();
         if zero_tail && next_base.is_none_or(|next_base| next_base == result.end_offset) {
             // The frames end where the next segment (if any) begins: nothing is missing.
@@ -198,9 +187,12 @@ impl PartitionLog {
         );
         if is_last {
             let damage = result.damage.map(|(byte, damage)| (base, byte, damage));
-            let last_run =
-                bytes[result.last_run_start as usize..result.verified_bytes as usize].to_vec();
-            let rewrite = (!last_run.is_empty()).then_some((result.last_run_start, last_run));
+            let run = (result.last_run_start, result.verified_bytes);
+            let rewrite = match last_run {
+                _ if run.0 == run.1 => RunRewrite::None,
+                Some(bytes) => RunRewrite::Held(run.0, bytes),
+                None => RunRewrite::Reread(run.0, run.1),
+            };
             let skipped = std::mem::take(&mut scan.skipped);
             return self.finalize(damage, skipped, file_len - result.verified_bytes, rewrite);
         }
@@ -215,13 +207,15 @@ impl PartitionLog {
     /// the truncation that follows it: the lost run is then the file's last run, still in the page cache
     /// as valid frames but marked clean, so a bare fdatasync would "succeed" without writing it. Writing
     /// the same bytes again dirties those pages, so the sync below really persists them (or fails). It
-    /// costs one write of the frames of the last commit time, usually one run.
+    /// costs one write of the frames of the last commit time, usually one run. A last run longer than
+    /// the scan kept (a piece) is read again and written back a piece at a time first
+    /// ([`Self::reread_run`]); its last piece is the write of the final request.
     pub(super) fn finalize(
         &mut self,
         damage: Option<(Offset, u64, FrameDamage)>,
         skipped: Vec<SkippedDamage>,
         truncated_bytes: u64,
-        rewrite: Option<(u64, Vec<u8>)>,
+        rewrite: RunRewrite,
     ) {
         let report = RecoveryReport {
             segments: self.segments.len(),
@@ -231,6 +225,75 @@ impl PartitionLog {
             damage,
             skipped,
         };
+        match rewrite {
+            RunRewrite::None => self.finish_open(report, None),
+            RunRewrite::Held(offset, bytes) => self.finish_open(report, Some((offset, bytes))),
+            RunRewrite::Reread(start, end) => {
+                let reread = Reread {
+                    report,
+                    end,
+                    read: PieceRead {
+                        offset: start,
+                        len: 0,
+                    },
+                    wrote: false,
+                };
+                self.reread_run(reread, None);
+            }
+        }
+    }
+
+    /// Reads the next piece of the last run from `reread.read`'s end, writing back the piece read
+    /// before it (`write`) in the same request.
+    fn reread_run(&mut self, mut reread: Reread, write: Option<(u64, Vec<u8>)>) {
+        let Some(path) = self
+            .segments
+            .values()
+            .next_back()
+            .map(|last| last.path.clone())
+        else {
+            unreachable!("a last run lies in the last segment")
+        };
+        let offset = reread.read.offset + reread.read.len as u64;
+        let len = (reread.end - offset).min(self.config.recovery_read_bytes_max.max(1) as u64);
+        reread.read = PieceRead {
+            offset,
+            len: len as usize,
+        };
+        let mut ops = Vec::with_capacity(2);
+        if let Some((offset, data)) = write {
+            reread.wrote = true;
+            ops.push(IoOp::WriteAt {
+                path: path.clone(),
+                offset,
+                data,
+            });
+        }
+        ops.push(IoOp::ReadAt {
+            path,
+            offset: reread.read.offset,
+            len: reread.read.len,
+        });
+        let io = self.request(self.config.commit_lane, ops);
+        self.phase = Phase::Rewriting(io, Box::new(reread));
+    }
+
+    pub(super) fn on_reread(&mut self, reread: Reread, replies: Vec<IoReply>) {
+        let bytes = match replies.into_iter().last() {
+            Some(IoReply::Data(bytes)) if bytes.len() == reread.read.len => bytes,
+            // The run was scanned a moment ago: a short read means the file changed under the log.
+            _ if reread.wrote => return self.fail_open(RecoveryError::Sync(bad_reply("read"))),
+            _ => return self.fail_open(RecoveryError::Io(bad_reply("read"))),
+        };
+        let write = (reread.read.offset, bytes);
+        if reread.read.offset + reread.read.len as u64 >= reread.end {
+            return self.finish_open(reread.report, Some(write));
+        }
+        self.reread_run(reread, Some(write));
+    }
+
+    /// Emits the final request of recovery: see [`Self::finalize`].
+    fn finish_open(&mut self, report: RecoveryReport, rewrite: Option<(u64, Vec<u8>)>) {
         let mut ops = Vec::new();
         if let Some(last) = self.segments.values().next_back() {
             let path = last.path.clone();
@@ -264,5 +327,14 @@ impl PartitionLog {
         self.next_offset = Offset(0);
         self.phase = Phase::OpenFailed(error.clone());
         self.outputs.push_back(LogOutput::OpenFailed(error));
+    }
+}
+
+/// True when the request of `phase` wrote to the last segment or synced it.
+fn writes_run(phase: &Phase) -> bool {
+    match phase {
+        Phase::Finalizing(..) => true,
+        Phase::Rewriting(_, reread) => reread.wrote,
+        _ => false,
     }
 }
