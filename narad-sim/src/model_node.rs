@@ -672,6 +672,10 @@ impl SimNode for ModelNode {
             | PlantedBug::CommitAfterCallerGaveUp
             | PlantedBug::RemoteAckBeforeFsync
             | PlantedBug::NeverMarkDead => false,
+            // Nor an owner journal.
+            PlantedBug::VisibleBeforeJournalSync | PlantedBug::TrimJournalAheadOfPartitionSync => {
+                false
+            }
         }
     }
 

@@ -69,6 +69,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 mod commit;
 #[cfg(test)]
+mod journaled_tests;
+#[cfg(test)]
 mod piece_tests;
 mod pieces;
 mod read;
