@@ -19,7 +19,8 @@
 //!   by the first append at least [`REPAIR_RETRY_INTERVAL`] later.
 //! - **Trimming.** Each segment remembers, per log, the offset past the last record it holds for that
 //!   log (its *pins*). Once more than `sealed_segments_kept` segments are sealed, the logs pinning the
-//!   oldest are asked to sync their own files ([`JournalOutput::SyncWanted`]); each
+//!   oldest are asked to sync their own files ([`JournalOutput::SyncWanted`], [`SYNCS_ASKED_MAX`] at
+//!   a time); each
 //!   [`JournalInput::Synced`] (or [`JournalInput::Released`]: the log's directory is being removed)
 //!   clears its pins up to that offset, and a sealed segment with no pins left is removed
 //!   (`[Remove, SyncDir]`). So the journal never drops a record its partition log does not hold
@@ -68,6 +69,9 @@ pub const SEALED_SEGMENTS_KEPT_DEFAULT: usize = 1;
 pub const STAGED_BYTES_MAX_DEFAULT: usize = 64 * 1024 * 1024;
 /// Journal bytes on disk, at most: appends are refused past it until trims catch up.
 pub const JOURNAL_BYTES_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
+/// Lazy partition syncs asked for at once: a sealed segment of thousands of partitions does not
+/// become thousands of fsyncs (and blocking threads) at one instant.
+pub const SYNCS_ASKED_MAX: usize = 16;
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -213,8 +217,8 @@ struct Segment {
     name_durable: bool,
     /// Per log: the offset past the last of its records this segment holds.
     pins: BTreeMap<LogKey, Offset>,
-    /// Its pinning logs were asked to sync.
-    syncs_asked: bool,
+    /// Its pinning logs were queued to be asked to sync.
+    syncs_queued: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -261,6 +265,10 @@ pub struct OwnerJournal {
     staged: Vec<u8>,
     staged_waiters: Vec<Waiter>,
     trim: Option<(IoId, u64)>,
+    /// Logs to ask for a lazy sync, in order.
+    sync_queue: VecDeque<LogKey>,
+    /// Logs asked and not answered yet (at most [`SYNCS_ASKED_MAX`]).
+    syncs_asked: BTreeSet<LogKey>,
     next_io: u64,
     now: Instant,
     outputs: VecDeque<JournalOutput>,
@@ -279,6 +287,8 @@ impl OwnerJournal {
             staged: Vec::new(),
             staged_waiters: Vec::new(),
             trim: None,
+            sync_queue: VecDeque::new(),
+            syncs_asked: BTreeSet::new(),
             now: Instant::default(),
             outputs: VecDeque::new(),
         }
@@ -353,14 +363,34 @@ impl OwnerJournal {
                 segment.pins.remove(&key);
             }
         }
+        self.syncs_asked.remove(&key);
         self.trim_if_due();
+        self.ask_syncs();
     }
 
     fn on_released(&mut self, key: LogKey) {
         for segment in self.segments.values_mut() {
             segment.pins.remove(&key);
         }
+        self.syncs_asked.remove(&key);
         self.trim_if_due();
+        self.ask_syncs();
+    }
+
+    /// Asks the queued logs that still pin a sealed segment to sync, [`SYNCS_ASKED_MAX`] at a time.
+    fn ask_syncs(&mut self) {
+        while self.syncs_asked.len() < SYNCS_ASKED_MAX {
+            let Some(key) = self.sync_queue.pop_front() else {
+                return;
+            };
+            let pinned = self
+                .segments
+                .values()
+                .any(|segment| segment.pins.contains_key(&key));
+            if pinned && self.syncs_asked.insert(key) {
+                self.outputs.push_back(JournalOutput::SyncWanted { key });
+            }
+        }
     }
 
     fn on_io(&mut self, completion: IoCompletion) {
@@ -489,7 +519,7 @@ impl OwnerJournal {
                     bytes: 0,
                     name_durable: false,
                     pins: BTreeMap::new(),
-                    syncs_asked: false,
+                    syncs_queued: false,
                 },
             );
         }
@@ -569,12 +599,10 @@ impl OwnerJournal {
             return;
         };
         if !oldest.pins.is_empty() && !ignore_pins {
-            if !oldest.syncs_asked {
-                oldest.syncs_asked = true;
-                let keys: Vec<LogKey> = oldest.pins.keys().copied().collect();
-                for key in keys {
-                    self.outputs.push_back(JournalOutput::SyncWanted { key });
-                }
+            if !oldest.syncs_queued {
+                oldest.syncs_queued = true;
+                self.sync_queue.extend(oldest.pins.keys().copied());
+                self.ask_syncs();
             }
             return;
         }
@@ -640,6 +668,7 @@ impl OwnerJournal {
         if let Phase::Flushing(flush) = &self.phase {
             assert!(!flush.waiters.is_empty());
         }
+        assert!(self.syncs_asked.len() <= SYNCS_ASKED_MAX);
     }
 }
 

@@ -590,3 +590,52 @@ fn every_acknowledged_record_survives_failed_fsyncs_and_power_loss() {
     }
     assert!(acked > 1_000, "the runs acknowledge records ({acked})");
 }
+
+#[test]
+fn lazy_syncs_are_asked_for_a_bounded_number_of_logs_at_a_time() {
+    let disk = SimDisk::new(5);
+    let logs = SYNCS_ASKED_MAX as u64 + 4;
+    let mut config = JournalConfig::new();
+    config.segment_bytes_max = first_entry_len() * logs;
+    config.sealed_segments_kept = 0;
+    let mut journal = OwnerJournal::new(config);
+    let mut wanted = Vec::new();
+    // One segment of `logs` logs' entries, then one more entry seals it.
+    for key in 1..=logs + 1 {
+        append(&mut journal, key, key, 0);
+        for output in drain(&mut journal) {
+            match output {
+                JournalOutput::Io(request) => {
+                    journal.handle(Instant::ZERO, JournalInput::Io(execute(&disk, &request)));
+                    for output in drain(&mut journal) {
+                        if let JournalOutput::SyncWanted { key } = output {
+                            wanted.push(key.0);
+                        }
+                    }
+                }
+                JournalOutput::SyncWanted { key } => wanted.push(key.0),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(wanted, (1..=SYNCS_ASKED_MAX as u64).collect::<Vec<_>>());
+    journal.handle(
+        Instant::ZERO,
+        JournalInput::Synced {
+            key: LogKey(3),
+            through: Offset(1),
+        },
+    );
+    let next: Vec<u64> = drain(&mut journal)
+        .into_iter()
+        .filter_map(|output| match output {
+            JournalOutput::SyncWanted { key } => Some(key.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        next,
+        [SYNCS_ASKED_MAX as u64 + 1],
+        "one answered, one more asked"
+    );
+}
