@@ -72,6 +72,10 @@ pub const JOURNAL_BYTES_MAX_DEFAULT: u64 = 1024 * 1024 * 1024;
 /// Lazy partition syncs asked for at once: a sealed segment of thousands of partitions does not
 /// become thousands of fsyncs (and blocking threads) at one instant.
 pub const SYNCS_ASKED_MAX: usize = 16;
+/// Zeros a segment keeps written ahead of its entries while flushes are small: a flush's fdatasync
+/// then writes data only, not the file's new size and blocks (the partition logs' zero fill, for the
+/// same reason: see `PREALLOCATE_BYTES_DEFAULT`).
+pub const JOURNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -213,6 +217,9 @@ struct Segment {
     path: String,
     /// Bytes durable (every flush before the one in flight).
     bytes: u64,
+    /// How far the file holds bytes already written (entries, then zeros), as far as this process
+    /// knows: only decides where the next zero fill starts.
+    file_bytes: u64,
     /// False while its directory entry may not survive a crash.
     name_durable: bool,
     /// Per log: the offset past the last of its records this segment holds.
@@ -235,6 +242,8 @@ struct Flush {
     position: u64,
     len: u64,
     created: bool,
+    /// Where the file's written bytes end once the flush lands (its zero fill included).
+    file_bytes: u64,
     waiters: Vec<Waiter>,
 }
 
@@ -265,6 +274,10 @@ pub struct OwnerJournal {
     staged: Vec<u8>,
     staged_waiters: Vec<Waiter>,
     trim: Option<(IoId, u64)>,
+    /// Moving average of flush bytes (the zero fill runs only while flushes are small).
+    flush_bytes_avg: u64,
+    /// A zero fill failed (a nearly full disk): none until the next segment.
+    fill_off: bool,
     /// Logs to ask for a lazy sync, in order.
     sync_queue: VecDeque<LogKey>,
     /// Logs asked and not answered yet (at most [`SYNCS_ASKED_MAX`]).
@@ -287,6 +300,8 @@ impl OwnerJournal {
             staged: Vec::new(),
             staged_waiters: Vec::new(),
             trim: None,
+            flush_bytes_avg: 0,
+            fill_off: false,
             sync_queue: VecDeque::new(),
             syncs_asked: BTreeSet::new(),
             now: Instant::default(),
@@ -450,9 +465,25 @@ impl OwnerJournal {
             }
         };
         let path = join(&self.config.dir, &journal_segment_name(seq));
-        let (position, name_durable) = match self.segments.get(&seq) {
-            Some(segment) => (segment.bytes, segment.name_durable),
-            None => (0, false),
+        let (position, name_durable, written) = match self.segments.get(&seq) {
+            Some(segment) => (segment.bytes, segment.name_durable, segment.file_bytes),
+            None => (0, false, 0),
+        };
+        if created {
+            self.fill_off = false;
+        }
+        self.flush_bytes_avg = match self.flush_bytes_avg {
+            0 => len,
+            avg => (avg * 7 + len) / 8,
+        };
+        let end = position + len;
+        let fill = if end > written
+            && !self.fill_off
+            && self.flush_bytes_avg < crate::partition::log::PREALLOCATE_RUN_BYTES_MAX
+        {
+            JOURNAL_PREALLOCATE_BYTES.min(self.config.segment_bytes_max.saturating_sub(end))
+        } else {
+            0
         };
         let mut ops = Vec::with_capacity(5);
         if created {
@@ -466,6 +497,13 @@ impl OwnerJournal {
             offset: position,
             data,
         });
+        if fill > 0 {
+            ops.push(IoOp::WriteZeros {
+                path: path.clone(),
+                offset: end,
+                len: fill,
+            });
+        }
         ops.push(IoOp::SyncData { path: path.clone() });
         if !name_durable {
             ops.push(IoOp::SyncDir {
@@ -484,6 +522,7 @@ impl OwnerJournal {
             position,
             len,
             created,
+            file_bytes: written.max(end + fill),
             waiters,
         }));
     }
@@ -508,7 +547,12 @@ impl OwnerJournal {
                 self.phase = Phase::Ready;
                 return self.flush_if_ready();
             }
-            Err((_, fault)) => Err(fault),
+            Err((index, fault)) => {
+                if matches!(completion_op(&flush, index), Some(FlushOp::Fill)) {
+                    self.fill_off = true;
+                }
+                Err(fault)
+            }
         };
         if flush.created {
             // The file exists at least in the page cache: it is the active segment from now on.
@@ -517,6 +561,7 @@ impl OwnerJournal {
                 Segment {
                     path: join(&self.config.dir, &journal_segment_name(flush.seq)),
                     bytes: 0,
+                    file_bytes: 0,
                     name_durable: false,
                     pins: BTreeMap::new(),
                     syncs_queued: false,
@@ -527,6 +572,7 @@ impl OwnerJournal {
             Ok(()) => {
                 let segment = self.segments.get_mut(&flush.seq).expect("flushed segment");
                 segment.bytes = flush.position + flush.len;
+                segment.file_bytes = flush.file_bytes;
                 segment.name_durable = true;
                 for waiter in &flush.waiters {
                     let pin = segment.pins.entry(waiter.key).or_insert(waiter.end);
@@ -554,6 +600,9 @@ impl OwnerJournal {
 
     /// Cuts segment `seq` back to `position` (its last durable byte) and syncs that.
     fn repair(&mut self, seq: u64, position: u64) {
+        if let Some(segment) = self.segments.get_mut(&seq) {
+            segment.file_bytes = position;
+        }
         let path = join(&self.config.dir, &journal_segment_name(seq));
         let io = self.request(
             self.config.flush_lane,
@@ -670,6 +719,24 @@ impl OwnerJournal {
         }
         assert!(self.syncs_asked.len() <= SYNCS_ASKED_MAX);
     }
+}
+
+/// What the op at an index of a flush request does (only the zero fill matters to its failure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlushOp {
+    Fill,
+    Other,
+}
+
+fn completion_op(flush: &Flush, index: usize) -> Option<FlushOp> {
+    // [CreateDirAll, Create]?, WriteAt, WriteZeros?, SyncData, ...
+    let write = if flush.created { 2 } else { 0 };
+    let filled = flush.file_bytes > flush.position + flush.len;
+    Some(if filled && index == write + 1 {
+        FlushOp::Fill
+    } else {
+        FlushOp::Other
+    })
 }
 
 /// Whether the bytes read back are the flush's, and every entry in them decodes.
