@@ -317,6 +317,13 @@ pub enum CombinerOutput {
         /// The log's high watermark when its sync started.
         through: Offset,
     },
+    /// The held log's lazy sync failed (the journal asks again later; the log resyncs then).
+    SyncFailed {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// The fault.
+        fault: IoFault,
+    },
     /// A log was let go: its incarnation is no longer live here (the driver may quarantine `dir`).
     LogRetired {
         /// Its incarnation.
@@ -595,6 +602,7 @@ impl Combiner {
                     run,
                 },
                 LogOutput::Synced { through } => CombinerOutput::Synced { through },
+                LogOutput::SyncFailed(fault) => CombinerOutput::SyncFailed { topic_id, fault },
                 LogOutput::CommitDone { id, result } => {
                     commit_outcomes.push((id, result));
                     continue;

@@ -224,7 +224,8 @@ impl Run {
                 | LogOutput::OpenFailed(_)
                 | LogOutput::ReadDone { .. }
                 | LogOutput::Journal { .. }
-                | LogOutput::Synced { .. } => panic!("unexpected output {output:?}"),
+                | LogOutput::Synced { .. }
+                | LogOutput::SyncFailed(_) => panic!("unexpected output {output:?}"),
             }
         }
         assert!(

@@ -19,7 +19,8 @@ impl IoActor for PartitionLog {
             | LogOutput::ReadDone { .. }
             | LogOutput::Latched(_)
             | LogOutput::Journal { .. }
-            | LogOutput::Synced { .. }) => Err(other),
+            | LogOutput::Synced { .. }
+            | LogOutput::SyncFailed(_)) => Err(other),
         }
     }
 
@@ -44,7 +45,8 @@ impl IoActor for Combiner {
             | CombinerOutput::LogLatched { .. }
             | CombinerOutput::LogRetired { .. }
             | CombinerOutput::Journal { .. }
-            | CombinerOutput::Synced { .. }) => Err(other),
+            | CombinerOutput::Synced { .. }
+            | CombinerOutput::SyncFailed { .. }) => Err(other),
         }
     }
 

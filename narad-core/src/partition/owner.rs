@@ -196,6 +196,13 @@ pub enum LogEvent {
         /// Why.
         error: RecoveryError,
     },
+    /// A lazy sync of the log's files failed: the journal keeps its records, and asks again later.
+    SyncFailed {
+        /// Its incarnation.
+        topic_id: Option<TopicId>,
+        /// The fault.
+        fault: IoFault,
+    },
     /// The log latched after a failed commit could not be truncated.
     Latched {
         /// Its incarnation.
@@ -613,6 +620,11 @@ impl Owner {
                     self.journal_inbox
                         .push_back(JournalInput::Synced { key, through });
                     continue;
+                }
+                CombinerOutput::SyncFailed { topic_id, fault } => {
+                    self.journal_inbox
+                        .push_back(JournalInput::SyncFailed { key });
+                    LogEvent::SyncFailed { topic_id, fault }
                 }
                 CombinerOutput::LogOpened { topic_id, report } => {
                     log_events = true;

@@ -742,6 +742,16 @@ impl Host {
                 tracing::error!(topic, %partition, ?topic_id, %error, "partition log open failed");
                 self.metrics.error("storage", "partition_open").inc();
             }
+            LogEvent::SyncFailed { topic_id, fault } => {
+                tracing::error!(
+                    topic,
+                    %partition,
+                    ?topic_id,
+                    %fault,
+                    "partition log sync failed; the owner journal keeps its records and it is synced again later"
+                );
+                self.metrics.error("storage", "partition_sync").inc();
+            }
             LogEvent::Latched { topic_id, fault } => {
                 tracing::error!(
                     topic,

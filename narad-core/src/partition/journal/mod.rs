@@ -76,6 +76,8 @@ pub const SYNCS_ASKED_MAX: usize = 16;
 /// then writes data only, not the file's new size and blocks (the partition logs' zero fill, for the
 /// same reason: see `PREALLOCATE_BYTES_DEFAULT`).
 pub const JOURNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
+/// How long a log whose lazy sync failed waits before it is asked again (on the next input after).
+pub const SYNC_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -162,6 +164,11 @@ pub enum JournalInput {
         key: LogKey,
         /// Its high watermark when its sync started.
         through: Offset,
+    },
+    /// The log's lazy sync failed: it is asked again once [`SYNC_RETRY_INTERVAL`] has passed.
+    SyncFailed {
+        /// The log.
+        key: LogKey,
     },
     /// The log is gone (its directory is being removed): nothing of it needs keeping.
     Released {
@@ -282,6 +289,8 @@ pub struct OwnerJournal {
     sync_queue: VecDeque<LogKey>,
     /// Logs asked and not answered yet (at most [`SYNCS_ASKED_MAX`]).
     syncs_asked: BTreeSet<LogKey>,
+    /// Logs whose sync failed, and when to ask them again.
+    sync_retries: Vec<(Instant, LogKey)>,
     next_io: u64,
     now: Instant,
     outputs: VecDeque<JournalOutput>,
@@ -304,6 +313,7 @@ impl OwnerJournal {
             fill_off: false,
             sync_queue: VecDeque::new(),
             syncs_asked: BTreeSet::new(),
+            sync_retries: Vec::new(),
             now: Instant::default(),
             outputs: VecDeque::new(),
         }
@@ -383,11 +393,35 @@ impl OwnerJournal {
         self.ask_syncs();
     }
 
+    fn on_sync_failed(&mut self, key: LogKey) {
+        self.syncs_asked.remove(&key);
+        self.sync_retries
+            .push((self.now + SYNC_RETRY_INTERVAL, key));
+        self.ask_syncs();
+    }
+
+    /// Queues again the logs whose failed sync is due for another try.
+    fn retry_syncs(&mut self) {
+        if self.sync_retries.is_empty() {
+            return;
+        }
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) =
+            self.sync_retries.drain(..).partition(|&(at, _)| at <= now);
+        self.sync_retries = later;
+        if due.is_empty() {
+            return;
+        }
+        self.sync_queue.extend(due.into_iter().map(|(_, key)| key));
+        self.ask_syncs();
+    }
+
     fn on_released(&mut self, key: LogKey) {
         for segment in self.segments.values_mut() {
             segment.pins.remove(&key);
         }
         self.syncs_asked.remove(&key);
+        self.sync_retries.retain(|&(_, retried)| retried != key);
         self.trim_if_due();
         self.ask_syncs();
     }
@@ -763,9 +797,11 @@ impl Actor for OwnerJournal {
         match input {
             JournalInput::Append { key, dir, id, run } => self.on_append(key, &dir, id, run),
             JournalInput::Synced { key, through } => self.on_synced(key, through),
+            JournalInput::SyncFailed { key } => self.on_sync_failed(key),
             JournalInput::Released { key } => self.on_released(key),
             JournalInput::Io(completion) => self.on_io(completion),
         }
+        self.retry_syncs();
         if crate::DEEP_CHECKS {
             self.check_invariants();
         }

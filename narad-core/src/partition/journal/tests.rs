@@ -322,6 +322,8 @@ struct Crash {
     partitions: u32,
     replays: Vec<ReplayReport>,
     journal_config: JournalConfig,
+    /// Advances a little each step, so latched logs and failed syncs are retried.
+    now: Instant,
 }
 
 impl Crash {
@@ -346,6 +348,7 @@ impl Crash {
             partitions,
             replays: Vec::new(),
             journal_config,
+            now: Instant::ZERO,
         };
         let state = harness.state.clone();
         harness.input(OwnerInput::Replica(state));
@@ -365,7 +368,8 @@ impl Crash {
     }
 
     fn input(&mut self, input: OwnerInput) {
-        self.owner.handle(Instant::ZERO, input);
+        self.now = self.now + std::time::Duration::from_millis(5);
+        self.owner.handle(self.now, input);
         while let Some(output) = self.owner.poll_output() {
             match output {
                 OwnerOutput::Io { key, request } => self.pending.push((key, request)),
@@ -383,6 +387,10 @@ impl Crash {
                     self.reads
                         .insert(id.0, result.map_err(|error| error.to_string()));
                 }
+                OwnerOutput::Log {
+                    event: crate::partition::owner::LogEvent::OpenFailed { error, .. },
+                    ..
+                } => panic!("a partition log failed to open after a replay: {error}"),
                 OwnerOutput::Forget { .. } | OwnerOutput::Journal(_) | OwnerOutput::Log { .. } => {}
             }
         }

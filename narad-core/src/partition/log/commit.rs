@@ -15,7 +15,7 @@ impl PartitionLog {
     }
 
     pub(super) fn begin_commit(&mut self, request: &CommitRequest) -> Result<(), CommitFault> {
-        if !matches!(self.phase, Phase::Ready) || self.sync_failed.is_some() {
+        if !matches!(self.phase, Phase::Ready) {
             return Err(CommitFault::NotReady(self.status()));
         }
         if request.records.is_empty() {
@@ -271,8 +271,9 @@ impl PartitionLog {
     /// A lazy sync of every segment written since its last sync (and the directory, while a segment's
     /// name is not durable). It runs on its own lane, beside commits: it covers the writes completed
     /// before it was issued, so it vouches for the records below the high watermark of that moment.
+    /// After a failed sync it is a resync: the unsynced ranges are read back first.
     pub(super) fn on_sync(&mut self) {
-        if !self.config.journaled || self.sync.is_some() || self.sync_failed.is_some() {
+        if !self.config.journaled || self.sync.is_some() {
             return;
         }
         if matches!(
@@ -280,6 +281,7 @@ impl PartitionLog {
             Phase::Listing(..)
                 | Phase::Measuring(..)
                 | Phase::Scanning(..)
+                | Phase::Rewriting(..)
                 | Phase::Finalizing(..)
                 | Phase::OpenFailed(..)
         ) {
@@ -291,53 +293,140 @@ impl PartitionLog {
             .filter(|(_, segment)| !segment.name_durable)
             .map(|(&base, _)| base)
             .collect();
-        if self.dirty.is_empty() && names.is_empty() {
+        if self.dirty.is_empty() && names.is_empty() && !self.resync {
             let through = self.high_watermark;
             self.outputs.push_back(LogOutput::Synced { through });
             return;
         }
-        let mut ops: Vec<IoOp> = self
-            .dirty
-            .keys()
-            .map(|&base| IoOp::SyncData {
-                path: self.segment_path(base),
+        let covered: Vec<(Offset, u64)> = self
+            .segments
+            .iter()
+            .filter(|(base, segment)| {
+                self.dirty.contains_key(base)
+                    || (self.resync && segment.synced_bytes < segment.bytes)
             })
+            .map(|(&base, segment)| (base, segment.bytes))
             .collect();
-        if !names.is_empty() {
-            ops.push(IoOp::SyncDir {
-                dir: self.config.dir.clone(),
-            });
-        }
+        let (ops, reading) = if self.resync {
+            self.resync_reads(&covered)
+        } else {
+            (self.sync_ops(&covered, !names.is_empty()), None)
+        };
         let io = self.request(self.config.sync_lane, ops);
         self.sync = Some(LazySync {
             io,
             writes: self.writes,
             through: self.high_watermark,
             names,
+            covered,
+            reading,
         });
     }
 
+    fn sync_ops(&self, covered: &[(Offset, u64)], dir: bool) -> Vec<IoOp> {
+        let mut ops: Vec<IoOp> = covered
+            .iter()
+            .map(|&(base, _)| IoOp::SyncData {
+                path: self.segment_path(base),
+            })
+            .collect();
+        if dir {
+            ops.push(IoOp::SyncDir {
+                dir: self.config.dir.clone(),
+            });
+        }
+        ops
+    }
+
+    /// Reads back every range no successful sync covered: a failed sync may have dropped their pages
+    /// while leaving them in the cache marked clean, so they are written again before the next sync.
+    fn resync_reads(
+        &self,
+        covered: &[(Offset, u64)],
+    ) -> (Vec<IoOp>, Option<Vec<(Offset, u64, Offset)>>) {
+        let mut ops = Vec::new();
+        let mut ranges = Vec::new();
+        for &(base, bytes) in covered {
+            let segment = &self.segments[&base];
+            let from = segment.synced_bytes.min(bytes);
+            ops.push(IoOp::ReadAt {
+                path: segment.path.clone(),
+                offset: from,
+                len: (bytes - from) as usize,
+            });
+            ranges.push((base, from, segment.end_offset));
+        }
+        (ops, Some(ranges))
+    }
+
     pub(super) fn on_sync_io(&mut self, completion: IoCompletion) {
-        let Some(sync) = self.sync.take() else {
+        let Some(mut sync) = self.sync.take() else {
             return;
         };
-        match completion.result {
-            Ok(_) => {
-                self.dirty.retain(|_, written| *written > sync.writes);
-                for base in sync.names {
-                    if let Some(segment) = self.segments.get_mut(&base) {
-                        segment.name_durable = true;
-                    }
-                }
-                self.outputs.push_back(LogOutput::Synced {
-                    through: sync.through,
-                });
-            }
-            Err((_, fault)) => {
-                self.sync_failed = Some(fault.clone());
-                self.outputs.push_back(LogOutput::Latched(fault));
+        let replies = match completion.result {
+            Ok(replies) => replies,
+            Err((_, fault)) => return self.sync_failed(fault),
+        };
+        if let Some(ranges) = sync.reading.take() {
+            return self.rewrite_ranges(sync, ranges, replies);
+        }
+        self.resync = false;
+        // A segment a roll created whose commit waits for the journal is not held yet, so the sync
+        // did not cover it: it stays dirty.
+        let covered = &sync.covered;
+        self.dirty.retain(|base, written| {
+            *written > sync.writes || !covered.iter().any(|(covered, _)| covered == base)
+        });
+        for &(base, bytes) in &sync.covered {
+            if let Some(segment) = self.segments.get_mut(&base) {
+                segment.synced_bytes = segment.synced_bytes.max(bytes);
             }
         }
+        for base in sync.names {
+            if let Some(segment) = self.segments.get_mut(&base) {
+                segment.name_durable = true;
+            }
+        }
+        self.outputs.push_back(LogOutput::Synced {
+            through: sync.through,
+        });
+    }
+
+    /// A resync's read-back came: every range must be whole frames that verify and continue each
+    /// other up to the segment's end; then they are written again and synced.
+    fn rewrite_ranges(
+        &mut self,
+        mut sync: LazySync,
+        ranges: Vec<(Offset, u64, Offset)>,
+        replies: Vec<IoReply>,
+    ) {
+        let mut ops = Vec::with_capacity(ranges.len() * 2 + 1);
+        for (&(base, from, end), reply) in ranges.iter().zip(replies) {
+            let IoReply::Data(bytes) = reply else {
+                return self.sync_failed(IoFault::Other("unexpected reply to read".into()));
+            };
+            if !frames_continue_to(&bytes, end, self.verify_crc()) {
+                return self.sync_failed(IoFault::Other(
+                    "unsynced frames no longer read back whole".into(),
+                ));
+            }
+            if !bytes.is_empty() {
+                ops.push(IoOp::WriteAt {
+                    path: self.segment_path(base),
+                    offset: from,
+                    data: bytes,
+                });
+            }
+        }
+        ops.extend(self.sync_ops(&sync.covered, !sync.names.is_empty()));
+        sync.io = self.request(self.config.sync_lane, ops);
+        self.sync = Some(sync);
+    }
+
+    /// A sync failed: nothing is vouched for until a resync succeeds (the journal asks again later).
+    fn sync_failed(&mut self, fault: IoFault) {
+        self.resync = true;
+        self.outputs.push_back(LogOutput::SyncFailed(fault));
     }
 
     /// Keeps a just-created segment file (its name not yet durable) as the empty active segment.
@@ -352,6 +441,7 @@ impl PartitionLog {
                 file_bytes: 0,
                 index: SparseIndex::default(),
                 name_durable: false,
+                synced_bytes: 0,
             },
         );
     }
@@ -420,16 +510,17 @@ impl PartitionLog {
             segment.file_bytes = target.position;
         }
         let path = self.segment_path(target.segment);
-        let io = self.request(
-            self.config.commit_lane,
-            vec![
-                IoOp::SetLen {
-                    path: path.clone(),
-                    len: target.position,
-                },
-                IoOp::SyncData { path },
-            ],
-        );
+        // Durably, journaled too: once a roll starts the next segment at the high watermark, a
+        // failed commit's frames coming back after a crash would overlap it, and the journal may
+        // already have dropped everything before that next segment.
+        let ops = vec![
+            IoOp::SetLen {
+                path: path.clone(),
+                len: target.position,
+            },
+            IoOp::SyncData { path },
+        ];
+        let io = self.request(self.config.commit_lane, ops);
         self.phase = Phase::Repairing(io, target);
     }
 
@@ -453,11 +544,33 @@ impl PartitionLog {
         match completion.result {
             Ok(_) => self.phase = Phase::Ready,
             Err((_, fault)) => {
+                if self.config.journaled {
+                    // The failed sync may have dropped pages of records below the high watermark
+                    // that no sync covered yet (fsyncgate): a later sync would "succeed" without them.
+                    self.resync = true;
+                }
                 self.phase = Phase::Latched(fault.clone(), target);
                 self.outputs.push_back(LogOutput::Latched(fault));
             }
         }
     }
+}
+
+/// True when `bytes` are whole frames that verify, each continuing the previous, the last ending at
+/// `end` (empty bytes: nothing to check).
+fn frames_continue_to(bytes: &[u8], end: Offset, verify_crc: bool) -> bool {
+    let mut position = 0;
+    let mut next: Option<Offset> = None;
+    while position < bytes.len() {
+        match verify_frame_checked(&bytes[position..], verify_crc) {
+            Ok(header) if next.is_none_or(|next| next == header.base_offset) => {
+                next = Some(Offset(header.base_offset.0 + u64::from(header.count)));
+                position += header.frame_len();
+            }
+            Ok(_) | Err(_) => return false,
+        }
+    }
+    next.is_none_or(|next| next == end)
 }
 
 /// True when `bytes` are exactly the frames of `pending`: each decodes (CRC, structure) with the

@@ -455,8 +455,7 @@ pub enum LogInput {
         result: Result<(), IoFault>,
     },
     /// Make every visible record of a journaled log durable in its own files; answered
-    /// [`LogOutput::Synced`] (at once when nothing is unsynced). A log whose lazy sync failed never
-    /// answers again: the journal keeps its records until a restart replays them.
+    /// [`LogOutput::Synced`] (at once when nothing is unsynced) or [`LogOutput::SyncFailed`].
     Sync,
 }
 
@@ -514,6 +513,9 @@ pub enum LogOutput {
         /// The high watermark when the sync started.
         through: Offset,
     },
+    /// A lazy sync failed: nothing is vouched for; the next [`LogInput::Sync`] resyncs (reads the
+    /// unsynced ranges back, verifies and writes them again, then syncs).
+    SyncFailed(IoFault),
 }
 
 /// The figures `partition_stats` reports.
@@ -544,6 +546,8 @@ struct Segment {
     index: SparseIndex,
     /// False while the segment's directory entry may not survive a crash (created, dir not synced).
     name_durable: bool,
+    /// Journaled: bytes of frames a successful sync covered (the rest is durable in the journal only).
+    synced_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -692,9 +696,11 @@ pub struct PartitionLog {
     writes: u64,
     /// Journaled: the lazy sync in flight.
     sync: Option<LazySync>,
-    /// Journaled: a lazy sync failed (fsyncgate: the pages it covered are of unknown content, and
-    /// only the journal still holds them): commits are refused until a restart replays the journal.
-    sync_failed: Option<IoFault>,
+    /// Journaled: a sync of this log's files failed (fsyncgate: pages it covered may be dropped yet
+    /// marked clean, so a bare sync would "succeed" without them). Until a resync (read back, verify,
+    /// write again, sync) succeeds, the log does not vouch for anything; commits go on meanwhile,
+    /// durable in the journal.
+    resync: bool,
     outputs: VecDeque<LogOutput>,
 }
 
@@ -708,6 +714,10 @@ struct LazySync {
     through: Offset,
     /// Segments whose names it makes durable.
     names: Vec<Offset>,
+    /// Segments it covers, with their bytes of frames when it was issued.
+    covered: Vec<(Offset, u64)>,
+    /// A resync's read-back of the unsynced ranges, `(segment, from, end offset)`, before the writes.
+    reading: Option<Vec<(Offset, u64, Offset)>>,
 }
 
 impl PartitionLog {
@@ -735,7 +745,7 @@ impl PartitionLog {
             dirty: BTreeMap::new(),
             writes: 0,
             sync: None,
-            sync_failed: None,
+            resync: false,
             outputs: VecDeque::new(),
         };
         let dir = log.config.dir.clone();
@@ -757,7 +767,6 @@ impl PartitionLog {
             | Phase::Scanning(..)
             | Phase::Rewriting(..)
             | Phase::Finalizing(..) => LogStatus::Opening,
-            Phase::Ready if self.sync_failed.is_some() => LogStatus::Latched,
             Phase::Ready => LogStatus::Ready,
             Phase::Committing(..) | Phase::Journaling(..) => LogStatus::Committing,
             Phase::Repairing(..) => LogStatus::Repairing,
@@ -824,13 +833,13 @@ impl PartitionLog {
     pub fn latched_fault(&self) -> Option<&IoFault> {
         match &self.phase {
             Phase::Latched(fault, _) => Some(fault),
-            _ => self.sync_failed.as_ref(),
+            _ => None,
         }
     }
 
     /// Journaled: whether records below the high watermark wait for a lazy sync of this log's files.
     pub fn unsynced(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.dirty.is_empty() || self.resync
     }
 
     /// Why the open failed, while failed.

@@ -183,6 +183,8 @@ impl PartitionLog {
                 },
                 index: result.index,
                 name_durable: true,
+                // `finalize` syncs the verified frames before anything is served.
+                synced_bytes: result.verified_bytes,
             },
         );
         if is_last {
