@@ -317,6 +317,8 @@ pub enum CombinerOutput {
         /// The log's high watermark when its sync started.
         through: Offset,
     },
+    /// The held log cannot sync now (a resync waits for its commit in flight): ask again later.
+    SyncDeferred,
     /// The held log's lazy sync failed (the journal asks again later; the log resyncs then).
     SyncFailed {
         /// Its incarnation.
@@ -603,6 +605,7 @@ impl Combiner {
                 },
                 LogOutput::Synced { through } => CombinerOutput::Synced { through },
                 LogOutput::SyncFailed(fault) => CombinerOutput::SyncFailed { topic_id, fault },
+                LogOutput::SyncDeferred => CombinerOutput::SyncDeferred,
                 LogOutput::CommitDone { id, result } => {
                     commit_outcomes.push((id, result));
                     continue;

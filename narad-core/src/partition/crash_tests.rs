@@ -225,7 +225,8 @@ impl Run {
                 | LogOutput::ReadDone { .. }
                 | LogOutput::Journal { .. }
                 | LogOutput::Synced { .. }
-                | LogOutput::SyncFailed(_) => panic!("unexpected output {output:?}"),
+                | LogOutput::SyncFailed(_)
+                | LogOutput::SyncDeferred => panic!("unexpected output {output:?}"),
             }
         }
         assert!(

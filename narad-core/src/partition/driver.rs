@@ -20,7 +20,8 @@ impl IoActor for PartitionLog {
             | LogOutput::Latched(_)
             | LogOutput::Journal { .. }
             | LogOutput::Synced { .. }
-            | LogOutput::SyncFailed(_)) => Err(other),
+            | LogOutput::SyncFailed(_)
+            | LogOutput::SyncDeferred) => Err(other),
         }
     }
 
@@ -46,7 +47,8 @@ impl IoActor for Combiner {
             | CombinerOutput::LogRetired { .. }
             | CombinerOutput::Journal { .. }
             | CombinerOutput::Synced { .. }
-            | CombinerOutput::SyncFailed { .. }) => Err(other),
+            | CombinerOutput::SyncFailed { .. }
+            | CombinerOutput::SyncDeferred) => Err(other),
         }
     }
 

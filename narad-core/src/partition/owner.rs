@@ -621,6 +621,11 @@ impl Owner {
                         .push_back(JournalInput::Synced { key, through });
                     continue;
                 }
+                CombinerOutput::SyncDeferred => {
+                    self.journal_inbox
+                        .push_back(JournalInput::SyncFailed { key });
+                    continue;
+                }
                 CombinerOutput::SyncFailed { topic_id, fault } => {
                     self.journal_inbox
                         .push_back(JournalInput::SyncFailed { key });

@@ -846,7 +846,8 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
                     | CombinerOutput::LogRetired { .. } => {}
                     CombinerOutput::Journal { .. }
                     | CombinerOutput::Synced { .. }
-                    | CombinerOutput::SyncFailed { .. } => {
+                    | CombinerOutput::SyncFailed { .. }
+                    | CombinerOutput::SyncDeferred => {
                         unreachable!("not journaled")
                     }
                 }

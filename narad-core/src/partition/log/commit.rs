@@ -298,6 +298,12 @@ impl PartitionLog {
             self.outputs.push_back(LogOutput::Synced { through });
             return;
         }
+        if self.resync && !matches!(self.phase, Phase::Ready) {
+            // A commit in flight wrote frames the failed sync may have dropped too; the resync reads
+            // back only visible frames, so it waits until that commit has landed or been cut off.
+            self.outputs.push_back(LogOutput::SyncDeferred);
+            return;
+        }
         let covered: Vec<(Offset, u64)> = self
             .segments
             .iter()
@@ -320,6 +326,7 @@ impl PartitionLog {
             names,
             covered,
             reading,
+            failures: self.sync_failures,
         });
     }
 
@@ -369,6 +376,13 @@ impl PartitionLog {
         };
         if let Some(ranges) = sync.reading.take() {
             return self.rewrite_ranges(sync, ranges, replies);
+        }
+        if self.sync_failures != sync.failures {
+            // A repair's sync failed meanwhile: pages this sync was to cover may be gone.
+            self.outputs.push_back(LogOutput::SyncFailed(IoFault::Other(
+                "another sync of the log failed meanwhile".into(),
+            )));
+            return;
         }
         self.resync = false;
         // A segment a roll created whose commit waits for the journal is not held yet, so the sync
@@ -426,6 +440,7 @@ impl PartitionLog {
     /// A sync failed: nothing is vouched for until a resync succeeds (the journal asks again later).
     fn sync_failed(&mut self, fault: IoFault) {
         self.resync = true;
+        self.sync_failures += 1;
         self.outputs.push_back(LogOutput::SyncFailed(fault));
     }
 
@@ -548,6 +563,7 @@ impl PartitionLog {
                     // The failed sync may have dropped pages of records below the high watermark
                     // that no sync covered yet (fsyncgate): a later sync would "succeed" without them.
                     self.resync = true;
+                    self.sync_failures += 1;
                 }
                 self.phase = Phase::Latched(fault.clone(), target);
                 self.outputs.push_back(LogOutput::Latched(fault));

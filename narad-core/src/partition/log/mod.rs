@@ -516,6 +516,8 @@ pub enum LogOutput {
     /// A lazy sync failed: nothing is vouched for; the next [`LogInput::Sync`] resyncs (reads the
     /// unsynced ranges back, verifies and writes them again, then syncs).
     SyncFailed(IoFault),
+    /// A resync must wait for the commit in flight: ask again later.
+    SyncDeferred,
 }
 
 /// The figures `partition_stats` reports.
@@ -701,6 +703,9 @@ pub struct PartitionLog {
     /// write again, sync) succeeds, the log does not vouch for anything; commits go on meanwhile,
     /// durable in the journal.
     resync: bool,
+    /// Journaled: syncs of this log's files that failed so far (a sync that overlapped a failure
+    /// vouches for nothing: the failure may have dropped pages it was to cover).
+    sync_failures: u64,
     outputs: VecDeque<LogOutput>,
 }
 
@@ -718,6 +723,8 @@ struct LazySync {
     covered: Vec<(Offset, u64)>,
     /// A resync's read-back of the unsynced ranges, `(segment, from, end offset)`, before the writes.
     reading: Option<Vec<(Offset, u64, Offset)>>,
+    /// Failed syncs when it was issued.
+    failures: u64,
 }
 
 impl PartitionLog {
@@ -746,6 +753,7 @@ impl PartitionLog {
             writes: 0,
             sync: None,
             resync: false,
+            sync_failures: 0,
             outputs: VecDeque::new(),
         };
         let dir = log.config.dir.clone();
