@@ -2,11 +2,12 @@
 //!
 //! W workers (tasks on a small tokio runtime, one connection each) send single produces
 //! (`POST /v1/topics/{t}/produce`, raw body of S bytes) or batches (`POST .../produce/batch`, N
-//! messages of S payload bytes), keyed (`--keys K`: key `k<m mod K>` for message m) or keyless, for a
-//! duration or a message count, closed-loop (each worker sends its next request when the last one is
-//! answered) or at a fixed offered rate (`--rate`, messages/s over all workers; latency is then measured
-//! from each request's scheduled start, so a node that falls behind shows it instead of slowing the
-//! schedule down).
+//! messages of S payload bytes), keyed (`--keys K`: key `k<m mod K>` for message m) or keyless, to
+//! one topic or to `--topics N` (`<topic>-0` .. `<topic>-<N-1>`, each request to a uniformly random
+//! one, from a seeded generator per worker), for a duration or a message count, closed-loop (each
+//! worker sends its next request when the last one is answered) or at a fixed offered rate (`--rate`,
+//! messages/s over all workers; latency is then measured from each request's scheduled start, so a
+//! node that falls behind shows it instead of slowing the schedule down).
 //!
 //! Around the measured window it scrapes `/metrics` and reports, besides the client's own msgs/s, MB/s
 //! (payload bytes, 10^6 B) and p50/p95/p99 latency: fsyncs per accepted record (WAL fdatasyncs, and
@@ -14,7 +15,8 @@
 //! record (each at most one partition-log fsync on the owner), and the node's
 //! accept→visible quantiles. Before the last scrape it waits (bounded by `--drain-timeout`) for
 //! `narad_ingress_dispatch_backlog_records` to reach 0, so every accepted record's visibility is
-//! counted.
+//! counted. Every figure is the whole node's (its counters and its backlog cover all topics), so
+//! with several topics they are summed over them.
 //!
 //! Layout: [`http1`] (request bytes, response parsing; pure), [`scrape`] (reading `/metrics`; pure),
 //! [`workload`] (the plan from the flags, bodies, latency summaries, the report; pure), and, outside
@@ -48,9 +50,14 @@ pub enum OutputFormat {
 /// `narad bench` flags.
 #[derive(Debug, Args, Clone, PartialEq)]
 pub struct BenchArgs {
-    /// Topic to produce to (created with `--partitions` if missing).
+    /// Topic to produce to (created with `--partitions` if missing); with `--topics N` > 1, the
+    /// prefix of the N topics.
     #[arg(default_value = "bench")]
     pub topic: String,
+    /// Topics to spread the load over: with N > 1, `<topic>-0` .. `<topic>-<N-1>` (each created with
+    /// `--partitions` if missing), every request to a uniformly random one of them.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub topics: usize,
     /// The node's HTTP address (`host:port` or `http://host:port`); several, comma-separated, spread
     /// the workers over a cluster's nodes round-robin.
     #[arg(

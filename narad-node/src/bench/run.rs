@@ -1,4 +1,4 @@
-//! The bench itself: create the topic, run the workers, scrape `/metrics` around the measured window,
+//! The bench itself: create the topics, run the workers, scrape `/metrics` around the measured window,
 //! wait for the dispatch backlog to drain, and build the [`Report`].
 //!
 //! Scheduling: every request takes a ticket from one counter. Closed loop, a worker sends as soon as
@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs as _};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,8 @@ use super::client::Connection;
 use super::http1;
 use super::scrape::Scrape;
 use super::workload::{
-    batch_body, payload, LatencySummary, NodeFigures, Plan, Report, Stop, LATENCY_SAMPLES_MAX,
+    batch_body, payload, LatencySummary, NodeFigures, Plan, Report, Stop, TopicPicker,
+    LATENCY_SAMPLES_MAX,
 };
 use super::BenchArgs;
 
@@ -29,6 +30,11 @@ use super::BenchArgs;
 const RECONNECT_DELAY: Duration = Duration::from_millis(10);
 /// How often the backlog gauge is read while waiting for it to drain.
 const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Topic creations in flight at once (one connection each).
+const CREATES_IN_FLIGHT: usize = 16;
+/// Owner-side fdatasyncs (partition logs and the owner journal), when the node exports the counter;
+/// counted instead of [`PARTITION_FSYNC_COUNTS`], which it covers.
+const OWNER_FSYNCS: &str = "narad_owner_fsyncs_total";
 /// Partition-log fsync counters the node may export (summed when present).
 const PARTITION_FSYNC_COUNTS: [&str; 2] = [
     "narad_storage_fsync_duration_seconds_count",
@@ -93,14 +99,14 @@ struct Shared {
     /// Measured requests still to send (`--count`).
     requests_left: AtomicU64,
     payload: Vec<u8>,
-    /// The single-produce request when it never changes (keyless).
-    fixed_request: Option<Vec<u8>>,
+    /// Each topic's single-produce request when it never changes (keyless).
+    fixed_requests: Option<Vec<Vec<u8>>>,
 }
 
 impl Shared {
-    fn request(&self, ticket: u64) -> Vec<u8> {
-        if let Some(request) = &self.fixed_request {
-            return request.clone();
+    fn request(&self, ticket: u64, topic: usize) -> Vec<u8> {
+        if let Some(requests) = &self.fixed_requests {
+            return requests[topic].clone();
         }
         let plan = &self.plan;
         let first = ticket * plan.messages_per_request();
@@ -110,7 +116,7 @@ impl Shared {
                     (first..first + batch as u64).map(|m| plan.key(m)).collect();
                 http1::request(
                     "POST",
-                    &plan.target(),
+                    &plan.target(topic),
                     &plan.authority,
                     &[("Content-Type", "application/json")],
                     &batch_body(&self.payload, &keys),
@@ -118,8 +124,8 @@ impl Shared {
             }
             None => {
                 let target = match plan.key(first) {
-                    Some(key) => format!("{}?key={key}", plan.target()),
-                    None => plan.target(),
+                    Some(key) => format!("{}?key={key}", plan.target(topic)),
+                    None => plan.target(topic),
                 };
                 http1::request("POST", &target, &plan.authority, &[], &self.payload)
             }
@@ -144,7 +150,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         .map(|authority| resolve(authority))
         .collect::<anyhow::Result<Vec<SocketAddr>>>()?;
     let addr = addrs[0];
-    ensure_topic(addr, &plan).await?;
+    ensure_topics(addr, &plan).await?;
     eprintln!("narad bench: producing ({})...", plan.describe());
     let per_request = plan.messages_per_request();
     let requests_left = match plan.stop {
@@ -158,8 +164,13 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         Stop::Count(_) => None,
     };
     let payload = payload(plan.payload_bytes);
-    let fixed_request = (plan.batch.is_none() && plan.keys == 0)
-        .then(|| http1::request("POST", &plan.target(), &plan.authority, &[], &payload));
+    let fixed_requests = (plan.batch.is_none() && plan.keys == 0).then(|| {
+        (0..plan.topics)
+            .map(|topic| {
+                http1::request("POST", &plan.target(topic), &plan.authority, &[], &payload)
+            })
+            .collect()
+    });
     let shared = Arc::new(Shared {
         interval_s: plan.rate_per_s.map(|rate| per_request as f64 / rate),
         plan: plan.clone(),
@@ -170,7 +181,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         tickets: AtomicU64::new(0),
         requests_left: AtomicU64::new(requests_left),
         payload,
-        fixed_request,
+        fixed_requests,
     });
     let scraped = addrs.clone();
     let before = tokio::spawn(async move {
@@ -221,6 +232,7 @@ async fn worker(shared: Arc<Shared>, index: usize, samples_max: usize) -> Tally 
     let addr = shared.addrs[index % shared.addrs.len()];
     let mut tally = Tally::default();
     let mut connection: Option<Connection> = None;
+    let mut topics = TopicPicker::new(shared.plan.topics, index);
     loop {
         let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
         let due = match shared.interval_s {
@@ -237,7 +249,7 @@ async fn worker(shared: Arc<Shared>, index: usize, samples_max: usize) -> Tally 
         if shared.interval_s.is_some() {
             tokio::time::sleep_until(due).await;
         }
-        let request = shared.request(ticket);
+        let request = shared.request(ticket, topics.next_topic());
         let outcome = exchange(&mut connection, addr, &request).await;
         let done = Instant::now();
         if !measured {
@@ -301,28 +313,67 @@ fn resolve(authority: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{authority} resolves to no address"))
 }
 
-/// Creates the topic; an existing one (409) is used as it is.
-async fn ensure_topic(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
-    let body = serde_json::json!({"name": plan.topic, "partitions": plan.partitions}).to_string();
+/// Creates the plan's topics, [`CREATES_IN_FLIGHT`] at a time; an existing one (409) is used as it
+/// is.
+async fn ensure_topics(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
+    let names: Arc<[String]> = plan.topic_names().into();
+    let next = Arc::new(AtomicUsize::new(0));
+    let creators: Vec<_> = (0..CREATES_IN_FLIGHT.min(names.len()))
+        .map(|_| {
+            let (names, next) = (names.clone(), next.clone());
+            let (authority, partitions) = (plan.authority.clone(), plan.partitions);
+            tokio::spawn(async move {
+                let mut connection: Option<Connection> = None;
+                loop {
+                    let index = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(name) = names.get(index) else {
+                        return anyhow::Ok(());
+                    };
+                    create_topic(&mut connection, addr, &authority, name, partitions).await?;
+                }
+            })
+        })
+        .collect();
+    for creator in creators {
+        creator.await.context("a topic-creating task panicked")??;
+    }
+    Ok(())
+}
+
+/// Creates one topic on `connection` (opened first if needed or closed); 409 (it exists) is fine.
+async fn create_topic(
+    connection: &mut Option<Connection>,
+    addr: SocketAddr,
+    authority: &str,
+    name: &str,
+    partitions: u32,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({"name": name, "partitions": partitions}).to_string();
     let request = http1::request(
         "POST",
         "/v1/topics",
-        &plan.authority,
+        authority,
         &[("Content-Type", "application/json")],
         body.as_bytes(),
     );
-    let mut connection = Connection::connect(addr)
-        .await
-        .with_context(|| format!("connecting to {addr}"))?;
-    let response = connection
-        .exchange(&request)
-        .await
-        .context("creating the topic")?;
+    if connection.as_ref().is_none_or(Connection::is_closed) {
+        let fresh = Connection::connect(addr)
+            .await
+            .with_context(|| format!("connecting to {addr}"))?;
+        *connection = Some(fresh);
+    }
+    let open = connection.as_mut().expect("connected above");
+    let response = match open.exchange(&request).await {
+        Ok(response) => response,
+        Err(error) => {
+            *connection = None;
+            return Err(error).with_context(|| format!("creating topic {name}"));
+        }
+    };
     match response.status {
         201 | 409 => Ok(()),
         status => bail!(
-            "creating topic {}: {status} {}",
-            plan.topic,
+            "creating topic {name}: {status} {}",
             String::from_utf8_lossy(&response.body).trim()
         ),
     }
@@ -384,10 +435,15 @@ async fn drain(addr: SocketAddr, timeout: Duration) -> (anyhow::Result<Scrape>, 
 
 fn node_figures(before: &Scrape, after: &Scrape, drained: bool, backlog: f64) -> NodeFigures {
     let delta = |name: &str| after.sum(name) - before.sum(name);
-    let partition_fsyncs = PARTITION_FSYNC_COUNTS
-        .iter()
-        .any(|name| after.samples.iter().any(|sample| sample.name == *name))
-        .then(|| PARTITION_FSYNC_COUNTS.iter().map(|name| delta(name)).sum());
+    let exported = |name: &str| after.samples.iter().any(|sample| sample.name == name);
+    let partition_fsyncs = if exported(OWNER_FSYNCS) {
+        Some(delta(OWNER_FSYNCS))
+    } else {
+        PARTITION_FSYNC_COUNTS
+            .iter()
+            .any(|name| exported(name))
+            .then(|| PARTITION_FSYNC_COUNTS.iter().map(|name| delta(name)).sum())
+    };
     let commits = delta("narad_ingress_wal_group_commit_records_count");
     let histogram = |name: &str| match (after.histogram(name), before.histogram(name)) {
         (Some(after), Some(before)) => Some(after.since(&before)),

@@ -5,10 +5,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use rand::{Rng as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
+
 use super::{BenchArgs, OutputFormat};
 
 /// The most workers (connections) one bench opens.
 pub const WORKERS_MAX: usize = 4096;
+/// The most topics one bench spreads its load over (the metastore's limit).
+pub const TOPICS_MAX: usize = 10_000;
 /// The most client runtime threads.
 pub const THREADS_MAX: usize = 64;
 /// The largest single-produce payload (the node's body limit).
@@ -40,8 +45,10 @@ pub struct Plan {
     pub authority: String,
     /// `host:port` of every node the workers are spread over (worker `i` takes `i mod n`).
     pub authorities: Vec<String>,
-    /// Topic name.
+    /// Topic name; with [`Plan::topics`] > 1, the prefix of the topics' names.
     pub topic: String,
+    /// Topics the load is spread over ([`Plan::topic_name`]).
+    pub topics: usize,
     /// Partitions when the bench creates the topic.
     pub partitions: u32,
     /// Connections.
@@ -98,6 +105,9 @@ impl Plan {
         if !(1..=WORKERS_MAX).contains(&args.workers) {
             return Err(flag("workers", format!("between 1 and {WORKERS_MAX}")));
         }
+        if !(1..=TOPICS_MAX).contains(&args.topics) {
+            return Err(flag("topics", format!("between 1 and {TOPICS_MAX}")));
+        }
         if !(1..=THREADS_MAX).contains(&args.threads) {
             return Err(flag("threads", format!("between 1 and {THREADS_MAX}")));
         }
@@ -139,6 +149,7 @@ impl Plan {
             authority,
             authorities,
             topic: args.topic.clone(),
+            topics: args.topics,
             partitions: args.partitions,
             workers: args.workers,
             payload_bytes: args.size,
@@ -158,11 +169,29 @@ impl Plan {
         self.batch.map_or(1, |batch| batch as u64)
     }
 
-    /// The request target of message `message` (its key when keyed).
-    pub fn target(&self) -> String {
+    /// The name of topic `index` (below [`Plan::topics`]): the topic itself when there is one,
+    /// else `<topic>-<index>`.
+    pub fn topic_name(&self, index: usize) -> String {
+        if self.topics == 1 {
+            self.topic.clone()
+        } else {
+            format!("{}-{index}", self.topic)
+        }
+    }
+
+    /// Every topic's name, in index order.
+    pub fn topic_names(&self) -> Vec<String> {
+        (0..self.topics)
+            .map(|index| self.topic_name(index))
+            .collect()
+    }
+
+    /// The request target (without the key) of a produce to topic `index`.
+    pub fn target(&self, index: usize) -> String {
+        let topic = self.topic_name(index);
         match self.batch {
-            Some(_) => format!("/v1/topics/{}/produce/batch", self.topic),
-            None => format!("/v1/topics/{}/produce", self.topic),
+            Some(_) => format!("/v1/topics/{topic}/produce/batch"),
+            None => format!("/v1/topics/{topic}/produce"),
         }
     }
 
@@ -189,10 +218,41 @@ impl Plan {
             Some(rate) => format!(", offered {rate:.0} msgs/s"),
             None => String::new(),
         };
+        let topics = match self.topics {
+            1 => format!("topic {}", self.topic),
+            n => format!("{n} topics {}-0..{}-{}", self.topic, self.topic, n - 1),
+        };
         format!(
-            "topic {}, {} workers, {} B payloads, {shape}, {keys}, {stop}{rate}",
-            self.topic, self.workers, self.payload_bytes
+            "{topics}, {} workers, {} B payloads, {shape}, {keys}, {stop}{rate}",
+            self.workers, self.payload_bytes
         )
+    }
+}
+
+/// One worker's choice of topic for each of its requests: uniform over `topics`, from a generator
+/// seeded with the worker's index, so a run's sequence of choices repeats.
+#[derive(Clone, Debug)]
+pub struct TopicPicker {
+    topics: usize,
+    rng: ChaCha8Rng,
+}
+
+impl TopicPicker {
+    /// The picker of worker `worker` over `topics` topics (at least one).
+    pub fn new(topics: usize, worker: usize) -> TopicPicker {
+        TopicPicker {
+            topics: topics.max(1),
+            rng: ChaCha8Rng::seed_from_u64(worker as u64),
+        }
+    }
+
+    /// The index of the next request's topic, below `topics`.
+    pub fn next_topic(&mut self) -> usize {
+        if self.topics == 1 {
+            0
+        } else {
+            self.rng.random_range(0..self.topics)
+        }
     }
 }
 
@@ -309,7 +369,8 @@ pub struct NodeFigures {
     pub accepted_records: f64,
     /// Ingress WAL fdatasyncs (`narad_ingress_wal_fsync_duration_seconds_count` delta).
     pub wal_fsyncs: f64,
-    /// Partition-log fsyncs, when the node exports them.
+    /// Owner-side fsyncs (`narad_owner_fsyncs_total`: partition logs and the owner journal), else
+    /// partition-log fsyncs, when the node exports them.
     pub partition_fsyncs: Option<f64>,
     /// Dispatcher commits (`narad_ingress_dispatch_commit_duration_seconds_count` delta): each costs
     /// the owner at most one partition-log fsync (combined commits share one), so they bound the
@@ -565,6 +626,7 @@ mod tests {
                 authority: "127.0.0.1:7942".to_string(),
                 authorities: vec!["127.0.0.1:7942".to_string()],
                 topic: "bench".to_string(),
+                topics: 1,
                 partitions: 8,
                 workers: 8,
                 payload_bytes: 256,
@@ -607,7 +669,7 @@ mod tests {
         assert_eq!(plan.batch, Some(100));
         assert_eq!(plan.stop, Stop::After(Duration::from_secs(5)));
         assert_eq!(plan.rate_per_s, Some(2000.0));
-        assert_eq!(plan.target(), "/v1/topics/orders/produce/batch");
+        assert_eq!(plan.target(0), "/v1/topics/orders/produce/batch");
         assert_eq!(plan.key(17), Some("k1".to_string()));
         assert_eq!(
             plan.describe(),
@@ -619,6 +681,11 @@ mod tests {
     fn out_of_range_flags_are_refused() {
         let refused = |extra: &[&str]| Plan::from_args(&args(extra)).unwrap_err().to_string();
         assert_eq!(refused(&["-w", "0"]), "--workers: between 1 and 4096");
+        assert_eq!(refused(&["--topics", "0"]), "--topics: between 1 and 10000");
+        assert_eq!(
+            refused(&["--topics", "10001"]),
+            "--topics: between 1 and 10000"
+        );
         assert_eq!(
             refused(&["--size", "0"]),
             "--size: a message needs at least one byte"
@@ -644,6 +711,48 @@ mod tests {
         assert!(
             Cli::try_parse_from(["narad", "bench", "--count", "1", "--duration", "1s"]).is_err()
         );
+    }
+
+    #[test]
+    fn several_topics_are_named_by_index_and_one_keeps_its_name() {
+        let one = Plan::from_args(&args(&["orders"])).unwrap();
+        assert_eq!(one.topic_names(), vec!["orders".to_string()]);
+        assert_eq!(one.target(0), "/v1/topics/orders/produce");
+        let many = Plan::from_args(&args(&["orders", "--topics", "3", "--batch", "10"])).unwrap();
+        assert_eq!(many.topics, 3);
+        assert_eq!(many.topic_names(), vec!["orders-0", "orders-1", "orders-2"]);
+        assert_eq!(many.target(2), "/v1/topics/orders-2/produce/batch");
+        assert!(
+            many.describe()
+                .starts_with("3 topics orders-0..orders-2, 8 workers"),
+            "{}",
+            many.describe()
+        );
+    }
+
+    #[test]
+    fn topic_choices_are_uniform_and_repeat_per_worker() {
+        let mut one = TopicPicker::new(1, 5);
+        assert!((0..100).all(|_| one.next_topic() == 0));
+        let topics = 30;
+        let draws = 300_000;
+        let mut counts = vec![0u32; topics];
+        let mut picker = TopicPicker::new(topics, 0);
+        for _ in 0..draws {
+            counts[picker.next_topic()] += 1;
+        }
+        // 10,000 expected a topic; a binomial's standard deviation is about 98.
+        let expected = f64::from(draws) / topics as f64;
+        for (topic, count) in counts.iter().enumerate() {
+            let off = (f64::from(*count) - expected).abs();
+            assert!(off < 600.0, "topic {topic}: {count} of {draws}");
+        }
+        let sequence = |worker| {
+            let mut picker = TopicPicker::new(topics, worker);
+            (0..64).map(|_| picker.next_topic()).collect::<Vec<_>>()
+        };
+        assert_eq!(sequence(3), sequence(3));
+        assert_ne!(sequence(3), sequence(4));
     }
 
     #[test]
