@@ -19,6 +19,8 @@
 //! - `server` (not under madsim): wires it all to a real listener.
 //! - [`bench`]: `narad bench`, the HTTP load generator.
 
+#![forbid(unsafe_code)]
+
 pub mod accept_times;
 pub mod bench;
 pub mod cli;
