@@ -6,6 +6,8 @@
 //! The same actors run under the real node (tokio, real files) and under the simulator (madsim, a
 //! simulated disk that tears writes and fails fsyncs).
 
+#![forbid(unsafe_code)]
+
 pub mod actor;
 pub mod checkpoint;
 pub mod codec;

@@ -17,6 +17,8 @@
 //! checker, the scenario parser, the schedule generator and the shrinker are unit-tested by the
 //! workspace's ordinary `cargo test`.
 
+#![forbid(unsafe_code)]
+
 pub mod fault;
 pub mod ledger;
 #[cfg(test)]

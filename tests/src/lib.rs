@@ -17,6 +17,8 @@
 //! `NARAD_CLUSTER_*`, ...) configures it, and is kept for every restart, so a restarted member comes
 //! back at the same addresses.
 
+#![forbid(unsafe_code)]
+
 pub mod cluster;
 pub mod conn;
 pub mod ledger;

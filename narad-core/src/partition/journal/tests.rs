@@ -537,7 +537,7 @@ fn crash_run(seed: u64, faults: bool) -> (usize, Vec<ReplayReport>) {
         h.disk.add_fault(FaultRule {
             path_prefix: String::new(),
             kind: FaultKind::SyncEio,
-            chance_ppm: 20_000,
+            chance_ppm: 100_000,
             remaining: None,
         });
     }
@@ -552,7 +552,7 @@ fn crash_run(seed: u64, faults: bool) -> (usize, Vec<ReplayReport>) {
                     h.disk.add_fault(FaultRule {
                         path_prefix: String::new(),
                         kind: FaultKind::SyncEio,
-                        chance_ppm: 20_000,
+                        chance_ppm: 100_000,
                         remaining: None,
                     });
                 }
