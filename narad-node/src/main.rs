@@ -39,6 +39,12 @@ fn give_freed_memory_back() {
     }
 }
 
+/// Threads of the blocking pool, which runs the partition logs' I/O (every partition's lanes) and the
+/// owner journal's. Tokio's default (512) let a load over hundreds of partitions start hundreds of
+/// threads, each keeping its own allocator heap of buffers it read into: GiBs of RSS.
+#[cfg(not(madsim))]
+const BLOCKING_THREADS_MAX: usize = 32;
+
 #[cfg(not(madsim))]
 fn main() -> std::process::ExitCode {
     use clap::Parser as _;
@@ -72,6 +78,7 @@ fn main() -> std::process::ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS_MAX)
         .build()
     {
         Ok(runtime) => runtime,

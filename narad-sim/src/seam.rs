@@ -398,6 +398,7 @@ fn op_path(op: &IoOp) -> &str {
         | IoOp::WriteAt { path, .. }
         | IoOp::WriteZeros { path, .. }
         | IoOp::ReadAt { path, .. }
+        | IoOp::ReadCrc { path, .. }
         | IoOp::Len { path }
         | IoOp::SetLen { path, .. }
         | IoOp::SyncData { path }

@@ -260,7 +260,7 @@ pub fn run_request(
 pub fn is_read(op: &IoOp) -> bool {
     matches!(
         op,
-        IoOp::ReadAt { .. } | IoOp::Len { .. } | IoOp::List { .. }
+        IoOp::ReadAt { .. } | IoOp::ReadCrc { .. } | IoOp::Len { .. } | IoOp::List { .. }
     )
 }
 

@@ -45,6 +45,13 @@ pub trait Disk: Send + Sync {
     fn remove(&self, path: &str) -> Result<(), IoFault>;
     /// Names (not paths) of the files directly in `dir`, sorted; empty when `dir` does not exist.
     fn list(&self, dir: &str) -> Result<Vec<String>, IoFault>;
+    /// Reads `len` bytes at `offset` and returns their CRC-32 (IEEE) and how many were read (fewer only
+    /// when the file ends first). A disk may read through a buffer of its own: a read-back that only
+    /// checks bytes allocates nothing for them.
+    fn read_crc(&self, path: &str, offset: u64, len: usize) -> Result<(u32, usize), IoFault> {
+        let bytes = self.read_at(path, offset, len)?;
+        Ok((crc32fast::hash(&bytes), bytes.len()))
+    }
     /// How long `op` takes on a *simulated* disk: a driver running under the simulator sleeps this
     /// long (in simulated time) before it runs the op. Real disks take their own time: zero. A wrapper
     /// disk must forward it.
@@ -110,6 +117,10 @@ pub trait DiskLayer: Send + Sync {
     fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
         self.inner().list(dir)
     }
+    /// [`Disk::read_crc`].
+    fn read_crc(&self, path: &str, offset: u64, len: usize) -> Result<(u32, usize), IoFault> {
+        self.inner().read_crc(path, offset, len)
+    }
     /// [`Disk::latency`].
     fn latency(&self, op: &IoOp) -> core::time::Duration {
         self.inner().latency(op)
@@ -152,6 +163,9 @@ impl<L: DiskLayer> Disk for L {
     }
     fn list(&self, dir: &str) -> Result<Vec<String>, IoFault> {
         DiskLayer::list(self, dir)
+    }
+    fn read_crc(&self, path: &str, offset: u64, len: usize) -> Result<(u32, usize), IoFault> {
+        DiskLayer::read_crc(self, path, offset, len)
     }
     fn latency(&self, op: &IoOp) -> core::time::Duration {
         DiskLayer::latency(self, op)
@@ -196,6 +210,15 @@ pub enum IoOp {
         /// Byte offset.
         offset: u64,
         /// Bytes wanted.
+        len: usize,
+    },
+    /// [`Disk::read_crc`]; replies [`IoReply::Crc`].
+    ReadCrc {
+        /// File to read.
+        path: String,
+        /// Byte offset.
+        offset: u64,
+        /// Bytes to check.
         len: usize,
     },
     /// [`Disk::len`]; replies [`IoReply::Len`].
@@ -250,6 +273,7 @@ impl IoOp {
             | IoOp::WriteAt { .. }
             | IoOp::WriteZeros { .. }
             | IoOp::ReadAt { .. }
+            | IoOp::ReadCrc { .. }
             | IoOp::Len { .. }
             | IoOp::SetLen { .. }
             | IoOp::Rename { .. }
@@ -268,6 +292,8 @@ pub enum IoReply {
     Data(Vec<u8>),
     /// A file length.
     Len(u64),
+    /// The CRC-32 of the bytes read, and how many were read.
+    Crc(u32, usize),
     /// File names.
     Names(Vec<String>),
 }
@@ -314,6 +340,9 @@ pub fn execute_op(disk: &dyn Disk, op: &IoOp) -> Result<IoReply, IoFault> {
             .write_zeros(path, *offset, *len)
             .map(|()| IoReply::Done),
         IoOp::ReadAt { path, offset, len } => disk.read_at(path, *offset, *len).map(IoReply::Data),
+        IoOp::ReadCrc { path, offset, len } => disk
+            .read_crc(path, *offset, *len)
+            .map(|(crc, read)| IoReply::Crc(crc, read)),
         IoOp::Len { path } => disk.len(path).map(IoReply::Len),
         IoOp::SetLen { path, len } => disk.set_len(path, *len).map(|()| IoReply::Done),
         IoOp::SyncData { path } => disk.sync_data(path).map(|()| IoReply::Done),

@@ -93,6 +93,7 @@ impl WalAudit {
                 IoOp::Create { .. }
                 | IoOp::CreateDirAll { .. }
                 | IoOp::ReadAt { .. }
+                | IoOp::ReadCrc { .. }
                 | IoOp::Len { .. }
                 | IoOp::SyncDir { .. }
                 | IoOp::List { .. } => {}

@@ -129,7 +129,7 @@ fn op_name(op: &IoOp) -> &'static str {
         IoOp::CreateDirAll { .. } => "mkdir",
         IoOp::WriteAt { .. } => "write",
         IoOp::WriteZeros { .. } => "zeros",
-        IoOp::ReadAt { .. } => "read",
+        IoOp::ReadAt { .. } | IoOp::ReadCrc { .. } => "read",
         IoOp::Len { .. } => "len",
         IoOp::SetLen { .. } => "setlen",
         IoOp::SyncData { .. } => "sync",
