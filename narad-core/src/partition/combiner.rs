@@ -940,9 +940,14 @@ impl Actor for Combiner {
             CombinerInput::QueryHighWatermark(id) => self.on_query(id),
             CombinerInput::Io(completion) => self.on_io(now, completion),
             CombinerInput::JournalDone { id, result } => {
-                self.feed_log(now, LogInput::JournalDone { id, result })
+                self.feed_log(now, LogInput::JournalDone { id, result });
+                // The commit landed (or failed): batches queued behind it start the next cycle.
+                self.advance(now);
             }
-            CombinerInput::Sync => self.feed_log(now, LogInput::Sync),
+            CombinerInput::Sync => {
+                self.feed_log(now, LogInput::Sync);
+                self.advance(now);
+            }
         }
         if crate::DEEP_CHECKS {
             self.check_invariants();

@@ -651,3 +651,45 @@ fn lazy_syncs_are_asked_for_a_bounded_number_of_logs_at_a_time() {
         "one answered, one more asked"
     );
 }
+
+/// Batches queued behind a journaled commit start their cycle when the journal answers it (not only
+/// when another batch arrives), before and after a delete and recreate of the topic.
+#[test]
+fn a_recreated_topic_commits_through_the_journal_after_its_old_logs_retired() {
+    let mut h = Crash::new(77);
+    h.settle();
+    // Queued at once: each partition's first batch leads a cycle, the rest wait behind it.
+    for _ in 0..20 {
+        h.commit();
+    }
+    h.settle();
+    assert!(
+        h.waiting.is_empty(),
+        "every commit answered: {:?}",
+        h.waiting.keys()
+    );
+    let mut state = (*h.state).clone();
+    state
+        .apply(&Command::DeleteTopic { name: "t".into() })
+        .expect("deleted");
+    h.state = Arc::new(state.clone());
+    h.input(OwnerInput::Replica(h.state.clone()));
+    h.settle();
+    state
+        .apply(&crate::metastore::create_command("t", h.partitions))
+        .expect("recreated");
+    h.state = Arc::new(state);
+    h.input(OwnerInput::Replica(h.state.clone()));
+    h.settle();
+    h.acked.clear();
+    for _ in 0..20 {
+        h.commit();
+    }
+    h.settle();
+    assert!(
+        h.waiting.is_empty(),
+        "every commit answered: {:?}",
+        h.waiting.keys()
+    );
+    assert!(!h.acked.is_empty(), "the recreated topic takes commits");
+}
