@@ -266,8 +266,10 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         clock.clone(),
         node_id,
         metrics.clone(),
-        config.storage.partition_prealloc_bytes,
-        journal,
+        partitions::OwnerStorage {
+            prealloc_bytes: config.storage.partition_prealloc_bytes,
+            journal,
+        },
         &hooks,
     );
     let sink = WalSink::new();

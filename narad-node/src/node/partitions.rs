@@ -143,6 +143,15 @@ fn log_journal_event(event: JournalEvent) {
     }
 }
 
+/// How the owner stores its commits.
+#[derive(Clone, Debug)]
+pub struct OwnerStorage {
+    /// Each partition log's zero fill (`storage.partition_prealloc_bytes`; unused when journaled).
+    pub prealloc_bytes: u64,
+    /// The owner journal, or `None`: every partition commit pays its own fsync.
+    pub journal: Option<JournalConfig>,
+}
+
 /// Why a replay read returned nothing.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PartitionReadError {
@@ -284,10 +293,13 @@ impl PartitionHost {
         clock: Clock,
         node: NodeId,
         metrics: Arc<Metrics>,
-        prealloc_bytes: u64,
-        journal: Option<JournalConfig>,
+        storage: OwnerStorage,
         hooks: &NodeHooks,
     ) -> PartitionHost {
+        let OwnerStorage {
+            prealloc_bytes,
+            journal,
+        } = storage;
         let (status_sender, status) = watch::channel(PartitionStatus::default());
         let unix_epoch_ms =
             crate::clock::unix_ms().saturating_sub(clock.now().as_nanos() / 1_000_000);

@@ -368,7 +368,7 @@ impl Crash {
     }
 
     fn input(&mut self, input: OwnerInput) {
-        self.now = self.now + std::time::Duration::from_millis(5);
+        self.now += std::time::Duration::from_millis(5);
         self.owner.handle(self.now, input);
         while let Some(output) = self.owner.poll_output() {
             match output {

@@ -347,10 +347,7 @@ impl PartitionLog {
 
     /// Reads back every range no successful sync covered: a failed sync may have dropped their pages
     /// while leaving them in the cache marked clean, so they are written again before the next sync.
-    fn resync_reads(
-        &self,
-        covered: &[(Offset, u64)],
-    ) -> (Vec<IoOp>, Option<Vec<(Offset, u64, Offset)>>) {
+    fn resync_reads(&self, covered: &[(Offset, u64)]) -> (Vec<IoOp>, Option<Vec<ResyncRange>>) {
         let mut ops = Vec::new();
         let mut ranges = Vec::new();
         for &(base, bytes) in covered {
@@ -411,7 +408,7 @@ impl PartitionLog {
     fn rewrite_ranges(
         &mut self,
         mut sync: LazySync,
-        ranges: Vec<(Offset, u64, Offset)>,
+        ranges: Vec<ResyncRange>,
         replies: Vec<IoReply>,
     ) {
         let mut ops = Vec::with_capacity(ranges.len() * 2 + 1);

@@ -709,6 +709,9 @@ pub struct PartitionLog {
     outputs: VecDeque<LogOutput>,
 }
 
+/// A range a resync reads back: `(segment base, from byte, offset past its last frame)`.
+type ResyncRange = (Offset, u64, Offset);
+
 /// A lazy sync in flight.
 #[derive(Clone, Debug)]
 struct LazySync {
@@ -721,8 +724,8 @@ struct LazySync {
     names: Vec<Offset>,
     /// Segments it covers, with their bytes of frames when it was issued.
     covered: Vec<(Offset, u64)>,
-    /// A resync's read-back of the unsynced ranges, `(segment, from, end offset)`, before the writes.
-    reading: Option<Vec<(Offset, u64, Offset)>>,
+    /// A resync's read-back of the unsynced ranges, before the writes.
+    reading: Option<Vec<ResyncRange>>,
     /// Failed syncs when it was issued.
     failures: u64,
 }
