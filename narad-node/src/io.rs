@@ -413,6 +413,7 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
         .map(|last| last + 1)
         .filter(|&next| next + 1 == ops.len() && narad_core::disk::driver::is_read(&ops[next]));
     let mut replies = Vec::with_capacity(ops.len());
+    let reads_only = ops.iter().all(narad_core::disk::driver::is_read);
     let mut wait = std::time::Duration::ZERO;
     let mut failure = None;
     for (index, op) in ops.iter().enumerate() {
@@ -424,7 +425,12 @@ pub async fn run_request(disk: Arc<dyn Disk>, request: IoRequest) -> (IoRequest,
                 wait += disk.latency(&ops[read]);
             }
         }
-        let alone = last_sync.is_none_or(|last| index > last) && Some(index) != read_back;
+        // A request of reads only changes nothing on the disk, so a crash cannot tell whether its
+        // reads ran one by one: they wait once, together, before the last of them (a replay reads
+        // thousands of journal entries in one request).
+        let alone = last_sync.is_none_or(|last| index > last)
+            && Some(index) != read_back
+            && (!reads_only || index + 1 == ops.len());
         if op.is_sync() || alone {
             sleep_simulated(std::mem::take(&mut wait)).await;
         }

@@ -461,6 +461,18 @@ impl JournalReplay {
             }
             self.touched.insert(loc.segment);
             written += view.frame.len() as u64;
+            // A log's commits lie back to back in its segment: one write for a run of them.
+            if let Some(IoOp::WriteAt {
+                path: last_path,
+                offset,
+                data,
+            }) = ops.last_mut()
+            {
+                if *last_path == path && *offset + data.len() as u64 == loc.position {
+                    data.extend_from_slice(view.frame);
+                    continue;
+                }
+            }
             ops.push(IoOp::WriteAt {
                 path,
                 offset: loc.position,
