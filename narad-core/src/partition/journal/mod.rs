@@ -338,11 +338,6 @@ impl OwnerJournal {
         matches!(self.phase, Phase::Latched { .. })
     }
 
-    /// True when `id` is one of this journal's requests.
-    pub fn owns_io(&self, id: IoId) -> bool {
-        id.0 >= self.config.io_id_base && id.0 < self.next_io
-    }
-
     // ---- inputs ----
 
     fn on_append(&mut self, key: LogKey, dir: &str, id: LogCommitId, run: JournalRun) {
@@ -390,9 +385,7 @@ impl OwnerJournal {
                 segment.pins.remove(&key);
             }
         }
-        self.syncs_asked.remove(&key);
-        self.trim_if_due();
-        self.ask_syncs();
+        self.answered(key);
     }
 
     fn on_sync_failed(&mut self, key: LogKey) {
@@ -422,6 +415,11 @@ impl OwnerJournal {
         for segment in self.segments.values_mut() {
             segment.pins.remove(&key);
         }
+        self.answered(key);
+    }
+
+    /// `key` pins less (or nothing) now: it no longer waits to be asked, and the oldest segment may go.
+    fn answered(&mut self, key: LogKey) {
         self.syncs_asked.remove(&key);
         self.sync_retries.retain(|&(_, retried)| retried != key);
         self.trim_if_due();
@@ -590,7 +588,7 @@ impl OwnerJournal {
                 return self.flush_if_ready();
             }
             Err((index, fault)) => {
-                if matches!(completion_op(&flush, index), Some(FlushOp::Fill)) {
+                if is_fill_op(&flush, index) {
                     self.fill_off = true;
                 }
                 Err(fault)
@@ -763,22 +761,11 @@ impl OwnerJournal {
     }
 }
 
-/// What the op at an index of a flush request does (only the zero fill matters to its failure).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FlushOp {
-    Fill,
-    Other,
-}
-
-fn completion_op(flush: &Flush, index: usize) -> Option<FlushOp> {
-    // [CreateDirAll, Create]?, WriteAt, WriteZeros?, SyncData, ...
+/// Whether op `index` of a flush's request is its zero fill (`[CreateDirAll, Create]?, WriteAt,
+/// WriteZeros?, SyncData, ...`).
+fn is_fill_op(flush: &Flush, index: usize) -> bool {
     let write = if flush.created { 2 } else { 0 };
-    let filled = flush.file_bytes > flush.position + flush.len;
-    Some(if filled && index == write + 1 {
-        FlushOp::Fill
-    } else {
-        FlushOp::Other
-    })
+    flush.file_bytes > flush.position + flush.len && index == write + 1
 }
 
 impl Actor for OwnerJournal {

@@ -658,38 +658,35 @@ fn lazy_syncs_are_asked_for_a_bounded_number_of_logs_at_a_time() {
 fn a_recreated_topic_commits_through_the_journal_after_its_old_logs_retired() {
     let mut h = Crash::new(77);
     h.settle();
-    // Queued at once: each partition's first batch leads a cycle, the rest wait behind it.
-    for _ in 0..20 {
-        h.commit();
-    }
-    h.settle();
-    assert!(
-        h.waiting.is_empty(),
-        "every commit answered: {:?}",
-        h.waiting.keys()
-    );
-    let mut state = (*h.state).clone();
-    state
-        .apply(&Command::DeleteTopic { name: "t".into() })
-        .expect("deleted");
-    h.state = Arc::new(state.clone());
-    h.input(OwnerInput::Replica(h.state.clone()));
-    h.settle();
-    state
-        .apply(&crate::metastore::create_command("t", h.partitions))
-        .expect("recreated");
-    h.state = Arc::new(state);
-    h.input(OwnerInput::Replica(h.state.clone()));
-    h.settle();
+    h.commit_at_once(20);
+    h.apply(&Command::DeleteTopic { name: "t".into() });
+    h.apply(&crate::metastore::create_command("t", h.partitions));
     h.acked.clear();
-    for _ in 0..20 {
-        h.commit();
-    }
-    h.settle();
-    assert!(
-        h.waiting.is_empty(),
-        "every commit answered: {:?}",
-        h.waiting.keys()
-    );
+    h.commit_at_once(20);
     assert!(!h.acked.is_empty(), "the recreated topic takes commits");
+}
+
+impl Crash {
+    /// Queues `count` commits at once (each partition's first batch leads a cycle, the rest wait
+    /// behind it), runs every request, and checks each commit was answered.
+    fn commit_at_once(&mut self, count: usize) {
+        for _ in 0..count {
+            self.commit();
+        }
+        self.settle();
+        assert!(
+            self.waiting.is_empty(),
+            "every commit answered: {:?}",
+            self.waiting.keys()
+        );
+    }
+
+    /// Applies `command` to the replica state and feeds the owner the result.
+    fn apply(&mut self, command: &Command) {
+        let mut state = (*self.state).clone();
+        state.apply(command).expect("applied");
+        self.state = Arc::new(state);
+        self.input(OwnerInput::Replica(self.state.clone()));
+        self.settle();
+    }
 }
