@@ -45,6 +45,13 @@ fn give_freed_memory_back() {
 #[cfg(not(madsim))]
 const BLOCKING_THREADS_MAX: usize = 32;
 
+/// How long a blocking-pool thread waits idle for work before it ends (tokio's default: 10 s). A
+/// thread keeps the allocator pages of the buffers it read into until it allocates again or ends, so
+/// after a burst (a recovery reading every partition's segments, a load) idle threads held tens of
+/// MiB for the whole keep-alive; a thread is cheap to start again when work comes back.
+#[cfg(not(madsim))]
+const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[cfg(not(madsim))]
 fn main() -> std::process::ExitCode {
     use clap::Parser as _;
@@ -79,6 +86,7 @@ fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(BLOCKING_THREADS_MAX)
+        .thread_keep_alive(BLOCKING_THREAD_KEEP_ALIVE)
         .build()
     {
         Ok(runtime) => runtime,

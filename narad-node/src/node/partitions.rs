@@ -87,6 +87,47 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
 /// Runs the owner journal's start-up replay ([`JournalReplay`]) to its end: every partition log's
 /// files get back what the journal holds for them, and the journal is emptied. Runs before the
 /// partition host opens any log.
+///
+/// The replay and its I/O run on one thread of their own, which ends with it: every buffer it reads
+/// (the whole journal passes through them) is allocated and freed by that thread, and the thread's
+/// end hands its heap back. Run on the blocking pool, the buffers were read on pool threads and freed
+/// on the node's: the pool threads kept their share, idle, until they exited (as much RSS as the
+/// journal held, for the pool's keep-alive).
+#[cfg(not(madsim))]
+pub async fn replay_owner_journal(
+    disk: Arc<dyn Disk>,
+    clock: &Clock,
+) -> Result<ReplayReport, IoFault> {
+    // The replay takes no decision on time: one reading serves every input.
+    let now = clock.now();
+    let (done, answer) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("narad-journal-replay".into())
+        .spawn(move || {
+            let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
+            let result = loop {
+                match replay.poll_output() {
+                    Some(ReplayOutput::Io(request)) => {
+                        replay.handle(now, narad_core::disk::execute(&*disk, &request));
+                    }
+                    Some(ReplayOutput::Done(report)) => break Ok(report),
+                    Some(ReplayOutput::Failed(fault)) => break Err(fault),
+                    None => break Err(IoFault::Other("owner journal replay stalled".into())),
+                }
+            };
+            let _ = done.send(result);
+        })
+        .map_err(|error| IoFault::Other(format!("cannot start the replay thread: {error}")))?;
+    let report = answer
+        .await
+        .map_err(|_| IoFault::Other("the owner journal replay thread failed".into()))??;
+    log_replay(&report);
+    Ok(report)
+}
+
+/// Runs the owner journal's start-up replay ([`JournalReplay`]) to its end (see the real node's): in
+/// the simulated task, each request taking its simulated time, so a crash can fall inside the replay.
+#[cfg(madsim)]
 pub async fn replay_owner_journal(
     disk: Arc<dyn Disk>,
     clock: &Clock,
@@ -99,31 +140,35 @@ pub async fn replay_owner_journal(
                 replay.handle(clock.now(), completion);
             }
             Some(ReplayOutput::Done(report)) => {
-                if report.entries > 0 || report.segments > 0 {
-                    tracing::info!(
-                        segments = report.segments,
-                        entries = report.entries,
-                        bytes = report.bytes,
-                        logs = report.logs,
-                        torn_bytes = report.torn_bytes,
-                        "owner journal replayed"
-                    );
-                }
-                for (seq, at) in &report.damaged {
-                    tracing::error!(
-                        seq,
-                        at,
-                        "owner journal segment damaged: entries behind the damage are lost"
-                    );
-                }
-                for (dir, expected, found) in &report.gaps {
-                    tracing::error!(dir, %expected, %found, "owner journal entries do not continue their log");
-                }
+                log_replay(&report);
                 return Ok(report);
             }
             Some(ReplayOutput::Failed(fault)) => return Err(fault),
             None => return Err(IoFault::Other("owner journal replay stalled".into())),
         }
+    }
+}
+
+fn log_replay(report: &ReplayReport) {
+    if report.entries > 0 || report.segments > 0 {
+        tracing::info!(
+            segments = report.segments,
+            entries = report.entries,
+            bytes = report.bytes,
+            logs = report.logs,
+            torn_bytes = report.torn_bytes,
+            "owner journal replayed"
+        );
+    }
+    for (seq, at) in &report.damaged {
+        tracing::error!(
+            seq,
+            at,
+            "owner journal segment damaged: entries behind the damage are lost"
+        );
+    }
+    for (dir, expected, found) in &report.gaps {
+        tracing::error!(dir, %expected, %found, "owner journal entries do not continue their log");
     }
 }
 
