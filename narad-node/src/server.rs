@@ -36,6 +36,27 @@ fn metastore_hold_file() -> anyhow::Result<Option<std::path::PathBuf>> {
     Ok(None)
 }
 
+/// The fewest and most file handles the disk keeps open (see [`open_files_budget`]).
+const OPEN_FILES_CACHED: std::ops::RangeInclusive<usize> = 256..=65_536;
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does for Narad, and returns
+/// how many handles the disk may keep open: half the limit (the rest is for sockets and the
+/// metastore), within [`OPEN_FILES_CACHED`].
+fn open_files_budget() -> usize {
+    let soft = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(soft) => soft,
+        Err(error) => {
+            tracing::warn!(%error, "cannot raise the open-files limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(0, |(soft, _)| soft)
+        }
+    };
+    let budget = usize::try_from(soft / 2)
+        .unwrap_or(usize::MAX)
+        .clamp(*OPEN_FILES_CACHED.start(), *OPEN_FILES_CACHED.end());
+    tracing::debug!(limit = soft, cached = budget, "open files");
+    budget
+}
+
 /// Runs a node until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = config.http_addr()?;
@@ -43,7 +64,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let disk: Arc<dyn Disk> = Arc::new(
         FsDisk::new(&data_dir)
             .map_err(|fault| anyhow::anyhow!("{fault}"))
-            .with_context(|| format!("opening data dir {}", data_dir.display()))?,
+            .with_context(|| format!("opening data dir {}", data_dir.display()))?
+            .with_open_files_max(open_files_budget()),
     );
     let listener = tokio::net::TcpListener::bind(addr)
         .await
