@@ -69,6 +69,9 @@ pub struct IoExecutor<M> {
     disk: Arc<dyn Disk>,
     deliver: Deliver<M>,
     lanes: Mutex<Lanes>,
+    /// A real node's keyed executor: its lanes' requests run on its worker pool.
+    #[cfg(not(madsim))]
+    pool: Option<Arc<Pool<M>>>,
 }
 
 /// The executor's routes.
@@ -154,6 +157,8 @@ impl<M: Send + 'static> IoExecutor<M> {
                 wrap: Wrap::Single(wrap),
             },
             lanes: Mutex::new(Lanes::default()),
+            #[cfg(not(madsim))]
+            pool: None,
         }
     }
 
@@ -164,12 +169,15 @@ impl<M: Send + 'static> IoExecutor<M> {
         mailbox: mpsc::Sender<M>,
         wrap: fn(ActorKey, IoRequest, IoCompletion) -> M,
     ) -> Self {
+        let deliver = Deliver {
+            mailbox,
+            wrap: Wrap::Keyed(wrap),
+        };
         IoExecutor {
+            #[cfg(not(madsim))]
+            pool: Some(Arc::new(Pool::new(Arc::clone(&disk), deliver.clone()))),
             disk,
-            deliver: Deliver {
-                mailbox,
-                wrap: Wrap::Keyed(wrap),
-            },
+            deliver,
             lanes: Mutex::new(Lanes::default()),
         }
     }
@@ -191,6 +199,10 @@ impl<M: Send + 'static> IoExecutor<M> {
     /// Queues `request` on the lane `(actor, request.lane)`: after that instance's earlier requests on
     /// the same lane. Panics like [`IoExecutor::submit`].
     pub fn submit_for(&self, actor: ActorKey, request: IoRequest) {
+        #[cfg(not(madsim))]
+        if let Some(pool) = &self.pool {
+            return pool.submit(actor, request);
+        }
         let mut lanes = self.lock();
         let lane = request.lane;
         if !lanes.lanes.contains_key(&(actor, lane)) {
@@ -256,12 +268,180 @@ impl<M: Send + 'static> IoExecutor<M> {
     /// Lets go of every lane of `actor`: the requests already queued on them still run and are
     /// delivered. A later [`IoExecutor::submit_for`] for the key starts fresh lanes.
     pub fn forget(&self, actor: ActorKey) {
+        // A worker pool keeps a lane only while it holds requests: nothing to let go of.
         self.lock().lanes.retain(|(key, _), _| *key != actor);
     }
 
-    /// `(instance, lane)`s currently kept (for tests and leak checks).
+    /// `(instance, lane)`s currently kept (for tests and leak checks): with a worker pool, those
+    /// holding requests.
     pub fn lanes(&self) -> usize {
+        #[cfg(not(madsim))]
+        if let Some(pool) = &self.pool {
+            return pool.lock().lanes.len();
+        }
         self.lock().lanes.len()
+    }
+}
+
+#[cfg(not(madsim))]
+impl<M> Drop for IoExecutor<M> {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            // Queued requests still run; then the workers end instead of waiting for their keep-alive.
+            pool.lock().executor_gone = true;
+            pool.work.notify_all();
+        }
+    }
+}
+
+/// The most worker threads of a keyed executor's pool.
+#[cfg(not(madsim))]
+pub const POOL_WORKERS_MAX: usize = 32;
+
+/// How long a pool worker waits idle before it ends: a thread keeps the allocator pages of what it
+/// read until it allocates again or ends.
+#[cfg(not(madsim))]
+pub const POOL_WORKER_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A keyed executor's worker threads (a real node): started on demand up to [`POOL_WORKERS_MAX`],
+/// each takes the next ready `(instance, lane)` from one queue, runs its oldest request, delivers the
+/// completion straight into the mailbox and only then lets the lane's next request be taken (so a
+/// lane's requests run one at a time and complete in order). A request costs two thread hand-offs (to
+/// a worker, back to the actor's task), where an async lane task plus `spawn_blocking` cost four;
+/// under load a worker finds the next lane ready without sleeping. An idle partition holds nothing.
+#[cfg(not(madsim))]
+struct Pool<M> {
+    disk: Arc<dyn Disk>,
+    deliver: Deliver<M>,
+    state: Mutex<PoolState>,
+    work: std::sync::Condvar,
+}
+
+#[cfg(not(madsim))]
+#[derive(Default)]
+struct PoolState {
+    /// Lanes holding requests (queued or running).
+    lanes: std::collections::HashMap<(ActorKey, IoLane), PoolLane>,
+    /// Lanes with a queued request and none running, oldest first: exactly those.
+    ready: std::collections::VecDeque<(ActorKey, IoLane)>,
+    workers: usize,
+    /// Workers waiting for work.
+    idle: usize,
+    /// The mailbox is gone: nothing runs any more.
+    closed: bool,
+    executor_gone: bool,
+}
+
+#[cfg(not(madsim))]
+#[derive(Default)]
+struct PoolLane {
+    queue: std::collections::VecDeque<IoRequest>,
+    running: bool,
+}
+
+#[cfg(not(madsim))]
+impl<M> Pool<M> {
+    fn new(disk: Arc<dyn Disk>, deliver: Deliver<M>) -> Self {
+        Pool {
+            disk,
+            deliver,
+            state: Mutex::new(PoolState::default()),
+            work: std::sync::Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        // No code panics while holding it; a poisoned state is still consistent.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(not(madsim))]
+impl<M: Send + 'static> Pool<M> {
+    fn submit(self: &Arc<Self>, actor: ActorKey, request: IoRequest) {
+        let key = (actor, request.lane);
+        let mut state = self.lock();
+        if state.closed {
+            // Nobody would read the completion.
+            return;
+        }
+        let lane = state.lanes.entry(key).or_default();
+        let held = lane.queue.len() + usize::from(lane.running);
+        if held >= LANE_QUEUE_MAX {
+            drop(state);
+            panic!(
+                "I/O lane {:?} holds {LANE_QUEUE_MAX} requests: the actor exceeded its bound",
+                key.1
+            );
+        }
+        lane.queue.push_back(request);
+        if lane.running || lane.queue.len() > 1 {
+            // Taken after the lane's earlier requests.
+            return;
+        }
+        state.ready.push_back(key);
+        if state.ready.len() > state.idle && state.workers < POOL_WORKERS_MAX {
+            let pool = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("narad-io-pool".into())
+                .spawn(move || pool.run_worker());
+            match spawned {
+                Ok(_) => state.workers += 1,
+                // The running workers still take every ready lane, one after the other.
+                Err(error) if state.workers > 0 => {
+                    tracing::warn!(%error, "no new I/O worker thread; the running ones take the work")
+                }
+                Err(error) => panic!("cannot start any I/O worker thread: {error}"),
+            }
+        }
+        drop(state);
+        self.work.notify_one();
+    }
+
+    fn run_worker(&self) {
+        let mut state = self.lock();
+        loop {
+            if let Some(key) = state.ready.pop_front() {
+                let lane = state.lanes.get_mut(&key).expect("a ready lane is held");
+                let request = lane.queue.pop_front().expect("a ready lane has a request");
+                lane.running = true;
+                drop(state);
+                let (request, completion) = execute_caught(&*self.disk, request);
+                let message = self.deliver.wrap(key.0, request, completion);
+                let delivered = self.deliver.mailbox.blocking_send(message).is_ok();
+                state = self.lock();
+                if !delivered {
+                    state.closed = true;
+                    state.lanes.clear();
+                    state.ready.clear();
+                    continue;
+                }
+                let lane = state.lanes.get_mut(&key).expect("a running lane is held");
+                lane.running = false;
+                if lane.queue.is_empty() {
+                    state.lanes.remove(&key);
+                } else {
+                    state.ready.push_back(key);
+                }
+                continue;
+            }
+            if state.closed || state.executor_gone {
+                break;
+            }
+            state.idle += 1;
+            let (next, waited) = self
+                .work
+                .wait_timeout(state, POOL_WORKER_KEEP_ALIVE)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = next;
+            state.idle -= 1;
+            if waited.timed_out() && state.ready.is_empty() {
+                break;
+            }
+        }
+        state.workers -= 1;
     }
 }
 
@@ -589,6 +769,84 @@ mod tests {
         })
     }
 
+    /// Writes to the path "slow" wait until the test lets them go; every other op runs at once.
+    #[cfg(not(madsim))]
+    struct SlowPathDisk {
+        inner: SimDisk,
+        release: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    #[cfg(not(madsim))]
+    impl DiskLayer for SlowPathDisk {
+        fn inner(&self) -> &dyn Disk {
+            &self.inner
+        }
+        fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
+            if path == "slow" {
+                let release = self.release.lock().unwrap();
+                release.recv().unwrap();
+            }
+            self.inner.write_at(path, offset, data)
+        }
+    }
+
+    #[cfg(not(madsim))]
+    fn slow_path_disk() -> (Arc<SlowPathDisk>, std::sync::mpsc::Sender<()>) {
+        let inner = SimDisk::new(7);
+        inner.create("slow").unwrap();
+        inner.create("f").unwrap();
+        let (release, releases) = std::sync::mpsc::channel();
+        let disk = SlowPathDisk {
+            inner,
+            release: Mutex::new(releases),
+        };
+        (Arc::new(disk), release)
+    }
+
+    #[cfg(not(madsim))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pool_runs_other_lanes_while_one_waits_on_its_disk() {
+        let (disk, release) = slow_path_disk();
+        let (sender, mut receiver) = mpsc::channel(64);
+        let executor = IoExecutor::new_keyed(disk, sender, |actor, _, done: IoCompletion| {
+            (actor, done.id)
+        });
+        executor.submit_for(ActorKey(1), write(1, 0, "slow", 0, b"s"));
+        // Same lane: it waits behind the slow write.
+        executor.submit_for(ActorKey(1), write(2, 0, "f", 0, b"a"));
+        for index in 0..20 {
+            executor.submit_for(ActorKey(2 + index), write(10 + index, 0, "f", 1, b"b"));
+        }
+        for _ in 0..20 {
+            let (actor, _) = receiver.recv().await.unwrap();
+            assert_ne!(
+                actor,
+                ActorKey(1),
+                "a lane ran ahead of its earlier request"
+            );
+        }
+        release.send(()).unwrap();
+        assert_eq!(receiver.recv().await.unwrap(), (ActorKey(1), IoId(1)));
+        assert_eq!(receiver.recv().await.unwrap(), (ActorKey(1), IoId(2)));
+    }
+
+    #[cfg(not(madsim))]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[should_panic(expected = "holds 64 requests")]
+    async fn a_pool_lane_refuses_the_request_past_its_bound() {
+        let (disk, release) = slow_path_disk();
+        let (sender, _receiver) = mpsc::channel(256);
+        let executor = IoExecutor::new_keyed(disk, sender, |_, _, done: IoCompletion| done);
+        // The first request runs and waits: 64 are held, queued or running.
+        for index in 0..LANE_QUEUE_MAX as u64 {
+            executor.submit_for(ActorKey(1), write(index, 0, "slow", 0, b"x"));
+        }
+        // Another instance's lane is not full.
+        executor.submit_for(ActorKey(2), write(98, 0, "f", 0, b"x"));
+        executor.submit_for(ActorKey(1), write(99, 0, "slow", 0, b"x"));
+        drop(release);
+    }
+
     #[cfg(not(madsim))]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_one_actor_executor_runs_each_lane_on_a_thread_of_its_own_and_a_keyed_one_on_the_pool(
@@ -703,9 +961,22 @@ mod tests {
         }
         assert_eq!(seen[&ActorKey(1)], (0..10).collect::<Vec<_>>());
         assert_eq!(seen[&ActorKey(2)], (100..110).collect::<Vec<_>>());
-        assert_eq!(executor.lanes(), 2);
-        executor.forget(ActorKey(1));
-        assert_eq!(executor.lanes(), 1);
+        #[cfg(madsim)]
+        {
+            assert_eq!(executor.lanes(), 2);
+            executor.forget(ActorKey(1));
+            assert_eq!(executor.lanes(), 1);
+        }
+        // The worker pool lets go of a lane once its last request was delivered.
+        #[cfg(not(madsim))]
+        {
+            let mut waits = 0;
+            while executor.lanes() > 0 && waits < 1000 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                waits += 1;
+            }
+            assert_eq!(executor.lanes(), 0);
+        }
         assert_eq!(disk.read_at("a", 0, 1).unwrap(), [9]);
     }
 
