@@ -123,6 +123,88 @@ fn appends_during_a_flush_share_the_next_flush_and_answers_wait_for_its_fsync() 
     );
 }
 
+fn append_at(journal: &mut OwnerJournal, now: Instant, key: u64, id: u64, base: u64) {
+    let bytes = frame(base, b"payload");
+    let (key, id, run) = run(key, id, &bytes, base + 1);
+    let dir: Arc<str> = Arc::from(format!("topics/t/1/p{:05}", key.0).as_str());
+    journal.handle(now, JournalInput::Append { key, dir, id, run });
+}
+
+fn writing(journal: &mut OwnerJournal, now: Instant, key: u64, writing: bool) {
+    let key = LogKey(key);
+    journal.handle(now, JournalInput::Writing { key, writing });
+}
+
+#[test]
+fn a_flush_waits_for_the_logs_whose_commit_write_is_in_flight_and_carries_their_appends() {
+    let mut journal = OwnerJournal::new(JournalConfig::new());
+    let t0 = Instant::ZERO + Duration::from_secs(1);
+    writing(&mut journal, t0, 2, true);
+    writing(&mut journal, t0, 3, true);
+    append_at(&mut journal, t0, 1, 10, 0);
+    assert!(drain(&mut journal).is_empty(), "logs 2 and 3 are writing");
+    assert_eq!(journal.poll_timeout(), Some(t0 + GATHER_MAX_DEFAULT));
+    let t1 = t0 + Duration::from_micros(40);
+    append_at(&mut journal, t1, 2, 20, 0);
+    assert!(drain(&mut journal).is_empty(), "log 3 is still writing");
+    // Log 3's write failed: nothing more is coming, the flush starts at once.
+    writing(&mut journal, t1, 3, false);
+    let outputs = drain(&mut journal);
+    let flush = io(&outputs);
+    assert_eq!(flush.len(), 1, "one flush for both appends");
+    let written: usize = flush[0]
+        .ops
+        .iter()
+        .map(|op| match op {
+            IoOp::WriteAt { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum();
+    let entry = entry_len("topics/t/1/p00001", frame(0, b"payload").len());
+    assert_eq!(written, 2 * entry);
+    assert_eq!(journal.poll_timeout(), None);
+}
+
+#[test]
+fn a_waiting_flush_starts_at_its_deadline_without_a_log_that_never_appends() {
+    let disk = SimDisk::new(1);
+    let mut journal = OwnerJournal::new(JournalConfig::new());
+    let t0 = Instant::ZERO + Duration::from_secs(1);
+    writing(&mut journal, t0, 2, true);
+    append_at(&mut journal, t0, 1, 10, 0);
+    assert!(drain(&mut journal).is_empty());
+    let deadline = journal.poll_timeout().expect("a deadline");
+    assert_eq!(deadline, t0 + GATHER_MAX_DEFAULT);
+    journal.handle(t0 + Duration::from_micros(999), JournalInput::Tick);
+    assert!(drain(&mut journal).is_empty(), "not due yet");
+    journal.handle(deadline, JournalInput::Tick);
+    let flush = io(&drain(&mut journal));
+    assert_eq!(
+        flush.len(),
+        1,
+        "the stalled write holds nobody past the deadline"
+    );
+    // While that flush runs, log 2 is still writing; the next append waits again, from the moment
+    // the journal is ready for it.
+    append_at(&mut journal, deadline, 3, 30, 0);
+    assert_eq!(journal.poll_timeout(), None, "a flush is in flight");
+    let t2 = deadline + Duration::from_micros(300);
+    journal.handle(t2, JournalInput::Io(execute(&disk, &flush[0])));
+    let outputs = drain(&mut journal);
+    assert_eq!(done(&outputs), [(1, 10, true)]);
+    assert!(io(&outputs).is_empty());
+    assert_eq!(journal.poll_timeout(), Some(t2 + GATHER_MAX_DEFAULT));
+    // With no log writing, an append flushes at once.
+    writing(&mut journal, t2, 2, false);
+    assert_eq!(io(&drain(&mut journal)).len(), 1);
+    let mut config = JournalConfig::new();
+    config.gather_max = Duration::ZERO;
+    let mut eager = OwnerJournal::new(config);
+    writing(&mut eager, t0, 2, true);
+    append_at(&mut eager, t0, 1, 10, 0);
+    assert_eq!(io(&drain(&mut eager)).len(), 1, "zero never waits");
+}
+
 fn op_name(op: &IoOp) -> &'static str {
     match op {
         IoOp::Create { .. } => "create",
