@@ -26,9 +26,8 @@
 //! Feed [`OwnerInput::Replica`] first and again on every change of the replica (before any request
 //! that was made against the newer state); after every `handle`, drain `poll_output`: run each
 //! [`OwnerOutput::Io`] on the lanes of its [`LogKey`] (requests of one key and lane in order) and feed
-//! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. Feed
-//! [`OwnerInput::Tick`] once `poll_timeout` has passed (the journal's flush waiting for logs whose
-//! commit write is in flight; without a journal it is always `None`).
+//! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. The owner
+//! has no timer of its own (`poll_timeout` is always `None`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -151,8 +150,6 @@ pub enum OwnerReadError {
 pub enum OwnerInput {
     /// The local metastore replica's state (at start, and after every change).
     Replica(Arc<MetaState>),
-    /// `poll_timeout` has passed.
-    Tick,
     /// Commit a batch of one partition's records.
     Commit {
         /// The topic name.
@@ -322,8 +319,6 @@ pub struct Owner {
     opening: BTreeSet<LogKey>,
     open_failed: BTreeSet<LogKey>,
     restart_needed: BTreeSet<LogKey>,
-    /// Journaled logs whose commit write is in flight (as last told to the journal).
-    writing: BTreeSet<LogKey>,
     /// The owner journal, when commits are journaled.
     journal: Option<OwnerJournal>,
     /// Inputs for the journal, fed once no combiner is being drained.
@@ -355,7 +350,6 @@ impl Owner {
             opening: BTreeSet::new(),
             open_failed: BTreeSet::new(),
             restart_needed: BTreeSet::new(),
-            writing: BTreeSet::new(),
             now: Instant::default(),
             outputs: VecDeque::new(),
         }
@@ -673,7 +667,6 @@ impl Owner {
     fn note_log_state(&mut self, key: LogKey) {
         let log = self.slots.get(&key).and_then(|slot| slot.combiner.log());
         let status = log.map(|log| log.status());
-        let writing = log.is_some_and(|log| log.commit_write_in_flight());
         let sync_failed = log
             .and_then(|log| log.open_error())
             .is_some_and(|error| matches!(error, RecoveryError::Sync(_)));
@@ -690,11 +683,6 @@ impl Owner {
         );
         mark(&mut self.opening, status == Some(LogStatus::Opening));
         mark(&mut self.open_failed, status == Some(LogStatus::OpenFailed));
-        if self.journal.is_some() && writing != self.writing.contains(&key) {
-            mark(&mut self.writing, writing);
-            self.journal_inbox
-                .push_back(JournalInput::Writing { key, writing });
-        }
     }
 
     /// Drops a combiner whose name the replica no longer holds once it holds nothing.
@@ -832,12 +820,6 @@ impl Actor for Owner {
             }
             OwnerInput::Read(read) => self.on_read(read),
             OwnerInput::IoDone { key, completion } => self.on_io(key, completion),
-            OwnerInput::Tick => {
-                if self.journal.is_some() {
-                    self.journal_inbox.push_back(JournalInput::Tick);
-                    self.pump_journal();
-                }
-            }
         }
         // A walk over every hosted combiner: at thousands of partitions it was a quarter of a
         // release node's CPU.
@@ -851,7 +833,7 @@ impl Actor for Owner {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.journal.as_ref().and_then(Actor::poll_timeout)
+        None
     }
 }
 

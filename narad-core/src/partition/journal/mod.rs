@@ -10,11 +10,7 @@
 //!   fsync covers the commits of every partition that had some, and the commit boundary of the
 //!   produce path holds: append, fsync, read back + CRC, then visible.
 //! - **Group commit.** One flush at a time; appends arriving meanwhile wait for the next one, which
-//!   starts the moment the flush in flight completes, unless a log's commit write is in flight
-//!   ([`JournalInput::Writing`]): then it waits for those logs' appends, at most `gather_max` after
-//!   it could have started ([`JournalInput::Tick`] at [`OwnerJournal::poll_timeout`]). A partition's
-//!   commit write lands in the page cache within tens of microseconds, so the flush carries it
-//!   instead of starting without it and leaving it for a flush of its own.
+//!   starts the moment the flush in flight completes.
 //! - **Failure and fsyncgate.** A failed flush (create, write, sync, read-back) answers every append in
 //!   it with the fault, then cuts the segment back to the last durable byte and syncs that
 //!   (`[SetLen, SyncData]`), so nothing of the failed flush can come back after a crash and nothing
@@ -35,7 +31,7 @@
 //!
 //! # Polling order
 //! After every `handle`, drain `poll_output`. Flushes run on `flush_lane` one at a time; trims on
-//! `trim_lane`, beside them. Feed [`JournalInput::Tick`] once [`Actor::poll_timeout`] has passed.
+//! `trim_lane`, beside them. The journal sets no timer.
 //!
 //! # Invariants (checked after every `handle` in debug builds)
 //! At most one flush and one trim in flight; the active (last) segment is never trimmed; staged bytes
@@ -84,8 +80,6 @@ pub const JOURNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 pub const SYNC_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
-/// The longest a flush waits for the appends of logs whose commit write is in flight.
-pub const GATHER_MAX_DEFAULT: Duration = Duration::from_millis(1);
 
 /// The file name of journal segment `seq`.
 pub fn journal_segment_name(seq: u64) -> String {
@@ -122,8 +116,6 @@ pub struct JournalConfig {
     pub flush_lane: IoLane,
     /// Lane of trims.
     pub trim_lane: IoLane,
-    /// See [`GATHER_MAX_DEFAULT`]; zero never waits.
-    pub gather_max: Duration,
     /// The bug planted (simulator only).
     pub plant: Plant,
 }
@@ -141,7 +133,6 @@ impl JournalConfig {
             io_id_base: 0,
             flush_lane: IoLane(0),
             trim_lane: IoLane(1),
-            gather_max: GATHER_MAX_DEFAULT,
             plant: Plant::NONE,
         }
     }
@@ -186,16 +177,6 @@ pub enum JournalInput {
     },
     /// A request of [`JournalOutput::Io`] finished.
     Io(IoCompletion),
-    /// Whether the log's commit write is in flight (its [`JournalInput::Append`] follows, or its
-    /// failure): the next flush waits for it, within `gather_max`.
-    Writing {
-        /// The log.
-        key: LogKey,
-        /// In flight now.
-        writing: bool,
-    },
-    /// [`Actor::poll_timeout`] has passed.
-    Tick,
 }
 
 /// What happened, for the driver's log lines and counters.
@@ -312,10 +293,6 @@ pub struct OwnerJournal {
     syncs_asked: BTreeSet<LogKey>,
     /// Logs whose sync failed, and when to ask them again.
     sync_retries: Vec<(Instant, LogKey)>,
-    /// Logs whose commit write is in flight.
-    writing: BTreeSet<LogKey>,
-    /// The latest a flush that waits for [`Self::writing`] starts.
-    gather_until: Option<Instant>,
     next_io: u64,
     now: Instant,
     outputs: VecDeque<JournalOutput>,
@@ -339,8 +316,6 @@ impl OwnerJournal {
             sync_queue: VecDeque::new(),
             syncs_asked: BTreeSet::new(),
             sync_retries: Vec::new(),
-            writing: BTreeSet::new(),
-            gather_until: None,
             now: Instant::default(),
             outputs: VecDeque::new(),
         }
@@ -366,7 +341,6 @@ impl OwnerJournal {
     // ---- inputs ----
 
     fn on_append(&mut self, key: LogKey, dir: &str, id: LogCommitId, run: JournalRun) {
-        self.writing.remove(&key);
         let end = run.frames.last().map_or(Offset(0), |&(_, _, end)| end);
         let waiter = Waiter { key, id, end };
         if let Phase::Latched {
@@ -438,7 +412,6 @@ impl OwnerJournal {
     }
 
     fn on_released(&mut self, key: LogKey) {
-        self.writing.remove(&key);
         for segment in self.segments.values_mut() {
             segment.pins.remove(&key);
         }
@@ -503,21 +476,9 @@ impl OwnerJournal {
     // ---- flushes ----
 
     fn flush_if_ready(&mut self) {
-        if self.staged.is_empty() {
-            self.gather_until = None;
-        }
         if !matches!(self.phase, Phase::Ready) || self.staged.is_empty() {
             return;
         }
-        if !self.writing.is_empty() {
-            let until = *self
-                .gather_until
-                .get_or_insert(self.now + self.config.gather_max);
-            if self.now < until {
-                return;
-            }
-        }
-        self.gather_until = None;
         let data = std::mem::take(&mut self.staged);
         let waiters = std::mem::take(&mut self.staged_waiters);
         let len = data.len() as u64;
@@ -819,15 +780,6 @@ impl Actor for OwnerJournal {
             JournalInput::SyncFailed { key } => self.on_sync_failed(key),
             JournalInput::Released { key } => self.on_released(key),
             JournalInput::Io(completion) => self.on_io(completion),
-            JournalInput::Writing { key, writing } => {
-                if writing {
-                    self.writing.insert(key);
-                } else {
-                    self.writing.remove(&key);
-                    self.flush_if_ready();
-                }
-            }
-            JournalInput::Tick => self.flush_if_ready(),
         }
         self.retry_syncs();
         if crate::DEEP_CHECKS {
@@ -840,8 +792,6 @@ impl Actor for OwnerJournal {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        // Only a waiting flush has a deadline.
-        self.gather_until
-            .filter(|_| matches!(self.phase, Phase::Ready) && !self.staged.is_empty())
+        None
     }
 }

@@ -770,11 +770,6 @@ impl PartitionLog {
 
     // ---- getters ----
 
-    /// Whether a journaled log is writing a commit it will hand to the journal next.
-    pub fn commit_write_in_flight(&self) -> bool {
-        self.config.journaled && matches!(self.phase, Phase::Committing(..))
-    }
-
     /// Where the log is in its life.
     pub fn status(&self) -> LogStatus {
         match self.phase {

@@ -41,12 +41,8 @@ struct Harness {
 
 impl Harness {
     fn new() -> Harness {
-        Harness::with_journal(None)
-    }
-
-    fn with_journal(journal: Option<JournalConfig>) -> Harness {
         let config = OwnerConfig {
-            journal,
+            journal: None,
             node: HERE,
             combiner: CombinerConfig::new(1_700_000_000_000),
         };
@@ -317,53 +313,4 @@ fn a_deleted_topic_s_log_files_are_removed_and_its_idle_combiner_dropped() {
             result: Err(CommitError::TopicIncarnationMismatch { .. })
         }
     )));
-}
-
-#[test]
-fn a_journal_flush_waits_for_a_partition_whose_commit_write_is_in_flight() {
-    let mut h = Harness::with_journal(Some(JournalConfig::new()));
-    let commands = [create("t", 8)];
-    h.replica(&commands);
-    h.run_all();
-    h.take();
-    let state = state(&commands);
-    let topic_id = live_id(&state, "t");
-    let record = state.topic("t").expect("created");
-    let owned: Vec<PartitionId> = (0..record.partitions())
-        .map(PartitionId)
-        .filter(|partition| record.owner_of(*partition) == Some(HERE))
-        .collect();
-    assert!(owned.len() >= 2, "two partitions owned here: {owned:?}");
-    h.commit(1, topic_id, owned[0], "a");
-    h.commit(2, topic_id, owned[1], "b");
-    assert_eq!(h.pending.len(), 2, "both commit writes are in flight");
-    // The first write lands and its log appends to the journal; the second is still writing.
-    let (key, request) = h.pending.pop_front().expect("a write");
-    let completion = execute(&h.disk, &request);
-    h.input(OwnerInput::IoDone { key, completion });
-    assert!(
-        h.pending.iter().all(|(key, _)| *key != JOURNAL_KEY),
-        "the flush waits for the other partition's append"
-    );
-    let deadline = h.owner.poll_timeout().expect("the flush's deadline");
-    // The second write lands: one flush carries both commits.
-    let (key, request) = h.pending.pop_front().expect("the second write");
-    let completion = execute(&h.disk, &request);
-    h.input(OwnerInput::IoDone { key, completion });
-    let flushes: Vec<&IoRequest> = h
-        .pending
-        .iter()
-        .filter(|(key, _)| *key == JOURNAL_KEY)
-        .map(|(_, request)| request)
-        .collect();
-    assert_eq!(flushes.len(), 1);
-    assert_eq!(h.owner.poll_timeout(), None);
-    h.run_all();
-    let committed = h
-        .take()
-        .into_iter()
-        .filter(|output| matches!(output, OwnerOutput::Committed { result: Ok(_), .. }))
-        .count();
-    assert_eq!(committed, 2);
-    assert!(deadline > Instant::ZERO);
 }
