@@ -39,16 +39,18 @@ fn give_freed_memory_back() {
     }
 }
 
-/// Threads of the blocking pool, which runs the partition logs' I/O (every partition's lanes) and the
-/// owner journal's. Tokio's default (512) let a load over hundreds of partitions start hundreds of
-/// threads, each keeping its own allocator heap of buffers it read into: GiBs of RSS.
+/// Threads of tokio's blocking pool: start-up I/O (the ingress WAL's recovery, the checkpoint's), the
+/// metastore's persistence, and any I/O lane whose own thread the OS refused. The partitions' and the
+/// owner journal's I/O run on their executor's own pool (`narad_node::io::POOL_WORKERS_MAX`), which
+/// this pool ran until hundreds of partitions made tokio's default (512) start hundreds of threads,
+/// each keeping its own allocator heap of buffers it read into: GiBs of RSS. The cap stays.
 #[cfg(not(madsim))]
 const BLOCKING_THREADS_MAX: usize = 32;
 
-/// How long a blocking-pool thread waits idle for work before it ends (tokio's default: 10 s). A
-/// thread keeps the allocator pages of the buffers it read into until it allocates again or ends, so
-/// after a burst (a recovery reading every partition's segments, a load) idle threads held tens of
-/// MiB for the whole keep-alive; a thread is cheap to start again when work comes back.
+/// How long a blocking-pool thread waits idle for work before it ends (tokio's default: 10 s), as the
+/// partition I/O pool's workers do: a thread keeps the allocator pages of the buffers it read into
+/// until it allocates again or ends, so after a burst idle threads held tens of MiB for the whole
+/// keep-alive; a thread is cheap to start again when work comes back.
 #[cfg(not(madsim))]
 const BLOCKING_THREAD_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
