@@ -22,9 +22,11 @@
 //!   and a blocking-pool round trip; the WAL's group commit, on every produce's path, is one such
 //!   request. Should the OS refuse the thread, the lane falls back to the async task below.
 //! - **A keyed executor** ([`IoExecutor::new_keyed`]: one instance per partition, thousands on a big
-//!   node) runs each `(instance, lane)` as an async task that runs each request with
-//!   `spawn_blocking`, so an idle partition holds no thread (why not one thread per lane number:
-//!   `docs/decisions.md`).
+//!   node) keeps a queue per `(instance, lane)` and runs them on a pool of worker threads of its own
+//!   (at most [`POOL_WORKERS_MAX`], started on demand, each ending after [`POOL_WORKER_KEEP_ALIVE`]
+//!   idle): a worker takes the next ready lane, runs its oldest request and delivers the completion
+//!   before the lane's next request may be taken. An idle partition holds no thread (why not one
+//!   thread per lane number, and why not a task per lane with `spawn_blocking`: `docs/decisions.md`).
 //!
 //! Under `--cfg madsim` every `(instance, lane)` is such a task, and runs each request op by op in the
 //! simulated task, taking the ops' simulated latencies: one wait per sync for the ops up to it (and a
