@@ -223,13 +223,11 @@ impl<M: Send + 'static> IoExecutor<M> {
         }
     }
 
-    /// Routes a new `(actor, lane)`: for a one-actor executor to its lane's thread, started now (an
-    /// async task if the OS refuses the thread); for a keyed executor to an async task.
+    /// Routes a new `(actor, lane)` of a one-actor executor to its lane's thread, started now (an
+    /// async task if the OS refuses the thread). A keyed executor's lanes never get here: its worker
+    /// pool takes them.
     #[cfg(not(madsim))]
     fn start_lane(&self, lanes: &mut Lanes, actor: ActorKey, lane: IoLane) -> LaneSender {
-        if matches!(self.deliver.wrap, Wrap::Keyed(_)) {
-            return start_lane_task(Arc::clone(&self.disk), actor, self.deliver.clone());
-        }
         let live = lanes.threads.get(&lane).cloned();
         let thread = match live {
             Some(thread) => Some(thread),
