@@ -32,6 +32,12 @@ pub const INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT: u64 = 10;
 pub const INGRESS_WAL_SYNC_INTERVAL_MS_MAX: u64 = 1_000;
 /// Default longest cohort wait of a group commit, µs (see `narad_core::wal::COMMIT_DELAY_US_MAX_DEFAULT`).
 pub const INGRESS_WAL_COMMIT_DELAY_US_DEFAULT: u64 = narad_core::wal::COMMIT_DELAY_US_MAX_DEFAULT;
+/// Default longest cohort wait of an owner journal flush, µs (see
+/// `narad_core::partition::journal::COMMIT_DELAY_US_MAX_DEFAULT`).
+pub const OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT: u64 =
+    narad_core::partition::journal::COMMIT_DELAY_US_MAX_DEFAULT;
+/// Largest accepted owner journal cohort wait, µs: the accept→visible target is 10 ms.
+pub const OWNER_JOURNAL_COMMIT_DELAY_US_MAX: u64 = 5_000;
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -196,6 +202,11 @@ pub struct StorageConfig {
     /// off, every partition commit pays its own fsync. A journal left by a run with it on is
     /// replayed at start either way.
     pub owner_journal: bool,
+    /// Longest an owner journal flush waits for the partitions the previous one answered to come
+    /// back, µs; only after a flush that answered at least 2 partitions, and never longer than 2.5
+    /// times that flush's duration. It delays visibility, never a 202. 0 turns it off; at most
+    /// 5,000.
+    pub owner_journal_commit_delay_us: u64,
 }
 
 /// `[log]`.
@@ -246,6 +257,7 @@ impl Default for StorageConfig {
             ingress_wal_prealloc: false,
             partition_prealloc_bytes: narad_core::partition::PREALLOCATE_BYTES_DEFAULT,
             owner_journal: true,
+            owner_journal_commit_delay_us: OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
             ingress_wal_commit_delay_us: INGRESS_WAL_COMMIT_DELAY_US_DEFAULT,
         }
@@ -380,6 +392,13 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
         config.storage.owner_journal = parse_bool(value)?;
         Ok(())
     }),
+    (
+        "NARAD_STORAGE_OWNER_JOURNAL_COMMIT_DELAY_US",
+        |config, value| {
+            config.storage.owner_journal_commit_delay_us = parse_number(value)?;
+            Ok(())
+        },
+    ),
     (
         "NARAD_STORAGE_INGRESS_WAL_SYNC_INTERVAL_MS",
         |config, value| {
@@ -541,6 +560,13 @@ impl Config {
                 interval * 1_000 - 1
             )));
         }
+        let delay = self.storage.owner_journal_commit_delay_us;
+        if delay > OWNER_JOURNAL_COMMIT_DELAY_US_MAX {
+            return Err(ConfigError::Invalid(format!(
+                "storage.owner_journal_commit_delay_us must be at most \
+                 {OWNER_JOURNAL_COMMIT_DELAY_US_MAX}, got {delay}"
+            )));
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::Invalid(
                 "storage.data_dir must not be empty".to_string(),
@@ -636,6 +662,7 @@ mod tests {
         assert!(!config.storage.ingress_wal_prealloc);
         assert_eq!(config.storage.partition_prealloc_bytes, 1024 * 1024);
         assert!(config.storage.owner_journal);
+        assert_eq!(config.storage.owner_journal_commit_delay_us, 1_000);
         assert_eq!(config.storage.ingress_wal_sync_interval_ms, 10);
         assert_eq!(config.storage.ingress_wal_commit_delay_us, 1_000);
         assert_eq!(config.cluster.node_id, 1);
@@ -767,6 +794,16 @@ mod tests {
         let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US", "9999")]);
         let config = Config::load(&dev_flags(), &env).unwrap();
         assert_eq!(config.storage.ingress_wal_commit_delay_us, 9_999);
+        let env = env_of(&[("NARAD_STORAGE_OWNER_JOURNAL_COMMIT_DELAY_US", "0")]);
+        let config = Config::load(&dev_flags(), &env).unwrap();
+        assert_eq!(config.storage.owner_journal_commit_delay_us, 0);
+        let env = env_of(&[("NARAD_STORAGE_OWNER_JOURNAL_COMMIT_DELAY_US", "5001")]);
+        assert_eq!(
+            Config::load(&dev_flags(), &env).unwrap_err(),
+            ConfigError::Invalid(
+                "storage.owner_journal_commit_delay_us must be at most 5000, got 5001".to_string()
+            )
+        );
         let env = env_of(&[("NARAD_STORAGE_INGRESS_WAL_COMMIT_DELAY_US", "10000")]);
         assert_eq!(
             Config::load(&dev_flags(), &env).unwrap_err(),

@@ -26,8 +26,9 @@
 //! Feed [`OwnerInput::Replica`] first and again on every change of the replica (before any request
 //! that was made against the newer state); after every `handle`, drain `poll_output`: run each
 //! [`OwnerOutput::Io`] on the lanes of its [`LogKey`] (requests of one key and lane in order) and feed
-//! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. The owner
-//! has no timer of its own (`poll_timeout` is always `None`).
+//! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. Feed
+//! [`OwnerInput::Tick`] once `poll_timeout` has passed (only the journal's cohort wait sets one;
+//! without a journal it is always `None`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -150,6 +151,8 @@ pub enum OwnerReadError {
 pub enum OwnerInput {
     /// The local metastore replica's state (at start, and after every change).
     Replica(Arc<MetaState>),
+    /// `poll_timeout` has passed.
+    Tick,
     /// Commit a batch of one partition's records.
     Commit {
         /// The topic name.
@@ -820,6 +823,12 @@ impl Actor for Owner {
             }
             OwnerInput::Read(read) => self.on_read(read),
             OwnerInput::IoDone { key, completion } => self.on_io(key, completion),
+            OwnerInput::Tick => {
+                if self.journal.is_some() {
+                    self.journal_inbox.push_back(JournalInput::Tick);
+                    self.pump_journal();
+                }
+            }
         }
         // A walk over every hosted combiner: at thousands of partitions it was a quarter of a
         // release node's CPU.
@@ -833,7 +842,7 @@ impl Actor for Owner {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.journal.as_ref().and_then(Actor::poll_timeout)
     }
 }
 

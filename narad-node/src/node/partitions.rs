@@ -609,7 +609,10 @@ impl Hosted for Host {
         self.publish();
     }
 
-    fn on_timeout(&mut self, _turn: &mut Turn<'_, Event>) {}
+    fn on_timeout(&mut self, _turn: &mut Turn<'_, Event>) {
+        self.feed(OwnerInput::Tick);
+        self.publish();
+    }
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.owner.poll_timeout()

@@ -10,7 +10,17 @@
 //!   fsync covers the commits of every partition that had some, and the commit boundary of the
 //!   produce path holds: append, fsync, read back + CRC, then visible.
 //! - **Group commit.** One flush at a time; appends arriving meanwhile wait for the next one, which
-//!   starts the moment the flush in flight completes.
+//!   starts the moment the flush in flight completes, unless it waits for its cohort.
+//! - **Cohort wait** (`commit_delay_us_max`, 0 = off; the ingress WAL's, per log instead of per
+//!   append). A partition has one commit in flight, so a log answered by a flush appends again only
+//!   after its next commit is written. A flush started the moment the previous one completes carries
+//!   only the logs that came back meanwhile: the partitions split into two cohorts that alternate,
+//!   each flush carrying about half of them. So when a flush answers at least
+//!   `commit_siblings_min` logs, the next flush waits until each of them has appended again (or
+//!   is released), or until `min(commit_delay_us_max, commit_delay_flush_percent of that flush's
+//!   duration)` has passed ([`JournalInput::Tick`] at [`Actor::poll_timeout`]); after a flush of at
+//!   least `commit_delay_flush_bytes_max` (bound by bandwidth, not by the fsync) it starts at once.
+//!   The wait delays when a commit becomes visible, never a produce's 202.
 //! - **Failure and fsyncgate.** A failed flush (create, write, sync, read-back) answers every append in
 //!   it with the fault, then cuts the segment back to the last durable byte and syncs that
 //!   (`[SetLen, SyncData]`), so nothing of the failed flush can come back after a crash and nothing
@@ -31,7 +41,8 @@
 //!
 //! # Polling order
 //! After every `handle`, drain `poll_output`. Flushes run on `flush_lane` one at a time; trims on
-//! `trim_lane`, beside them. The journal sets no timer.
+//! `trim_lane`, beside them. Feed [`JournalInput::Tick`] once [`Actor::poll_timeout`] has passed (only
+//! a cohort wait holding staged appends sets it).
 //!
 //! # Invariants (checked after every `handle` in debug builds)
 //! At most one flush and one trim in flight; the active (last) segment is never trimmed; staged bytes
@@ -80,6 +91,15 @@ pub const JOURNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 pub const SYNC_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default of [`JournalConfig::commit_delay_us_max`]: far below the accept→visible target of 10 ms.
+pub const COMMIT_DELAY_US_MAX_DEFAULT: u64 = 1_000;
+/// Default of [`JournalConfig::commit_delay_flush_percent`]. A log's way back passes the dispatcher
+/// (its answer, then its next batch) and the log's own write, so it needs longer than a flush.
+pub const COMMIT_DELAY_FLUSH_PERCENT_DEFAULT: u32 = 250;
+/// Default of [`JournalConfig::commit_delay_flush_bytes_max`]: 256 KiB, as the ingress WAL's.
+pub const COMMIT_DELAY_FLUSH_BYTES_MAX_DEFAULT: u64 = 256 * 1024;
+/// Default of [`JournalConfig::commit_siblings_min`]: a flush of one log has no sibling to wait for.
+pub const COMMIT_SIBLINGS_MIN_DEFAULT: usize = 2;
 
 /// The file name of journal segment `seq`.
 pub fn journal_segment_name(seq: u64) -> String {
@@ -116,6 +136,14 @@ pub struct JournalConfig {
     pub flush_lane: IoLane,
     /// Lane of trims.
     pub trim_lane: IoLane,
+    /// Longest a flush waits for its cohort, µs (`storage.owner_journal_commit_delay_us`); 0 = off.
+    pub commit_delay_us_max: u64,
+    /// A cohort wait also lasts at most this percentage of the duration of the flush that set it.
+    pub commit_delay_flush_percent: u32,
+    /// A flush that wrote at least this many bytes sets no cohort wait.
+    pub commit_delay_flush_bytes_max: u64,
+    /// A flush that answered fewer logs than this sets no cohort wait.
+    pub commit_siblings_min: usize,
     /// The bug planted (simulator only).
     pub plant: Plant,
 }
@@ -133,6 +161,10 @@ impl JournalConfig {
             io_id_base: 0,
             flush_lane: IoLane(0),
             trim_lane: IoLane(1),
+            commit_delay_us_max: COMMIT_DELAY_US_MAX_DEFAULT,
+            commit_delay_flush_percent: COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,
+            commit_delay_flush_bytes_max: COMMIT_DELAY_FLUSH_BYTES_MAX_DEFAULT,
+            commit_siblings_min: COMMIT_SIBLINGS_MIN_DEFAULT,
             plant: Plant::NONE,
         }
     }
@@ -177,6 +209,8 @@ pub enum JournalInput {
     },
     /// A request of [`JournalOutput::Io`] finished.
     Io(IoCompletion),
+    /// [`Actor::poll_timeout`] has passed.
+    Tick,
 }
 
 /// What happened, for the driver's log lines and counters.
@@ -254,6 +288,17 @@ struct Flush {
     /// CRC-32 of the bytes written: the read-back must match it.
     crc: u32,
     waiters: Vec<Waiter>,
+    /// When it started (its duration bounds the next cohort wait).
+    started: Instant,
+}
+
+/// The logs a completed flush answered, which the next flush waits for (see the module doc).
+#[derive(Clone, Debug)]
+struct Cohort {
+    /// Those that have not appended since.
+    pending: BTreeSet<LogKey>,
+    /// The flush starts at this instant even if some have not come back.
+    deadline: Instant,
 }
 
 #[derive(Clone, Debug)]
@@ -293,6 +338,8 @@ pub struct OwnerJournal {
     syncs_asked: BTreeSet<LogKey>,
     /// Logs whose sync failed, and when to ask them again.
     sync_retries: Vec<(Instant, LogKey)>,
+    /// The cohort the next flush waits for.
+    cohort: Option<Cohort>,
     next_io: u64,
     now: Instant,
     outputs: VecDeque<JournalOutput>,
@@ -316,6 +363,7 @@ impl OwnerJournal {
             sync_queue: VecDeque::new(),
             syncs_asked: BTreeSet::new(),
             sync_retries: Vec::new(),
+            cohort: None,
             now: Instant::default(),
             outputs: VecDeque::new(),
         }
@@ -341,6 +389,7 @@ impl OwnerJournal {
     // ---- inputs ----
 
     fn on_append(&mut self, key: LogKey, dir: &str, id: LogCommitId, run: JournalRun) {
+        self.came_back(key);
         let end = run.frames.last().map_or(Offset(0), |&(_, _, end)| end);
         let waiter = Waiter { key, id, end };
         if let Phase::Latched {
@@ -412,10 +461,12 @@ impl OwnerJournal {
     }
 
     fn on_released(&mut self, key: LogKey) {
+        self.came_back(key);
         for segment in self.segments.values_mut() {
             segment.pins.remove(&key);
         }
         self.answered(key);
+        self.flush_if_ready();
     }
 
     /// `key` pins less (or nothing) now: it no longer waits to be asked, and the oldest segment may go.
@@ -475,10 +526,49 @@ impl OwnerJournal {
 
     // ---- flushes ----
 
+    /// `key` appended (or is gone): the cohort no longer waits for it.
+    fn came_back(&mut self, key: LogKey) {
+        if let Some(cohort) = &mut self.cohort {
+            cohort.pending.remove(&key);
+        }
+    }
+
+    /// Sets the cohort wait after `flush` succeeded, if it answered enough logs (module doc).
+    fn set_cohort(&mut self, flush: &Flush) {
+        let config = &self.config;
+        let pending: BTreeSet<LogKey> = flush.waiters.iter().map(|waiter| waiter.key).collect();
+        if config.commit_delay_us_max == 0
+            || pending.len() < config.commit_siblings_min
+            || flush.len >= config.commit_delay_flush_bytes_max
+        {
+            return;
+        }
+        let took = self.now.saturating_duration_since(flush.started);
+        let wait = (took * config.commit_delay_flush_percent / 100)
+            .min(Duration::from_micros(config.commit_delay_us_max));
+        self.cohort = Some(Cohort {
+            pending,
+            deadline: self.now + wait,
+        });
+    }
+
+    /// The deadline of the cohort wait while it holds staged appends back.
+    fn cohort_deadline(&self) -> Option<Instant> {
+        let cohort = self.cohort.as_ref()?;
+        let holding = matches!(self.phase, Phase::Ready)
+            && !self.staged.is_empty()
+            && !cohort.pending.is_empty();
+        holding.then_some(cohort.deadline)
+    }
+
     fn flush_if_ready(&mut self) {
         if !matches!(self.phase, Phase::Ready) || self.staged.is_empty() {
             return;
         }
+        if self.cohort_deadline().is_some_and(|at| self.now < at) {
+            return;
+        }
+        self.cohort = None;
         let data = std::mem::take(&mut self.staged);
         let waiters = std::mem::take(&mut self.staged_waiters);
         let len = data.len() as u64;
@@ -562,6 +652,7 @@ impl OwnerJournal {
             file_bytes: written.max(end + fill),
             crc,
             waiters,
+            started: self.now,
         }));
     }
 
@@ -618,6 +709,7 @@ impl OwnerJournal {
                     let pin = segment.pins.entry(waiter.key).or_insert(waiter.end);
                     *pin = (*pin).max(waiter.end);
                 }
+                self.set_cohort(&flush);
                 for waiter in flush.waiters {
                     self.answer(waiter, Ok(()));
                 }
@@ -780,6 +872,7 @@ impl Actor for OwnerJournal {
             JournalInput::SyncFailed { key } => self.on_sync_failed(key),
             JournalInput::Released { key } => self.on_released(key),
             JournalInput::Io(completion) => self.on_io(completion),
+            JournalInput::Tick => self.flush_if_ready(),
         }
         self.retry_syncs();
         if crate::DEEP_CHECKS {
@@ -792,6 +885,6 @@ impl Actor for OwnerJournal {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.cohort_deadline()
     }
 }

@@ -441,6 +441,12 @@ impl Crash {
             })
             .collect();
         if heads.is_empty() {
+            // A cohort wait holds staged appends: its deadline (under the 5 ms each input advances
+            // the clock) has passed.
+            if self.owner.poll_timeout().is_some() {
+                self.input(OwnerInput::Tick);
+                return true;
+            }
             return false;
         }
         let index = heads[self.rng.random_range(0..heads.len())];
@@ -689,4 +695,96 @@ impl Crash {
         self.input(OwnerInput::Replica(self.state.clone()));
         self.settle();
     }
+}
+
+fn append_at(journal: &mut OwnerJournal, now: Instant, key: u64, id: u64, base: u64) {
+    let bytes = frame(base, b"payload");
+    let (key, id, run) = run(key, id, &bytes, base + 1);
+    let dir: Arc<str> = Arc::from(format!("topics/t/1/p{:05}", key.0).as_str());
+    journal.handle(now, JournalInput::Append { key, dir, id, run });
+}
+
+fn at_us(us: u64) -> Instant {
+    Instant::from_nanos(us * 1_000)
+}
+
+/// Logs 1 and 2 flushed together from 600 to 1,000 µs: the cohort wait is min(1 ms, 250% of 400 µs) = 1 ms.
+fn journal_after_a_flush_of_two_logs(config: JournalConfig) -> (SimDisk, OwnerJournal) {
+    let disk = SimDisk::new(3);
+    let mut journal = OwnerJournal::new(config);
+    append_at(&mut journal, at_us(0), 1, 10, 0);
+    let first = io(&drain(&mut journal)).remove(0);
+    append_at(&mut journal, at_us(100), 2, 20, 0);
+    journal.handle(at_us(200), JournalInput::Io(execute(&disk, &first)));
+    let second = io(&drain(&mut journal)).remove(0);
+    // Both logs append while the second flush (of log 2 alone) is in flight.
+    append_at(&mut journal, at_us(300), 1, 11, 1);
+    append_at(&mut journal, at_us(300), 2, 21, 1);
+    journal.handle(at_us(600), JournalInput::Io(execute(&disk, &second)));
+    let outputs = drain(&mut journal);
+    assert_eq!(done(&outputs), [(2, 20, true)]);
+    let both = io(&outputs).remove(0);
+    journal.handle(at_us(1_000), JournalInput::Io(execute(&disk, &both)));
+    assert_eq!(done(&drain(&mut journal)), [(1, 11, true), (2, 21, true)]);
+    (disk, journal)
+}
+
+#[test]
+fn a_flush_waits_for_the_logs_the_previous_one_answered_to_come_back() {
+    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(JournalConfig::new());
+    assert_eq!(journal.poll_timeout(), None, "nothing staged, nothing held");
+    append_at(&mut journal, at_us(1_150), 3, 30, 0);
+    assert!(drain(&mut journal).is_empty(), "logs 1 and 2 may come back");
+    assert_eq!(journal.poll_timeout(), Some(at_us(2_000)));
+    append_at(&mut journal, at_us(1_200), 1, 12, 2);
+    assert!(drain(&mut journal).is_empty(), "log 2 may still come back");
+    append_at(&mut journal, at_us(1_250), 2, 22, 2);
+    let outputs = io(&drain(&mut journal));
+    assert_eq!(outputs.len(), 1, "the whole cohort is back: one flush for all three");
+    assert_eq!(journal.poll_timeout(), None);
+}
+
+#[test]
+fn a_cohort_wait_ends_at_its_deadline_and_a_released_log_is_not_waited_for() {
+    let (disk, mut journal) = journal_after_a_flush_of_two_logs(JournalConfig::new());
+    append_at(&mut journal, at_us(1_150), 1, 12, 2);
+    journal.handle(at_us(1_999), JournalInput::Tick);
+    assert!(drain(&mut journal).is_empty(), "an early tick starts nothing");
+    journal.handle(at_us(2_000), JournalInput::Tick);
+    let flush = io(&drain(&mut journal));
+    assert_eq!(flush.len(), 1, "log 2 never came back: the deadline starts the flush");
+    // That flush answered one log: the next starts at once.
+    journal.handle(at_us(2_500), JournalInput::Io(execute(&disk, &flush[0])));
+    assert_eq!(done(&drain(&mut journal)), [(1, 12, true)]);
+    append_at(&mut journal, at_us(2_600), 3, 30, 0);
+    assert_eq!(io(&drain(&mut journal)).len(), 1);
+
+    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(JournalConfig::new());
+    append_at(&mut journal, at_us(1_150), 1, 12, 2);
+    assert!(drain(&mut journal).is_empty());
+    journal.handle(at_us(1_200), JournalInput::Released { key: LogKey(2) });
+    assert_eq!(
+        io(&drain(&mut journal)).len(),
+        1,
+        "a released log cannot come back"
+    );
+}
+
+#[test]
+fn no_cohort_wait_when_off_or_after_a_flush_bound_by_bandwidth() {
+    let mut off = JournalConfig::new();
+    off.commit_delay_us_max = 0;
+    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(off);
+    append_at(&mut journal, at_us(1_150), 3, 30, 0);
+    assert_eq!(io(&drain(&mut journal)).len(), 1, "off: the flush starts at once");
+
+    let mut big = JournalConfig::new();
+    big.commit_delay_flush_bytes_max = 64;
+    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(big);
+    append_at(&mut journal, at_us(1_150), 3, 30, 0);
+    assert_eq!(
+        io(&drain(&mut journal)).len(),
+        1,
+        "a flush past the byte bound waits for nothing"
+    );
 }
