@@ -292,8 +292,11 @@ impl SimDisk {
         self.lock().crash();
     }
 
-    /// Flips one bit of the byte at `offset` in both images of `path` (bit rot of synced data).
-    /// Returns false when the byte does not exist durably.
+    /// Flips one bit of the byte at `offset` on the medium of `path` (bit rot of synced data), and in
+    /// what reads see only where they see the medium's byte: a page held in memory (a write not yet
+    /// synced, or one a failed sync never got to the medium) is served from memory, and written back
+    /// over the rot by the next sync that covers it. Returns false when the byte does not exist
+    /// durably.
     pub fn rot(&self, path: &str, offset: u64, bit: u8) -> bool {
         let mut inner = self.lock();
         let Some(&ino) = inner.live_names.get(path) else {
@@ -305,8 +308,20 @@ impl SimDisk {
             return false;
         }
         let mask = 1u8 << (bit % 8);
+        // What reads see shows the rot only where it is the medium's byte: not under a write that
+        // waits for its sync, nor where a failed sync left pages the medium never got (fsyncgate:
+        // marked clean, yet kept in memory).
+        let cached = index < inode.live.len()
+            && inode.live.read(index, index + 1) == inode.durable.read(index, index + 1);
         inode.durable.flip(index, mask);
-        if index < inode.live.len() {
+        let dirty = inode.pending.iter().any(|pending| match *pending {
+            Pending::Write {
+                offset: start, len, ..
+            } => (start..start + len as u64).contains(&offset),
+            Pending::Zeros { offset: start, len } => (start..start + len).contains(&offset),
+            Pending::SetLen(_) => false,
+        });
+        if cached && !dirty {
             inode.live.flip(index, mask);
         }
         true
@@ -831,6 +846,26 @@ mod tests {
         disk.sync_data("d/f").unwrap();
         assert!(disk.rot("d/f", 3, 2));
         assert_eq!(disk.read_at("d/f", 3, 1).unwrap(), [4u8]);
+    }
+
+    #[test]
+    fn bit_rot_under_an_unsynced_write_hits_the_medium_only_and_the_write_back_covers_it() {
+        let disk = disk_with_dir(5);
+        disk.create("d/f").unwrap();
+        disk.write_at("d/f", 0, &[0u8; 8]).unwrap();
+        disk.sync_data("d/f").unwrap();
+        disk.sync_dir("d").unwrap();
+        disk.write_at("d/f", 2, &[7u8; 2]).unwrap();
+        assert!(disk.rot("d/f", 3, 0));
+        assert!(disk.rot("d/f", 5, 0));
+        assert_eq!(
+            disk.read_at("d/f", 0, 8).unwrap(),
+            [0, 0, 7, 7, 0, 1, 0, 0],
+            "the page in memory is served; the clean byte shows the rot"
+        );
+        assert_eq!(disk.durable_image("d/f").unwrap(), [0, 0, 0, 1, 0, 1, 0, 0]);
+        disk.sync_data("d/f").unwrap();
+        assert_eq!(disk.durable_image("d/f").unwrap(), [0, 0, 7, 7, 0, 1, 0, 0]);
     }
 
     /// The paged images against flat `Vec` images driven by the same ops and the same crash draws

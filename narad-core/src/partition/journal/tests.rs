@@ -740,7 +740,11 @@ fn a_flush_waits_for_the_logs_the_previous_one_answered_to_come_back() {
     assert!(drain(&mut journal).is_empty(), "log 2 may still come back");
     append_at(&mut journal, at_us(1_250), 2, 22, 2);
     let outputs = io(&drain(&mut journal));
-    assert_eq!(outputs.len(), 1, "the whole cohort is back: one flush for all three");
+    assert_eq!(
+        outputs.len(),
+        1,
+        "the whole cohort is back: one flush for all three"
+    );
     assert_eq!(journal.poll_timeout(), None);
 }
 
@@ -749,10 +753,17 @@ fn a_cohort_wait_ends_at_its_deadline_and_a_released_log_is_not_waited_for() {
     let (disk, mut journal) = journal_after_a_flush_of_two_logs(JournalConfig::new());
     append_at(&mut journal, at_us(1_150), 1, 12, 2);
     journal.handle(at_us(1_999), JournalInput::Tick);
-    assert!(drain(&mut journal).is_empty(), "an early tick starts nothing");
+    assert!(
+        drain(&mut journal).is_empty(),
+        "an early tick starts nothing"
+    );
     journal.handle(at_us(2_000), JournalInput::Tick);
     let flush = io(&drain(&mut journal));
-    assert_eq!(flush.len(), 1, "log 2 never came back: the deadline starts the flush");
+    assert_eq!(
+        flush.len(),
+        1,
+        "log 2 never came back: the deadline starts the flush"
+    );
     // That flush answered one log: the next starts at once.
     journal.handle(at_us(2_500), JournalInput::Io(execute(&disk, &flush[0])));
     assert_eq!(done(&drain(&mut journal)), [(1, 12, true)]);
@@ -776,7 +787,11 @@ fn no_cohort_wait_when_off_or_after_a_flush_bound_by_bandwidth() {
     off.commit_delay_us_max = 0;
     let (_disk, mut journal) = journal_after_a_flush_of_two_logs(off);
     append_at(&mut journal, at_us(1_150), 3, 30, 0);
-    assert_eq!(io(&drain(&mut journal)).len(), 1, "off: the flush starts at once");
+    assert_eq!(
+        io(&drain(&mut journal)).len(),
+        1,
+        "off: the flush starts at once"
+    );
 
     let mut big = JournalConfig::new();
     big.commit_delay_flush_bytes_max = 64;
