@@ -413,26 +413,22 @@ impl JournalReplay {
         self.phase = Phase::Cutting(io);
     }
 
-    /// Reads the current directory's entries from `from` on, up to `read_bytes_max` of them at once.
+    /// Reads the current directory's entries from `from` on, up to `read_bytes_max` bytes at once:
+    /// one read per span of a segment (see [`spans`]), not one per entry, since a slow disk pays its
+    /// latency per request and a log's entries lie close together.
     fn copy_from(&mut self, from: usize) {
         let (_, locs) = self.current().expect("current log");
         if from >= locs.len() {
             return self.sync_log();
         }
-        let mut to = from;
-        let mut bytes = 0usize;
-        while to < locs.len()
-            && (to == from || bytes + locs[to].len as usize <= self.config.read_bytes_max)
-        {
-            bytes += locs[to].len as usize;
-            to += 1;
-        }
-        let ops = locs[from..to]
+        let spans = spans(&locs[from..], self.config.read_bytes_max);
+        let to = from + spans.last().map_or(0, |span| span.entries);
+        let ops = spans
             .iter()
-            .map(|loc| IoOp::ReadAt {
-                path: join(&self.config.dir, &journal_segment_name(loc.seq)),
-                offset: loc.at,
-                len: loc.len as usize,
+            .map(|span| IoOp::ReadAt {
+                path: join(&self.config.dir, &journal_segment_name(span.seq)),
+                offset: span.start,
+                len: (span.end - span.start) as usize,
             })
             .collect();
         let io = self.request(ops);
@@ -443,12 +439,30 @@ impl JournalReplay {
         let (dir, locs) = self.current().expect("current log");
         let dir = dir.to_string();
         let locs: Vec<Loc> = locs[from..to].to_vec();
-        let mut ops = Vec::with_capacity(to - from);
-        let mut written = 0u64;
-        for (loc, reply) in locs.iter().zip(&replies) {
+        let spans = spans(&locs, self.config.read_bytes_max);
+        if spans.len() != replies.len() {
+            return self.fail(IoFault::Other("unexpected replies to reads".into()));
+        }
+        let mut entries: Vec<&[u8]> = Vec::with_capacity(locs.len());
+        let mut first = 0;
+        for (span, reply) in spans.iter().zip(&replies) {
             let IoReply::Data(bytes) = reply else {
                 return self.fail(IoFault::Other("unexpected reply to read".into()));
             };
+            for loc in &locs[first..span.entries] {
+                let start = (loc.at - span.start) as usize;
+                match bytes.get(start..start + loc.len as usize) {
+                    Some(entry) => entries.push(entry),
+                    None => {
+                        return self.fail(IoFault::Other("journal read came back short".into()))
+                    }
+                }
+            }
+            first = span.entries;
+        }
+        let mut ops = Vec::with_capacity(to - from);
+        let mut written = 0u64;
+        for (loc, bytes) in locs.iter().zip(entries) {
             // Checked again: the bytes were verified by the scan, but this is a second read.
             let Ok((view, _)) = decode_entry(bytes) else {
                 return self.fail(IoFault::Other(
@@ -516,6 +530,51 @@ impl JournalReplay {
     }
 }
 
+/// A run of a log's entries read with one `ReadAt`: `[start, end)` of segment `seq`, holding the
+/// entries before index `entries` (counted from the first entry given to [`spans`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Span {
+    seq: u64,
+    start: u64,
+    end: u64,
+    entries: usize,
+}
+
+/// Groups `locs` (in journal order) into spans of at most `bytes_max` bytes each, and at most
+/// `bytes_max` in all (at least one entry, however long). The bytes between a log's entries (other
+/// logs' entries) are read too: fewer, larger reads.
+fn spans(locs: &[Loc], bytes_max: usize) -> Vec<Span> {
+    let bytes_max = bytes_max as u64;
+    let mut spans: Vec<Span> = Vec::new();
+    let mut total = 0u64;
+    for (index, loc) in locs.iter().enumerate() {
+        let end = loc.at + u64::from(loc.len);
+        if let Some(span) = spans.last_mut() {
+            if span.seq == loc.seq && loc.at >= span.end && end - span.start <= bytes_max {
+                let grown = end - span.end;
+                if total + grown > bytes_max {
+                    break;
+                }
+                total += grown;
+                span.end = end;
+                span.entries = index + 1;
+                continue;
+            }
+            if total + u64::from(loc.len) > bytes_max {
+                break;
+            }
+        }
+        total += u64::from(loc.len);
+        spans.push(Span {
+            seq: loc.seq,
+            start: loc.at,
+            end,
+            entries: index + 1,
+        });
+    }
+    spans
+}
+
 impl Actor for JournalReplay {
     type Input = IoCompletion;
     type Output = ReplayOutput;
@@ -530,5 +589,80 @@ impl Actor for JournalReplay {
 
     fn poll_timeout(&self) -> Option<Instant> {
         None
+    }
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    fn loc(seq: u64, at: u64, len: u32) -> Loc {
+        Loc {
+            seq,
+            at,
+            len,
+            segment: Offset(0),
+            position: 0,
+            base: Offset(0),
+            end: Offset(0),
+        }
+    }
+
+    #[test]
+    fn a_logs_entries_in_one_segment_are_one_read_and_a_new_segment_starts_another() {
+        let locs = [loc(1, 0, 10), loc(1, 30, 10), loc(1, 100, 20), loc(2, 0, 5)];
+        let spans = spans(&locs, 1024);
+        assert_eq!(
+            spans,
+            [
+                Span {
+                    seq: 1,
+                    start: 0,
+                    end: 120,
+                    entries: 3
+                },
+                Span {
+                    seq: 2,
+                    start: 0,
+                    end: 5,
+                    entries: 4
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn spans_stay_within_the_byte_bound_and_an_entry_past_it_is_read_alone() {
+        let locs = [loc(1, 0, 10), loc(1, 50, 10), loc(1, 100, 10)];
+        assert_eq!(
+            spans(&locs, 60),
+            [Span {
+                seq: 1,
+                start: 0,
+                end: 60,
+                entries: 2
+            }],
+            "the third entry waits for the next request"
+        );
+        let locs = [loc(1, 0, 10), loc(1, 10, 10), loc(1, 20, 10)];
+        assert_eq!(
+            spans(&locs, 25),
+            [Span {
+                seq: 1,
+                start: 0,
+                end: 20,
+                entries: 2
+            }]
+        );
+        let long = [loc(1, 0, 100), loc(1, 100, 10)];
+        assert_eq!(
+            spans(&long, 50),
+            [Span {
+                seq: 1,
+                start: 0,
+                end: 100,
+                entries: 1
+            }]
+        );
     }
 }
