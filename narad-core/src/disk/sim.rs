@@ -11,7 +11,8 @@
 //!
 //! Faults: `sync_data` failing with EIO drops the pending pages *and marks them clean* (fsyncgate), so a
 //! later sync "succeeds" without them; writes failing with EIO or ENOSPC write nothing; bit rot flips a
-//! bit of synced data; a lying mode makes every sync a no-op, only to prove a checker notices.
+//! bit of synced data on the medium, and in what reads see only where they see the medium's byte (not
+//! under a pending write, nor in pages a failed sync left in memory); a lying mode makes every sync a no-op, only to prove a checker notices.
 //!
 //! All randomness comes from a `ChaCha8Rng` seeded by the caller; iteration is over `BTreeMap`s, so a
 //! seed replays exactly.
