@@ -1,6 +1,7 @@
 //! The ingress WAL's settings, and how its files are named.
 
 use crate::codec::wal::{FRAME_HEADER_BYTES, FRAME_PAYLOAD_BYTES_MAX, PREP_TRAILER_BYTES};
+use crate::cohort::CohortWait;
 use crate::disk::IoLane;
 use crate::ids::Seq;
 use crate::planted::Plant;
@@ -216,6 +217,16 @@ pub enum ConfigError {
 }
 
 impl WalConfig {
+    /// The cohort wait these settings describe.
+    pub fn cohort_wait(&self) -> CohortWait {
+        CohortWait {
+            delay_us_max: self.commit_delay_us_max,
+            flush_percent: self.commit_delay_flush_percent,
+            flush_bytes_max: self.commit_delay_flush_bytes_max as u64,
+            siblings_min: self.commit_siblings_min,
+        }
+    }
+
     /// Checks the settings against each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.record_bytes_max == 0 || self.record_bytes_max > FRAME_PAYLOAD_BYTES_MAX {

@@ -1,7 +1,6 @@
 //! Staging, group commit, rolls and the failure latch.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
 
 use super::{
     AppendError, AppendId, Batch, Cohort, FillError, IngressWal, Pending, Prep, Roll, SeqRange,
@@ -81,17 +80,14 @@ impl IngressWal {
         let Some(started) = self.flush_started_at.take() else {
             return;
         };
-        if answered < self.config.commit_siblings_min
-            || flushed_bytes >= self.config.commit_delay_flush_bytes_max
-        {
+        let took = now.saturating_duration_since(started);
+        let Some(delay) = self
+            .config
+            .cohort_wait()
+            .after(answered, flushed_bytes as u64, took)
+        else {
             return;
-        }
-        let flush = now.saturating_duration_since(started);
-        let delay = Duration::from_micros(self.config.commit_delay_us_max)
-            .min(flush * self.config.commit_delay_flush_percent / 100);
-        if delay.is_zero() {
-            return;
-        }
+        };
         self.cohort = Some(Cohort {
             appends_wanted: answered,
             appends_arrived: 0,

@@ -254,7 +254,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let journal = config.storage.owner_journal.then(|| {
         let mut journal = JournalConfig::new();
         journal.first_seq = replayed.next_seq;
-        journal.commit_delay_us_max = config.storage.owner_journal_commit_delay_us;
+        journal.cohort.delay_us_max = config.storage.owner_journal_commit_delay_us;
         journal.plant = hooks.plant;
         if let Some(segment_bytes_max) = hooks.sizes.journal_segment_bytes_max {
             journal.segment_bytes_max = segment_bytes_max;

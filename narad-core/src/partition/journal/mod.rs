@@ -11,15 +11,15 @@
 //!   produce path holds: append, fsync, read back + CRC, then visible.
 //! - **Group commit.** One flush at a time; appends arriving meanwhile wait for the next one, which
 //!   starts the moment the flush in flight completes, unless it waits for its cohort.
-//! - **Cohort wait** (`commit_delay_us_max`, 0 = off; the ingress WAL's, per log instead of per
+//! - **Cohort wait** ([`JournalConfig::cohort`], 0 = off; the ingress WAL's, per log instead of per
 //!   append). A partition has one commit in flight, so a log answered by a flush appends again only
 //!   after its next commit is written. A flush started the moment the previous one completes carries
 //!   only the logs that came back meanwhile: the partitions split into two cohorts that alternate,
 //!   each flush carrying about half of them. So when a flush answers at least
-//!   `commit_siblings_min` logs, the next flush waits until each of them has appended again (or
-//!   is released), or until `min(commit_delay_us_max, commit_delay_flush_percent of that flush's
-//!   duration)` has passed ([`JournalInput::Tick`] at [`Actor::poll_timeout`]); after a flush of at
-//!   least `commit_delay_flush_bytes_max` (bound by bandwidth, not by the fsync) it starts at once.
+//!   `siblings_min` logs, the next flush waits until each of them has appended again (or is
+//!   released), or until `min(delay_us_max, flush_percent of that flush's duration)` has passed
+//!   ([`JournalInput::Tick`] at [`Actor::poll_timeout`]); after a flush of at least
+//!   `flush_bytes_max` (bound by bandwidth, not by the fsync) it starts at once.
 //!   The wait delays when a commit becomes visible, never a produce's 202.
 //! - **Failure and fsyncgate.** A failed flush (create, write, sync, read-back) answers every append in
 //!   it with the fault, then cuts the segment back to the last durable byte and syncs that
@@ -61,6 +61,7 @@ use self::entry::{encode_entry, entry_len};
 use super::log::{JournalRun, LogCommitId};
 use super::owner::LogKey;
 use crate::actor::Actor;
+use crate::cohort::CohortWait;
 use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Offset;
@@ -91,14 +92,14 @@ pub const JOURNAL_PREALLOCATE_BYTES: u64 = 1024 * 1024;
 pub const SYNC_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a latched journal waits before an append tries its repair again.
 pub const REPAIR_RETRY_INTERVAL: Duration = Duration::from_secs(1);
-/// Default of [`JournalConfig::commit_delay_us_max`]: far below the accept→visible target of 10 ms.
+/// Default of the cohort wait's `delay_us_max`: far below the accept→visible target of 10 ms.
 pub const COMMIT_DELAY_US_MAX_DEFAULT: u64 = 1_000;
-/// Default of [`JournalConfig::commit_delay_flush_percent`]. A log's way back passes the dispatcher
+/// Default of the cohort wait's `flush_percent`. A log's way back passes the dispatcher
 /// (its answer, then its next batch) and the log's own write, so it needs longer than a flush.
 pub const COMMIT_DELAY_FLUSH_PERCENT_DEFAULT: u32 = 250;
-/// Default of [`JournalConfig::commit_delay_flush_bytes_max`]: 256 KiB, as the ingress WAL's.
+/// Default of the cohort wait's `flush_bytes_max`: 256 KiB, as the ingress WAL's.
 pub const COMMIT_DELAY_FLUSH_BYTES_MAX_DEFAULT: u64 = 256 * 1024;
-/// Default of [`JournalConfig::commit_siblings_min`]: a flush of one log has no sibling to wait for.
+/// Default of the cohort wait's `siblings_min`: a flush of one log has no sibling to wait for.
 pub const COMMIT_SIBLINGS_MIN_DEFAULT: usize = 2;
 
 /// The file name of journal segment `seq`.
@@ -136,14 +137,8 @@ pub struct JournalConfig {
     pub flush_lane: IoLane,
     /// Lane of trims.
     pub trim_lane: IoLane,
-    /// Longest a flush waits for its cohort, µs (`storage.owner_journal_commit_delay_us`); 0 = off.
-    pub commit_delay_us_max: u64,
-    /// A cohort wait also lasts at most this percentage of the duration of the flush that set it.
-    pub commit_delay_flush_percent: u32,
-    /// A flush that wrote at least this many bytes sets no cohort wait.
-    pub commit_delay_flush_bytes_max: u64,
-    /// A flush that answered fewer logs than this sets no cohort wait.
-    pub commit_siblings_min: usize,
+    /// The cohort wait (module doc); its `delay_us_max` is `storage.owner_journal_commit_delay_us`.
+    pub cohort: CohortWait,
     /// The bug planted (simulator only).
     pub plant: Plant,
 }
@@ -161,10 +156,12 @@ impl JournalConfig {
             io_id_base: 0,
             flush_lane: IoLane(0),
             trim_lane: IoLane(1),
-            commit_delay_us_max: COMMIT_DELAY_US_MAX_DEFAULT,
-            commit_delay_flush_percent: COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,
-            commit_delay_flush_bytes_max: COMMIT_DELAY_FLUSH_BYTES_MAX_DEFAULT,
-            commit_siblings_min: COMMIT_SIBLINGS_MIN_DEFAULT,
+            cohort: CohortWait {
+                delay_us_max: COMMIT_DELAY_US_MAX_DEFAULT,
+                flush_percent: COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,
+                flush_bytes_max: COMMIT_DELAY_FLUSH_BYTES_MAX_DEFAULT,
+                siblings_min: COMMIT_SIBLINGS_MIN_DEFAULT,
+            },
             plant: Plant::NONE,
         }
     }
@@ -535,17 +532,11 @@ impl OwnerJournal {
 
     /// Sets the cohort wait after `flush` succeeded, if it answered enough logs (module doc).
     fn set_cohort(&mut self, flush: &Flush) {
-        let config = &self.config;
         let pending: BTreeSet<LogKey> = flush.waiters.iter().map(|waiter| waiter.key).collect();
-        if config.commit_delay_us_max == 0
-            || pending.len() < config.commit_siblings_min
-            || flush.len >= config.commit_delay_flush_bytes_max
-        {
-            return;
-        }
         let took = self.now.saturating_duration_since(flush.started);
-        let wait = (took * config.commit_delay_flush_percent / 100)
-            .min(Duration::from_micros(config.commit_delay_us_max));
+        let Some(wait) = self.config.cohort.after(pending.len(), flush.len, took) else {
+            return;
+        };
         self.cohort = Some(Cohort {
             pending,
             deadline: self.now + wait,

@@ -784,22 +784,15 @@ fn a_cohort_wait_ends_at_its_deadline_and_a_released_log_is_not_waited_for() {
 #[test]
 fn no_cohort_wait_when_off_or_after_a_flush_bound_by_bandwidth() {
     let mut off = JournalConfig::new();
-    off.commit_delay_us_max = 0;
-    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(off);
-    append_at(&mut journal, at_us(1_150), 3, 30, 0);
-    assert_eq!(
-        io(&drain(&mut journal)).len(),
-        1,
-        "off: the flush starts at once"
-    );
-
+    off.cohort.delay_us_max = 0;
     let mut big = JournalConfig::new();
-    big.commit_delay_flush_bytes_max = 64;
-    let (_disk, mut journal) = journal_after_a_flush_of_two_logs(big);
-    append_at(&mut journal, at_us(1_150), 3, 30, 0);
-    assert_eq!(
-        io(&drain(&mut journal)).len(),
-        1,
-        "a flush past the byte bound waits for nothing"
-    );
+    big.cohort.flush_bytes_max = 64;
+    for (config, why) in [
+        (off, "off: the flush starts at once"),
+        (big, "a flush past the byte bound waits for nothing"),
+    ] {
+        let (_disk, mut journal) = journal_after_a_flush_of_two_logs(config);
+        append_at(&mut journal, at_us(1_150), 3, 30, 0);
+        assert_eq!(io(&drain(&mut journal)).len(), 1, "{why}");
+    }
 }
