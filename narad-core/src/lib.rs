@@ -12,6 +12,7 @@ pub mod actor;
 pub mod checkpoint;
 pub mod codec;
 pub mod cohort;
+pub mod consume;
 pub mod disk;
 pub mod dispatcher;
 pub mod error;
