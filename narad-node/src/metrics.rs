@@ -127,6 +127,15 @@ pub struct Metrics {
     pub ingress_dispatch_incarnation_mismatches: Counter,
     /// Accept (202) to visible (high watermark) latency.
     pub accept_to_visible_seconds: Histogram,
+    /// `narad_consume_delivered_total`: queue-mode deliveries (redeliveries included).
+    pub consume_delivered: Counter,
+    /// `narad_consume_redelivered_total`: deliveries of a record delivered before (lease expired,
+    /// nacked, or its first delivery failed).
+    pub consume_redelivered: Counter,
+    /// `narad_ack_acked_total`: leases acked.
+    pub consume_acked: Counter,
+    /// `narad_ack_nacked_total`: leases nacked.
+    pub consume_nacked: Counter,
     /// Errors by component and kind.
     pub errors: Family<ErrorLabels, Counter>,
     /// Records committed to partitions.
@@ -179,6 +188,10 @@ impl Metrics {
             ingress_dispatch_reroutes: Counter::default(),
             ingress_dispatch_incarnation_mismatches: Counter::default(),
             accept_to_visible_seconds: accept_to_visible_histogram(),
+            consume_delivered: Counter::default(),
+            consume_redelivered: Counter::default(),
+            consume_acked: Counter::default(),
+            consume_nacked: Counter::default(),
             errors: Family::default(),
             messages_produced: Family::default(),
             bytes_produced: Family::default(),
@@ -259,6 +272,26 @@ impl Metrics {
             "accept_to_visible_seconds",
             "Latency from the 202 to the record becoming visible",
             m.accept_to_visible_seconds.clone(),
+        );
+        r.register(
+            "consume_delivered",
+            "Queue-mode deliveries, redeliveries included",
+            m.consume_delivered.clone(),
+        );
+        r.register(
+            "consume_redelivered",
+            "Queue-mode deliveries of a record delivered before",
+            m.consume_redelivered.clone(),
+        );
+        r.register(
+            "ack_acked",
+            "Queue-mode leases acked",
+            m.consume_acked.clone(),
+        );
+        r.register(
+            "ack_nacked",
+            "Queue-mode leases nacked",
+            m.consume_nacked.clone(),
         );
         r.register("errors", "Errors by component and kind", m.errors.clone());
         r.register(

@@ -27,6 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{DecodeError, Reader};
+use crate::consume::{HandleError, QueueLimits, ReceiptHandle, Settle};
 use crate::ids::{NodeId, Offset, PartitionId, TopicId};
 
 /// Largest frame body, in bytes (16 MiB).
@@ -439,6 +440,31 @@ pub enum Control {
         /// How long the caller waits, ms.
         budget_ms: u32,
     },
+    /// A queue-mode consume of partitions this node owns (forwarded by the node a consumer asked):
+    /// a lease on the first record one of `partitions` has, waiting up to `wait_ms`.
+    QueueConsume {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the asker resolved.
+        topic_id: TopicId,
+        /// The topic's lease length and caps, as the asker read them.
+        limits: QueueLimits,
+        /// The partitions to lease from (the asker's view of what this node owns).
+        partitions: Vec<PartitionId>,
+        /// How long to wait for a record, ms.
+        wait_ms: u32,
+    },
+    /// An ack, extend or nack of a lease on a partition this node owns.
+    QueueSettle {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the asker resolved.
+        topic_id: TopicId,
+        /// The lease.
+        handle: ReceiptHandle,
+        /// What to do with it.
+        action: Settle,
+    },
 }
 
 /// The answer to a [`Control`] request.
@@ -468,6 +494,12 @@ pub enum ControlAnswer {
         /// The record's offset.
         offset: Offset,
     },
+    // New variants go last: postcard numbers them by position, and older nodes must still
+    // decode every answer they knew.
+    /// A queue-mode consume's answer: the leased record, or `None` when nothing came within the wait.
+    Queue(Option<LeasedRecord>),
+    /// An ack, extend or nack's answer.
+    Settled(Result<(), HandleError>),
 }
 
 /// A partition's storage figures, as `GET /v1/topics/{t}` reports them (and an owner answers a
@@ -486,6 +518,15 @@ pub struct PartitionStat {
     pub size_bytes: u64,
     /// When the oldest segment was created, Unix s.
     pub oldest_segment_at_s: Option<u64>,
+}
+
+/// A record leased to a queue-mode consumer by its partition's owner.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedRecord {
+    /// The record.
+    pub record: StoredRecord,
+    /// The lease's handle (its partition is the record's).
+    pub handle: ReceiptHandle,
 }
 
 /// What a forwarded replay read found.

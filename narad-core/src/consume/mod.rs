@@ -36,7 +36,7 @@ pub const VISIBILITY_DEFAULT: Duration = Duration::from_millis(30_000);
 pub const VISIBILITY_MIN: Duration = Duration::from_millis(1_000);
 
 /// A queue's limits, from its topic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueLimits {
     /// How long a lease lasts (and an extend renews it for).
     pub visibility: Duration,
@@ -47,7 +47,9 @@ pub struct QueueLimits {
 }
 
 /// A lease's receipt handle: `partition:offset:nonce`, in decimal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ReceiptHandle {
     /// The partition.
     pub partition: PartitionId,
@@ -109,8 +111,19 @@ pub enum Reserve {
     Full,
 }
 
+/// What an ack, extend or nack does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Settle {
+    /// The record is done.
+    Ack,
+    /// Renew the lease.
+    Extend,
+    /// End the lease now: redeliver.
+    Nack,
+}
+
 /// Why an ack, extend or nack was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum HandleError {
     /// No lease holds the handle: acked already, redelivered under another nonce, or expired (410).
     Stale,
@@ -306,6 +319,21 @@ impl PartitionQueue {
         self.redeliver.insert(offset.0);
         self.check();
         Ok(())
+    }
+
+    /// Acks, extends or nacks the lease `offset`/`nonce`.
+    pub fn settle(
+        &mut self,
+        now: Instant,
+        offset: Offset,
+        nonce: u64,
+        action: Settle,
+    ) -> Result<(), HandleError> {
+        match action {
+            Settle::Ack => self.ack(now, offset, nonce).map(|_| ()),
+            Settle::Extend => self.extend(now, offset, nonce),
+            Settle::Nack => self.nack(now, offset, nonce),
+        }
     }
 
     /// Gives back a lease whose record never reached a consumer (its read failed, or the answer

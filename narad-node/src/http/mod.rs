@@ -41,8 +41,9 @@ use crate::metrics::Metrics;
 
 pub use reply::Reply;
 pub use seams::{
-    AppendError, BoxFuture, PartitionReader, PartitionStat, PartitionStats, ProduceSink, ReadError,
-    ReadOutcome, StoredRecord, TopicKey,
+    AppendError, BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats, ProduceSink,
+    QueueConsumer, QueueLimits, QueueOutcome, ReadError, ReadOutcome, ReceiptHandle, Settle,
+    SettleOutcome, StoredRecord, TopicKey,
 };
 
 /// Largest raw body of a single produce, and of every JSON request body: 1 MiB.
@@ -70,6 +71,8 @@ pub struct App {
     pub reader: Arc<dyn PartitionReader>,
     /// Partition figures for `GET /v1/topics/{t}`.
     pub stats: Arc<dyn PartitionStats>,
+    /// Queue-mode consume and acks.
+    pub queue: Arc<dyn QueueConsumer>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
     ready: AtomicBool,
@@ -97,6 +100,7 @@ impl App {
         sink: Arc<dyn ProduceSink>,
         reader: Arc<dyn PartitionReader>,
         stats: Arc<dyn PartitionStats>,
+        queue: Arc<dyn QueueConsumer>,
         metrics: Arc<Metrics>,
         keyless_seed: u64,
     ) -> App {
@@ -105,6 +109,7 @@ impl App {
             sink,
             reader,
             stats,
+            queue,
             metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
@@ -163,6 +168,14 @@ impl<'a> Query<'a> {
             .map(|raw| form_urlencoded::parse(raw.as_bytes()).collect())
             .unwrap_or_default();
         Query { pairs }
+    }
+
+    /// The first value of `name` (a repeated parameter: the first wins, as the ack route reads it).
+    pub fn first(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_ref())
     }
 
     /// The one value of `name`; a repeated parameter is a 400.

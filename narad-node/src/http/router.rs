@@ -35,6 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/topics/{topic}/produce", post(produce_one))
         .route("/v1/topics/{topic}/produce/batch", post(produce_batch))
         .route("/v1/topics/{topic}/consume", get(consume_one))
+        .route("/v1/topics/{topic}/ack", post(ack))
         .route("/v1/cluster/members", get(cluster_members))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -147,6 +148,14 @@ async fn consume_one(
     RawQuery(query): RawQuery,
 ) -> Response {
     into_response(consume::consume(&app, &topic, query.as_deref()).await)
+}
+
+async fn ack(
+    State(app): AppState,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    into_response(consume::ack(&app, &topic, query.as_deref()).await)
 }
 
 async fn cluster_members(State(app): AppState) -> Response {

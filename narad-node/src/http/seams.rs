@@ -94,3 +94,64 @@ pub trait PartitionStats: Send + Sync {
         partition: PartitionId,
     ) -> BoxFuture<'_, PartitionStat>;
 }
+
+pub use narad_core::consume::{QueueLimits, ReceiptHandle, Settle};
+
+/// A record leased to a queue-mode consumer.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Leased {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The record.
+    pub record: StoredRecord,
+    /// The lease's handle.
+    pub handle: ReceiptHandle,
+}
+
+/// What a queue-mode consume found.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum QueueOutcome {
+    /// A record, leased (HTTP 200 with its receipt handle).
+    Leased(Leased),
+    /// Nothing within the wait (HTTP 204).
+    Empty,
+    /// The pinned partition's owner is another node, marked dead (HTTP 503, plain text).
+    OwnerDown,
+    /// Forwarding to the owner failed (HTTP 502, plain text).
+    PeerFailed(String),
+}
+
+/// What an ack, extend or nack found.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum SettleOutcome {
+    /// Done (HTTP 204).
+    Done,
+    /// No lease holds the handle: acked, redelivered under another nonce, or expired (HTTP 410).
+    Stale,
+    /// The ack would pass the acked-ahead cap; the lease is kept (HTTP 503).
+    AckedAheadFull,
+    /// The partition's owner is another node, marked dead (HTTP 503, plain text).
+    OwnerDown,
+    /// Forwarding to the owner failed (HTTP 502, plain text).
+    PeerFailed(String),
+}
+
+/// Queue-mode consume: leases on the partitions' owners.
+pub trait QueueConsumer: Send + Sync {
+    /// Leases one record of `topic` (`partitions` of them, or only `pinned`), waiting up to `wait`.
+    fn consume(
+        &self,
+        topic: &TopicKey,
+        limits: QueueLimits,
+        partitions: u32,
+        pinned: Option<PartitionId>,
+        wait: std::time::Duration,
+    ) -> BoxFuture<'_, QueueOutcome>;
+    /// Acks, extends or nacks the lease `handle` of `topic`.
+    fn settle(
+        &self,
+        topic: &TopicKey,
+        handle: ReceiptHandle,
+        action: Settle,
+    ) -> BoxFuture<'_, SettleOutcome>;
+}

@@ -24,6 +24,7 @@
 //! `metastore/` (raft log, hard state, snapshot); `ingress/produce/` (`<20-digit seq>.wal` segments and
 //! `checkpoint`); `topics/<topic>/<incarnation id>/p<05 partition>/` (`<20-digit offset>.log` segments).
 
+pub mod consumers;
 pub mod dispatch;
 pub mod metered_disk;
 pub mod partitions;
@@ -182,6 +183,7 @@ struct Inner {
     app: Arc<App>,
     metastore: Metastore,
     partitions: PartitionHost,
+    consumers: consumers::Consumers,
     metrics: Arc<Metrics>,
     wal: OnceLock<WalHost>,
     dispatcher: OnceLock<DispatchHost>,
@@ -286,11 +288,31 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         reader = forwarding.clone();
         stats = forwarding;
     }
+    let consumers = consumers::Consumers::open(
+        Arc::clone(&disk),
+        partitions.clone(),
+        metastore.clone(),
+        node_id,
+        clock.clone(),
+        metrics.clone(),
+        seed ^ 0x636f_6e73_756d_6572,
+    )
+    .await
+    .map_err(|error| StartError::Partitions(error.to_string()))?;
+    let queue: Arc<dyn crate::http::QueueConsumer> = match &cluster {
+        Some(cluster) => Arc::new(peers::QueueForwarding {
+            local: consumers.clone(),
+            cluster: cluster.clone(),
+            metastore: metastore.clone(),
+        }),
+        None => Arc::new(consumers.clone()),
+    };
     let app = Arc::new(App::new(
         metastore.clone(),
         sink.clone(),
         reader,
         stats,
+        queue,
         metrics.clone(),
         seed,
     ));
@@ -315,6 +337,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             })),
             metrics: metrics.clone(),
             plant: hooks.plant,
+            consumers: Some(consumers.clone()),
         }));
         peers::spawn_heartbeats(cluster.clone());
     }
@@ -343,6 +366,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         app,
         metastore,
         partitions,
+        consumers,
         metrics,
         wal: OnceLock::new(),
         dispatcher: OnceLock::new(),
@@ -548,6 +572,10 @@ impl Node {
     pub async fn shutdown(&self) -> Result<Option<Seq>, String> {
         if let Some(dispatcher) = self.inner.dispatcher.get() {
             dispatcher.stop().await;
+        }
+        // The acks since the last interval's flush: a clean restart redelivers none of them.
+        if let Err(fault) = self.inner.consumers.flush().await {
+            tracing::warn!(%fault, "consumer cursors not flushed at shutdown");
         }
         match self.inner.wal.get() {
             Some(wal) => wal

@@ -304,6 +304,7 @@ pub struct PartitionHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<PartitionStatus>,
     next_batch: Arc<AtomicU64>,
+    wakes: Arc<super::consumers::CommitWakes>,
 }
 
 /// Sends `Abandon` for a commit whose caller stopped waiting before the answer.
@@ -392,6 +393,7 @@ impl PartitionHost {
             commands,
             status,
             next_batch: Arc::new(AtomicU64::new(0)),
+            wakes: Arc::default(),
         }
     }
 
@@ -448,7 +450,14 @@ impl PartitionHost {
         guard.armed = true;
         let result = answer.await.map_err(|_| PartitionCommitError::Stopped);
         guard.armed = false;
-        Ok(result??)
+        let range = result??;
+        self.wakes.wake(&guard.topic);
+        Ok(range)
+    }
+
+    /// Where long-polling queue-mode consumes wait for commits.
+    pub fn wakes(&self) -> &super::consumers::CommitWakes {
+        &self.wakes
     }
 
     /// Reads up to `records_max` visible records of the incarnation `topic` from `offset`.

@@ -335,6 +335,8 @@ pub struct NodeInbound {
     pub metrics: Arc<Metrics>,
     /// The bug planted in the owner side (simulator only; [`Plant::NONE`] everywhere else).
     pub plant: Plant,
+    /// This node's queues, for forwarded queue-mode consumes and acks (`None`: refused).
+    pub consumers: Option<super::consumers::Consumers>,
 }
 
 /// What the synchronous `Produce` op needs besides the owner side's parts.
@@ -473,6 +475,7 @@ impl Inbound for NodeInbound {
         let sync = self.sync.clone();
         let metrics = self.metrics.clone();
         let plant = self.plant;
+        let consumers = self.consumers.clone();
         Box::pin(async move {
             match request {
                 Ok(Request::CommitProduceBatch(batch)) => {
@@ -517,7 +520,8 @@ impl Inbound for NodeInbound {
                     commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::Control(control)) => {
-                    control_answer(from, control, &partitions, &metastore, &clock, sync)
+                    let queue = consumers.as_ref();
+                    control_answer(from, control, &partitions, &metastore, &clock, sync, queue)
                         .await
                         .encode()
                 }
@@ -554,6 +558,7 @@ async fn control_answer(
     metastore: &Metastore,
     clock: &Clock,
     sync: Option<Arc<SyncProduce>>,
+    consumers: Option<&super::consumers::Consumers>,
 ) -> ControlAnswer {
     match control {
         Control::Raft { messages } => {
@@ -648,6 +653,48 @@ async fn control_answer(
                 budget: Duration::from_millis(u64::from(budget_ms)),
             };
             sync.produce(request, partitions, metastore, clock).await
+        }
+        Control::QueueConsume {
+            topic,
+            topic_id,
+            limits,
+            partitions: asked,
+            wait_ms,
+        } => {
+            let Some(consumers) = consumers else {
+                return ControlAnswer::BadRequest("queue-mode consume is not served here".into());
+            };
+            let key = TopicKey {
+                name: topic,
+                id: topic_id,
+            };
+            // Only what this node owns now: the asker's view may lag a reassignment.
+            let owned = consumers.owned(&key, asked.iter().map(|p| p.0 + 1).max().unwrap_or(0));
+            let candidates: Vec<PartitionId> =
+                asked.into_iter().filter(|p| owned.contains(p)).collect();
+            let wait = Duration::from_millis(u64::from(wait_ms));
+            let leased = consumers.consume(&key, limits, &candidates, wait).await;
+            ControlAnswer::Queue(
+                leased.map(|leased| narad_core::codec::cluster::LeasedRecord {
+                    record: leased.record,
+                    handle: leased.handle,
+                }),
+            )
+        }
+        Control::QueueSettle {
+            topic,
+            topic_id,
+            handle,
+            action,
+        } => {
+            let Some(consumers) = consumers else {
+                return ControlAnswer::BadRequest("queue-mode ack is not served here".into());
+            };
+            let key = TopicKey {
+                name: topic,
+                id: topic_id,
+            };
+            ControlAnswer::Settled(consumers.settle(&key, handle, action))
         }
     }
 }
@@ -752,5 +799,229 @@ impl PartitionStats for Forwarding {
                 }
             }
         })
+    }
+}
+
+/// How long a forwarded queue-mode call may take beyond its wait.
+pub const QUEUE_RPC_SLACK: Duration = Duration::from_secs(5);
+/// How often an unpinned long poll asks the other owners again (it waits on this node's own
+/// partitions in between, so a local commit still answers it at once).
+pub const QUEUE_REMOTE_POLL: Duration = Duration::from_millis(100);
+
+/// Queue-mode consume in a cluster: a partition's leases live on its owner. A pinned consume and every
+/// ack go to the partition's owner (here, or forwarded with the whole wait); an unpinned consume tries
+/// this node's partitions, then each live owner's once (no wait), and until its wait ends, long-polls
+/// its own partitions for [`QUEUE_REMOTE_POLL`] between rounds.
+#[derive(Debug)]
+pub struct QueueForwarding {
+    /// This node's queues.
+    pub local: super::consumers::Consumers,
+    /// The transport to owners.
+    pub cluster: Cluster,
+    /// Who owns what, and who is alive.
+    pub metastore: Metastore,
+}
+
+/// Where a partition's leases live.
+enum QueueOwner {
+    Here,
+    Remote(NodeId),
+    Down,
+}
+
+impl QueueForwarding {
+    fn owner(&self, topic: &TopicKey, partition: PartitionId) -> QueueOwner {
+        let view = self.metastore.view();
+        match view
+            .state
+            .topic(&topic.name)
+            .and_then(|record| record.owner_of(partition))
+        {
+            Some(owner) if owner == self.cluster.node() => QueueOwner::Here,
+            Some(owner) if view.state.is_alive(owner) => QueueOwner::Remote(owner),
+            Some(_) => QueueOwner::Down,
+            // Unassigned (no member yet): nothing can be leased there; answered as empty.
+            None => QueueOwner::Here,
+        }
+    }
+
+    async fn remote_consume(
+        &self,
+        owner: NodeId,
+        topic: &TopicKey,
+        limits: crate::http::QueueLimits,
+        partitions: Vec<PartitionId>,
+        wait: Duration,
+    ) -> crate::http::QueueOutcome {
+        use crate::http::{Leased, QueueOutcome};
+        let body = Control::QueueConsume {
+            topic: topic.name.clone(),
+            topic_id: topic.id,
+            limits,
+            partitions,
+            wait_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX),
+        }
+        .encode();
+        let answer = match self
+            .cluster
+            .call(owner, "queue_consume", &body, wait + QUEUE_RPC_SLACK)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(error) => return QueueOutcome::PeerFailed(error.to_string()),
+        };
+        match ControlAnswer::decode(&answer) {
+            Ok(ControlAnswer::Queue(Some(leased))) => QueueOutcome::Leased(Leased {
+                partition: leased.handle.partition,
+                record: leased.record,
+                handle: leased.handle,
+            }),
+            Ok(ControlAnswer::Queue(None)) => QueueOutcome::Empty,
+            Ok(other) => QueueOutcome::PeerFailed(format!("owner answered {other:?}")),
+            Err(error) => QueueOutcome::PeerFailed(error.to_string()),
+        }
+    }
+
+    async fn consume_any(
+        &self,
+        topic: &TopicKey,
+        limits: crate::http::QueueLimits,
+        partitions: u32,
+        wait: Duration,
+    ) -> crate::http::QueueOutcome {
+        use crate::http::QueueOutcome;
+        let clock = self.local.clock();
+        let deadline = clock.now() + wait;
+        loop {
+            let mut local = Vec::new();
+            let mut remote: BTreeMap<NodeId, Vec<PartitionId>> = BTreeMap::new();
+            for partition in (0..partitions).map(PartitionId) {
+                match self.owner(topic, partition) {
+                    QueueOwner::Here => local.push(partition),
+                    QueueOwner::Remote(owner) => remote.entry(owner).or_default().push(partition),
+                    QueueOwner::Down => {}
+                }
+            }
+            if let Some(leased) = self
+                .local
+                .consume(topic, limits, &local, Duration::ZERO)
+                .await
+            {
+                return QueueOutcome::Leased(leased);
+            }
+            let mut failed = None;
+            let asked = remote.len();
+            for (owner, partitions) in remote {
+                match self
+                    .remote_consume(owner, topic, limits, partitions, Duration::ZERO)
+                    .await
+                {
+                    QueueOutcome::Leased(leased) => return QueueOutcome::Leased(leased),
+                    QueueOutcome::PeerFailed(reason) => failed = Some(reason),
+                    QueueOutcome::Empty | QueueOutcome::OwnerDown => {}
+                }
+            }
+            let now = clock.now();
+            if now >= deadline {
+                // Every owner asked failed and none is here: say so rather than "empty".
+                return match failed {
+                    Some(reason) if local.is_empty() && asked > 0 => {
+                        QueueOutcome::PeerFailed(reason)
+                    }
+                    _ => QueueOutcome::Empty,
+                };
+            }
+            let nap = deadline
+                .saturating_duration_since(now)
+                .min(QUEUE_REMOTE_POLL);
+            if local.is_empty() {
+                tokio::time::sleep(nap).await;
+            } else if let Some(leased) = self.local.consume(topic, limits, &local, nap).await {
+                return QueueOutcome::Leased(leased);
+            }
+        }
+    }
+}
+
+impl crate::http::QueueConsumer for QueueForwarding {
+    fn consume(
+        &self,
+        topic: &TopicKey,
+        limits: crate::http::QueueLimits,
+        partitions: u32,
+        pinned: Option<PartitionId>,
+        wait: Duration,
+    ) -> BoxFuture<'_, crate::http::QueueOutcome> {
+        use crate::http::QueueOutcome;
+        let topic = topic.clone();
+        Box::pin(async move {
+            let Some(partition) = pinned else {
+                return self.consume_any(&topic, limits, partitions, wait).await;
+            };
+            match self.owner(&topic, partition) {
+                QueueOwner::Here => {
+                    match self.local.consume(&topic, limits, &[partition], wait).await {
+                        Some(leased) => QueueOutcome::Leased(leased),
+                        None => QueueOutcome::Empty,
+                    }
+                }
+                QueueOwner::Remote(owner) => {
+                    self.remote_consume(owner, &topic, limits, vec![partition], wait)
+                        .await
+                }
+                QueueOwner::Down => QueueOutcome::OwnerDown,
+            }
+        })
+    }
+
+    fn settle(
+        &self,
+        topic: &TopicKey,
+        handle: crate::http::ReceiptHandle,
+        action: crate::http::Settle,
+    ) -> BoxFuture<'_, crate::http::SettleOutcome> {
+        use crate::http::SettleOutcome;
+        let topic = topic.clone();
+        Box::pin(async move {
+            let owner = match self.owner(&topic, handle.partition) {
+                QueueOwner::Here => {
+                    return settle_outcome(self.local.settle(&topic, handle, action));
+                }
+                QueueOwner::Down => return SettleOutcome::OwnerDown,
+                QueueOwner::Remote(owner) => owner,
+            };
+            let body = Control::QueueSettle {
+                topic: topic.name.clone(),
+                topic_id: topic.id,
+                handle,
+                action,
+            }
+            .encode();
+            let answer = match self
+                .cluster
+                .call(owner, "queue_settle", &body, QUEUE_RPC_SLACK)
+                .await
+            {
+                Ok(answer) => answer,
+                Err(error) => return SettleOutcome::PeerFailed(error.to_string()),
+            };
+            match ControlAnswer::decode(&answer) {
+                Ok(ControlAnswer::Settled(result)) => settle_outcome(result),
+                Ok(other) => SettleOutcome::PeerFailed(format!("owner answered {other:?}")),
+                Err(error) => SettleOutcome::PeerFailed(error.to_string()),
+            }
+        })
+    }
+}
+
+/// An ack, extend or nack's result as the HTTP seam answers it.
+pub fn settle_outcome(
+    result: Result<(), narad_core::consume::HandleError>,
+) -> crate::http::SettleOutcome {
+    use narad_core::consume::HandleError;
+    match result {
+        Ok(()) => crate::http::SettleOutcome::Done,
+        Err(HandleError::Stale) => crate::http::SettleOutcome::Stale,
+        Err(HandleError::AckedAheadFull) => crate::http::SettleOutcome::AckedAheadFull,
     }
 }
