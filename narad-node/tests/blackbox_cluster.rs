@@ -733,3 +733,135 @@ fn a_synchronous_produce_skips_a_dead_owner_and_commits_on_a_remote_one() {
         );
     }
 }
+
+/// A queue-mode consume through member `id`: the message, or `None` on 204.
+fn queue_consume(
+    cluster: &Cluster,
+    id: u64,
+    topic: &str,
+    query: &str,
+) -> Option<serde_json::Value> {
+    let path = format!("/v1/topics/{topic}/consume?{query}");
+    let answer = http(cluster.node(id).addr(), "GET", &path, &[], b"").expect("consume");
+    match answer.status {
+        200 => Some(answer.json()),
+        204 => None,
+        status => panic!("node {id} {path}: {status} {}", answer.text()),
+    }
+}
+
+/// An ack through member `id`; the status.
+fn queue_ack(cluster: &Cluster, id: u64, topic: &str, handle: &str, extend: &str) -> u16 {
+    let path = format!("/v1/topics/{topic}/ack?receipt_handle={handle}{extend}");
+    http(cluster.node(id).addr(), "POST", &path, &[], b"")
+        .expect("ack")
+        .status
+}
+
+#[test]
+fn queue_consume_on_any_member_leases_on_the_owner() {
+    const TOPIC: &str = "queue";
+    let mut cluster = start();
+    cluster.node(1).create_topic(TOPIC, PARTITIONS);
+    let owners = cluster.wait_topic(TOPIC, PARTITIONS);
+    let produced: std::collections::BTreeSet<String> =
+        (0..60).map(|index| format!("q-{index:02}")).collect();
+    for (index, payload) in produced.iter().enumerate() {
+        let member = (index % MEMBERS) as u64 + 1;
+        let path = format!(
+            "/v1/topics/{TOPIC}/produce?partition={}",
+            index % PARTITIONS as usize
+        );
+        let answer = http(
+            cluster.node(member).addr(),
+            "POST",
+            &path,
+            &[],
+            payload.as_bytes(),
+        )
+        .expect("produce");
+        assert_eq!(answer.status, 202, "{}", answer.text());
+    }
+    cluster.wait_backlogs_drained();
+
+    // Every record once, leased through node 2 (most partitions owned elsewhere), acked through
+    // node 3 or node 1 (forwarded to the owner, which holds the lease).
+    let mut consumed = std::collections::BTreeSet::new();
+    let mut partitions = std::collections::BTreeSet::new();
+    while consumed.len() < produced.len() {
+        let message = queue_consume(&cluster, 2, TOPIC, "wait=2s")
+            .unwrap_or_else(|| panic!("only {} of 60 consumed", consumed.len()));
+        let handle = message["receipt_handle"]
+            .as_str()
+            .expect("handle")
+            .to_string();
+        partitions.insert(message["partition"].as_u64().expect("partition"));
+        assert!(
+            consumed.insert(message["payload"].as_str().expect("payload").to_string()),
+            "delivered twice: {message}"
+        );
+        let via = if consumed.len() % 2 == 0 { 3 } else { 1 };
+        assert_eq!(
+            queue_ack(&cluster, via, TOPIC, &handle, ""),
+            204,
+            "{message}"
+        );
+        assert_eq!(
+            queue_ack(&cluster, 2, TOPIC, &handle, ""),
+            410,
+            "acked twice"
+        );
+    }
+    assert_eq!(consumed, produced);
+    assert_eq!(partitions.len(), PARTITIONS as usize, "every owner served");
+    assert_eq!(queue_consume(&cluster, 1, TOPIC, "wait=0s"), None);
+
+    // A pinned consume forwarded to the owner long-polls there: a produce through a third member
+    // answers it.
+    let partition = 0u32;
+    let owner = owners[partition as usize];
+    let asker = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != owner)
+        .expect("a non-owner");
+    let producer = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != owner && id != asker)
+        .expect("a third member");
+    let addr = cluster.node(asker).addr();
+    let poll = std::thread::spawn(move || {
+        let path = format!("/v1/topics/{TOPIC}/consume?partition={partition}&wait=10s");
+        http(addr, "GET", &path, &[], b"").expect("long poll")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let path = format!("/v1/topics/{TOPIC}/produce?partition={partition}");
+    let answer = http(cluster.node(producer).addr(), "POST", &path, &[], b"late").expect("produce");
+    assert_eq!(answer.status, 202);
+    let answer = poll.join().expect("poll");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.json()["payload"], "late");
+    let handle = answer.json()["receipt_handle"]
+        .as_str()
+        .expect("handle")
+        .to_string();
+    assert_eq!(
+        queue_ack(&cluster, producer, TOPIC, &handle, "&extend=0"),
+        204
+    );
+
+    // The owner dies: its partition's pinned consumes and acks answer 503 once membership says so.
+    cluster.kill(owner);
+    poll_until(
+        "a pinned consume of the dead owner's partition to answer 503",
+        MEMBER_TIMEOUT,
+        CLUSTER_POLL_INTERVAL,
+        || {
+            let path = format!("/v1/topics/{TOPIC}/consume?partition={partition}&wait=0s");
+            let answer = http(cluster.node(asker).addr(), "GET", &path, &[], b"").ok()?;
+            (answer.status == 503).then(|| answer.text())
+        },
+    );
+    assert_eq!(queue_ack(&cluster, asker, TOPIC, &handle, ""), 503);
+}
