@@ -278,12 +278,12 @@ async fn create_keeps_explicit_values() {
     let f = fixture().await;
     let reply = create(
         &f,
-        "{\"name\":\"o\",\"partitions\":8,\"retention_ms\":3600000,\"visibility_timeout_ms\":5,\
+        "{\"name\":\"o\",\"partitions\":8,\"retention_ms\":3600000,\"visibility_timeout_ms\":5000,\
          \"max_in_flight_per_partition\":7,\"max_acked_ahead_per_partition\":9,\"owner\":\"x\"}",
     )
     .await;
     let expected = format!(
-        "{{\"name\":\"o\",\"partitions\":8,\"retention_ms\":3600000,\"visibility_timeout_ms\":5,\
+        "{{\"name\":\"o\",\"partitions\":8,\"retention_ms\":3600000,\"visibility_timeout_ms\":5000,\
          \"max_in_flight_per_partition\":7,\"max_acked_ahead_per_partition\":9,\"created_at\":{}}}\n",
         created_at(&f, "o")
     );
@@ -333,6 +333,10 @@ async fn create_validation_failures_are_400_with_the_reason() {
         (
             "{\"name\":\"t\",\"retention_ms\":3599999}",
             "invalid argument: retention_ms must be 0 (default) or at least 3600000",
+        ),
+        (
+            "{\"name\":\"t\",\"visibility_timeout_ms\":999}",
+            "invalid argument: visibility_timeout_ms must be 0 (default) or at least 1000",
         ),
         (
             "{\"name\":\"t\",\"parent\":\"p\"}",

@@ -84,6 +84,20 @@ fn non_negative(name: &str, value: i64) -> Result<u64, Reply> {
     })
 }
 
+/// `visibility_timeout_ms`: 0 (the default) or a lease of at least a second. Checked here, before the
+/// proposal, not in the replicated state machine: replicas of every release apply the same creates.
+fn visibility_ms(value: i64) -> Result<u64, Reply> {
+    let ms = non_negative("visibility_timeout_ms", value)?;
+    let min = narad_core::consume::VISIBILITY_MIN.as_millis() as u64;
+    if ms != 0 && ms < min {
+        return Err(Reply::error(
+            400,
+            &format!("invalid argument: visibility_timeout_ms must be 0 (default) or at least {min}"),
+        ));
+    }
+    Ok(ms)
+}
+
 fn count(name: &str, value: i64) -> Result<u32, Reply> {
     u32::try_from(non_negative(name, value)?)
         .map_err(|_| Reply::error(400, &format!("invalid argument: {name} is too large")))
@@ -146,10 +160,7 @@ async fn create(app: &App, body: Body) -> Result<Reply, Reply> {
     };
     let settings = TopicSettings {
         retention_ms: non_negative("retention_ms", request.retention_ms)?,
-        visibility_timeout_ms: non_negative(
-            "visibility_timeout_ms",
-            request.visibility_timeout_ms,
-        )?,
+        visibility_timeout_ms: visibility_ms(request.visibility_timeout_ms)?,
         max_in_flight_per_partition: count(
             "max_in_flight_per_partition",
             request.max_in_flight_per_partition,
