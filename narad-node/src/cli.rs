@@ -1,5 +1,6 @@
 //! The `narad` command line (clap). `narad serve` runs a node; `narad bench` loads one (see
-//! [`crate::bench`]).
+//! [`crate::bench`]); the client subcommands (`pub`, `sub`, `replay`, `topic`, `cluster`) talk to one
+//! over its `/v1` HTTP API (see `crate::client`, not under madsim).
 
 use std::path::PathBuf;
 
@@ -27,6 +28,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load a running node with produces and report throughput, latency and fsyncs per record.
     Bench(crate::bench::BenchArgs),
+    /// The client subcommands, at the top level as Narad's CLI has them.
+    #[command(flatten)]
+    Client(ClientCommand),
 }
 
 /// `narad serve` flags. Each overrides the config file and the `NARAD_*` environment.
@@ -68,6 +72,260 @@ impl ServeArgs {
             log_format: self.log_format,
         }
     }
+}
+
+/// The client subcommands: each talks to one node over its `/v1` HTTP API.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Produce a message (or the same one `--count` times) to a topic.
+    Pub(PubArgs),
+    /// Consume a topic: leased and acked (queue mode), or read from an offset on (`--peek`).
+    Sub(SubArgs),
+    /// Read a partition's offsets from `--from` up to `--to` (excluded), without leasing them.
+    Replay(ReplayArgs),
+    /// Create, list, inspect, alter and delete topics.
+    Topic(TopicArgs),
+    /// Inspect the cluster.
+    Cluster(ClusterArgs),
+}
+
+/// The flags every client subcommand takes: where the node is, who is asking, how to print.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct ClientOpts {
+    /// The node's HTTP address (`http://host:port`; `host:port` means http).
+    #[arg(
+        short = 's',
+        long = "server",
+        env = "NARAD_ADDR",
+        default_value = "http://127.0.0.1:7942",
+        value_name = "URL",
+        global = true
+    )]
+    pub server: String,
+    /// User name for HTTP Basic auth (none sent without it).
+    #[arg(
+        short = 'u',
+        long,
+        env = "NARAD_USER",
+        value_name = "USER",
+        global = true
+    )]
+    pub user: Option<String>,
+    /// Password for HTTP Basic auth (with `--user`; empty when not given).
+    #[arg(
+        short = 'p',
+        long,
+        env = "NARAD_PASS",
+        hide_env_values = true,
+        value_name = "PASSWORD",
+        global = true
+    )]
+    pub password: Option<String>,
+    /// Machine output: one JSON value per result line.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `narad pub` flags.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct PubArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Topic to produce to.
+    pub topic: String,
+    /// The message, sent as the raw body; `-` reads all of stdin as one message.
+    #[arg(value_name = "MSG|-", conflicts_with = "file")]
+    pub message: Option<String>,
+    /// Message key: picks the partition (FNV-1a of the key); none means round-robin.
+    #[arg(short = 'k', long, value_name = "KEY")]
+    pub key: Option<String>,
+    /// Partition to produce to, instead of the key's.
+    #[arg(long, value_name = "P")]
+    pub partition: Option<u32>,
+    /// Send this file's bytes as the message.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Send the message this many times.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: u64,
+    /// At most this many messages per second.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate: Option<u32>,
+}
+
+/// `narad sub` flags.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct SubArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Topic to consume.
+    pub topic: String,
+    /// Read without leasing or acking, from `--from` (default: the high watermark) on.
+    #[arg(long)]
+    pub peek: bool,
+    /// Only this partition (every partition without it).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<u32>,
+    /// With `--peek`: the first offset to read (needs `--partition`).
+    #[arg(long, value_name = "OFFSET", requires = "peek", requires = "partition")]
+    pub from: Option<u64>,
+    /// Print only each payload's bytes (base64 payloads decoded), one per line.
+    #[arg(long)]
+    pub raw: bool,
+    /// Queue mode: leave the messages unacked (redelivered when their lease times out).
+    #[arg(long, conflicts_with = "peek")]
+    pub no_ack: bool,
+    /// Stop after this many messages (default: run until interrupted).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+}
+
+/// `narad replay` flags.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct ReplayArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Topic to read.
+    pub topic: String,
+    /// Partition to read.
+    #[arg(long, value_name = "P")]
+    pub partition: u32,
+    /// First offset to read.
+    #[arg(long, value_name = "OFFSET", default_value_t = 0)]
+    pub from: u64,
+    /// Offset to stop before (default: the partition's high watermark at start).
+    #[arg(long, value_name = "OFFSET")]
+    pub to: Option<u64>,
+    /// Print only each payload's bytes (base64 payloads decoded), one per line.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+/// `narad topic` and its subcommand.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct TopicArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: TopicCommand,
+}
+
+/// `narad topic` subcommands.
+#[derive(Debug, Subcommand, Clone, PartialEq, Eq)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Add(TopicAddArgs),
+    /// List every topic.
+    Ls(TopicLsArgs),
+    /// Show a topic and its partitions.
+    Info {
+        /// Topic name.
+        name: String,
+    },
+    /// Alter a topic (partitions can only grow).
+    Edit(TopicEditArgs),
+    /// Delete a topic and its messages.
+    Rm {
+        /// Topic name.
+        name: String,
+    },
+}
+
+/// `narad topic add` flags. Every value left out takes the node's default.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct TopicAddArgs {
+    /// Topic name (`[A-Za-z0-9._-]`, up to 255).
+    pub name: String,
+    /// Partition count (3 to 108; default 3).
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
+    /// How long messages are kept (`7d`, `2h`, `90m`, `30s`, `500ms`; a bare number is ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub retention: Option<u64>,
+    /// Queue-mode lease length (a duration as for `--retention`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub visibility: Option<u64>,
+    /// Most messages leased at once per partition.
+    #[arg(long, value_name = "N")]
+    pub max_in_flight: Option<u32>,
+    /// Most messages acked ahead of the oldest unacked one per partition.
+    #[arg(long, value_name = "N")]
+    pub max_acked_ahead: Option<u32>,
+}
+
+/// `narad topic ls` flags.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct TopicLsArgs {
+    /// Topics asked for per request (the listing follows every page).
+    #[arg(long, value_name = "N", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: u32,
+}
+
+/// `narad topic edit` flags: at least one.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct TopicEditArgs {
+    /// Topic name.
+    pub name: String,
+    /// New partition count (only growing).
+    #[arg(long, value_name = "N")]
+    pub partitions: Option<u32>,
+    /// How long messages are kept (a duration as for `topic add --retention`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub retention: Option<u64>,
+    /// Most messages leased at once per partition (0: the default).
+    #[arg(long, value_name = "N")]
+    pub max_in_flight: Option<u32>,
+    /// Most messages acked ahead of the oldest unacked one per partition (0: the default).
+    #[arg(long, value_name = "N")]
+    pub max_acked_ahead: Option<u32>,
+}
+
+/// `narad cluster` and its subcommand.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct ClusterArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ClusterCommand,
+}
+
+/// `narad cluster` subcommands.
+#[derive(Debug, Subcommand, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterCommand {
+    /// List the cluster's members.
+    Members,
+}
+
+/// A duration flag in milliseconds: digits with an optional unit (`ms`, `s`, `m`, `h`, `d`); bare
+/// digits are milliseconds, as the API's `*_ms` fields are.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let scale: u64 = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("unknown unit {unit:?} (use ms, s, m, h or d)")),
+    };
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 7d, 2h, 30s or 500ms"))?;
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 #[cfg(test)]
@@ -125,5 +383,174 @@ mod tests {
             panic!("parsed bench")
         };
         assert_eq!((args.topic.as_str(), args.workers), ("orders", 64));
+    }
+
+    fn client(cli: Cli) -> ClientCommand {
+        let Command::Client(command) = cli.command else {
+            panic!("parsed a client command")
+        };
+        command
+    }
+
+    #[test]
+    fn pub_takes_narads_flags() {
+        let parsed = Cli::try_parse_from([
+            "narad",
+            "pub",
+            "orders",
+            "hello",
+            "-k",
+            "customer-42",
+            "--partition",
+            "2",
+            "--count",
+            "10",
+            "--rate",
+            "5",
+            "-s",
+            "http://10.0.0.1:7942",
+            "-u",
+            "admin",
+            "-p",
+            "secret",
+            "--json",
+        ])
+        .unwrap();
+        let ClientCommand::Pub(args) = client(parsed) else {
+            panic!("parsed pub")
+        };
+        assert_eq!(
+            args,
+            PubArgs {
+                client: ClientOpts {
+                    server: "http://10.0.0.1:7942".to_string(),
+                    user: Some("admin".to_string()),
+                    password: Some("secret".to_string()),
+                    json: true,
+                },
+                topic: "orders".to_string(),
+                message: Some("hello".to_string()),
+                key: Some("customer-42".to_string()),
+                partition: Some(2),
+                file: None,
+                count: 10,
+                rate: Some(5),
+            }
+        );
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied());
+        assert!(parse(&["narad", "pub", "t", "m", "-f", "F"]).is_err());
+        assert!(parse(&["narad", "pub", "t", "m", "--count", "0"]).is_err());
+        assert!(parse(&["narad", "pub", "t", "m", "--rate", "0"]).is_err());
+    }
+
+    #[test]
+    fn sub_and_replay_flags_parse_and_depend() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied()).map(client);
+        let Ok(ClientCommand::Sub(sub)) = parse(&[
+            "narad",
+            "sub",
+            "t",
+            "--peek",
+            "--partition",
+            "0",
+            "--from",
+            "5",
+            "--raw",
+            "--count",
+            "3",
+        ]) else {
+            panic!("parsed sub")
+        };
+        assert_eq!(
+            (
+                sub.peek,
+                sub.partition,
+                sub.from,
+                sub.raw,
+                sub.no_ack,
+                sub.count
+            ),
+            (true, Some(0), Some(5), true, false, Some(3))
+        );
+        // --from belongs to --peek, on one partition; --no-ack to queue mode.
+        assert!(parse(&["narad", "sub", "t", "--from", "5", "--partition", "0"]).is_err());
+        assert!(parse(&["narad", "sub", "t", "--peek", "--from", "5"]).is_err());
+        assert!(parse(&["narad", "sub", "t", "--peek", "--no-ack"]).is_err());
+
+        let Ok(ClientCommand::Replay(replay)) =
+            parse(&["narad", "replay", "t", "--partition", "1", "--to", "9"])
+        else {
+            panic!("parsed replay")
+        };
+        assert_eq!(
+            (replay.partition, replay.from, replay.to, replay.raw),
+            (1, 0, Some(9), false)
+        );
+        assert!(parse(&["narad", "replay", "t"]).is_err());
+    }
+
+    #[test]
+    fn topic_flags_parse_and_the_global_flags_go_anywhere() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args.iter().copied()).map(client);
+        let Ok(ClientCommand::Topic(topic)) = parse(&[
+            "narad",
+            "topic",
+            "-s",
+            "h:1",
+            "add",
+            "orders",
+            "--partitions",
+            "6",
+            "--retention",
+            "7d",
+            "--visibility",
+            "30s",
+            "--json",
+        ]) else {
+            panic!("parsed topic")
+        };
+        assert_eq!(
+            (topic.client.server.as_str(), topic.client.json),
+            ("h:1", true)
+        );
+        assert_eq!(
+            topic.command,
+            TopicCommand::Add(TopicAddArgs {
+                name: "orders".to_string(),
+                partitions: Some(6),
+                retention: Some(604_800_000),
+                visibility: Some(30_000),
+                max_in_flight: None,
+                max_acked_ahead: None,
+            })
+        );
+        let Ok(ClientCommand::Topic(topic)) = parse(&["narad", "topic", "ls", "-s", "h:2"]) else {
+            panic!("parsed topic ls")
+        };
+        assert_eq!(
+            (topic.client.server.as_str(), topic.command),
+            ("h:2", TopicCommand::Ls(TopicLsArgs { limit: 100 }))
+        );
+        assert!(parse(&["narad", "topic", "ls", "--limit", "1001"]).is_err());
+        let Ok(ClientCommand::Cluster(cluster)) = parse(&["narad", "cluster", "members"]) else {
+            panic!("parsed cluster")
+        };
+        assert_eq!(cluster.command, ClusterCommand::Members);
+    }
+
+    #[test]
+    fn durations_are_milliseconds_or_carry_a_unit() {
+        assert_eq!(parse_duration_ms("3600000"), Ok(3_600_000));
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("90m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("2h"), Ok(7_200_000));
+        assert_eq!(parse_duration_ms("7d"), Ok(604_800_000));
+        assert!(parse_duration_ms("").is_err());
+        assert!(parse_duration_ms("d").is_err());
+        assert!(parse_duration_ms("1w").is_err());
+        assert!(parse_duration_ms("-1s").is_err());
+        assert!(parse_duration_ms("99999999999999999999d").is_err());
+        assert!(parse_duration_ms("999999999999999d").is_err());
     }
 }

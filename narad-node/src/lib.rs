@@ -18,12 +18,15 @@
 //!   the peers' authentication; [`node::peers`] serves it and carries the node's calls over it.
 //! - `server` (not under madsim): wires it all to a real listener.
 //! - [`bench`]: `narad bench`, the HTTP load generator.
+//! - `client` (not under madsim): `narad pub|sub|replay|topic|cluster`, the client subcommands.
 
 #![forbid(unsafe_code)]
 
 pub mod accept_times;
 pub mod bench;
 pub mod cli;
+#[cfg(not(madsim))]
+pub mod client;
 pub mod clock;
 pub mod cluster;
 pub mod config;

@@ -1,5 +1,6 @@
 //! The `narad` binary: `narad serve` runs a node (see `narad_node::server`), `narad bench` loads one
-//! (see `narad_node::bench`).
+//! (see `narad_node::bench`), and the client subcommands (`pub`, `sub`, `replay`, `topic`, `cluster`)
+//! talk to one (see `narad_node::client`).
 //!
 //! Exit codes: 0 after a graceful shutdown, 1 when the node fails, 2 for a configuration error.
 
@@ -66,6 +67,7 @@ fn main() -> std::process::ExitCode {
     let args = match cli.command {
         Command::Serve(args) => args,
         Command::Bench(args) => return narad_node::bench::main(args),
+        Command::Client(command) => return narad_node::client::main(command),
     };
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())

@@ -613,7 +613,7 @@ mod tests {
         argv.extend_from_slice(extra);
         match Cli::try_parse_from(argv).unwrap().command {
             Command::Bench(args) => args,
-            Command::Serve(_) => unreachable!("parsed bench"),
+            other => unreachable!("parsed bench, not {other:?}"),
         }
     }
 
