@@ -50,11 +50,14 @@ pub enum PlantedBug {
     /// The owner journal removes a sealed segment without waiting for the partition logs whose
     /// records it holds to sync them.
     TrimJournalAheadOfPartitionSync,
+    /// The consumer cursor table stores each partition's lowest offset never delivered instead of its
+    /// lowest offset not acked: a crash loses every leased record not yet acked.
+    CursorPastLeases,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 16] = [
+    pub const ALL: [PlantedBug; 17] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -71,6 +74,7 @@ impl PlantedBug {
         PlantedBug::NeverMarkDead,
         PlantedBug::VisibleBeforeJournalSync,
         PlantedBug::TrimJournalAheadOfPartitionSync,
+        PlantedBug::CursorPastLeases,
     ];
 
     /// The command-line name.
@@ -94,6 +98,7 @@ impl PlantedBug {
             PlantedBug::NeverMarkDead => "never-mark-dead",
             PlantedBug::VisibleBeforeJournalSync => "visible-before-journal-sync",
             PlantedBug::TrimJournalAheadOfPartitionSync => "trim-journal-ahead-of-partition-sync",
+            PlantedBug::CursorPastLeases => "cursor-past-leases",
         }
     }
 }

@@ -759,6 +759,7 @@ fn queue_ack(cluster: &Cluster, id: u64, topic: &str, handle: &str, extend: &str
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // The long poll must be waiting before the record is produced.
 fn queue_consume_on_any_member_leases_on_the_owner() {
     const TOPIC: &str = "queue";
     let mut cluster = start();

@@ -214,6 +214,24 @@ pub struct Report {
     pub excused_deleted: u64,
     /// 202'd records excused because an injected bit rot destroyed them.
     pub excused_rot: u64,
+    /// What the queue-mode consumers saw, when the scenario ran any.
+    pub consumed: Option<ConsumeReport>,
+}
+
+/// The consumers' verdict (see `runner::consumer`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumeReport {
+    /// Deliveries, redeliveries included.
+    pub delivered: u64,
+    /// Deliveries of a record delivered before.
+    pub redelivered: u64,
+    /// Records acked.
+    pub acked: u64,
+    /// Ids of records the final read serves that no consumer acked (never handed to one, or handed
+    /// only under leases that ended unanswered and never came back).
+    pub unacked: Vec<u64>,
+    /// Deliveries of no record produced to their topic.
+    pub foreign: Vec<String>,
 }
 
 impl Report {
@@ -223,12 +241,15 @@ impl Report {
             || !self.unseen.is_empty()
             || !self.phantoms.is_empty()
             || !self.misplaced.is_empty()
+            || self.consumed.as_ref().is_some_and(|consumed| {
+                !consumed.unacked.is_empty() || !consumed.foreign.is_empty()
+            })
     }
 
     /// The verdict's counts as one `key=value` line: lost, unseen, phantoms, misplaced, duplicate
     /// copies and reroutes.
     pub fn verdict_line(&self) -> String {
-        format!(
+        let mut line = format!(
             "lost={} unseen={} phantoms={} misplaced={} duplicates={} reroutes={}",
             self.lost.len(),
             self.unseen.len(),
@@ -236,7 +257,18 @@ impl Report {
             self.misplaced.len(),
             self.duplicate_copies(),
             self.reroutes
-        )
+        );
+        if let Some(consumed) = &self.consumed {
+            line.push_str(&format!(
+                " unacked={} foreign={} delivered={} redelivered={} acked={}",
+                consumed.unacked.len(),
+                consumed.foreign.len(),
+                consumed.delivered,
+                consumed.redelivered,
+                consumed.acked
+            ));
+        }
+        line
     }
 
     /// Extra copies over all records (a record served 3 times counts 2).

@@ -322,6 +322,16 @@ mod sim {
             r.excused_deleted,
             outcome.violations.len()
         );
+        if let Some(c) = &r.consumed {
+            println!(
+                "consumed: delivered={} redelivered={} acked={} unacked={} foreign={}",
+                c.delivered,
+                c.redelivered,
+                c.acked,
+                c.unacked.len(),
+                c.foreign.len()
+            );
+        }
         for line in narad_sim::sweep::breakdown_lines(&outcome.breakdown) {
             println!("{line}");
         }
@@ -351,6 +361,14 @@ mod sim {
         }
         if !r.unseen.is_empty() {
             println!("  unseen ids: {}", ids(&r.unseen));
+        }
+        if let Some(c) = &r.consumed {
+            if !c.unacked.is_empty() {
+                println!("  unacked ids: {}", ids(&c.unacked));
+            }
+            for foreign in c.foreign.iter().take(DETAILS_MAX) {
+                println!("  foreign delivery {foreign}");
+            }
         }
         for detail in &outcome.details {
             println!("  {detail}");

@@ -676,6 +676,8 @@ impl SimNode for ModelNode {
             PlantedBug::VisibleBeforeJournalSync | PlantedBug::TrimJournalAheadOfPartitionSync => {
                 false
             }
+            // Nor queue-mode consume.
+            PlantedBug::CursorPastLeases => false,
         }
     }
 

@@ -42,8 +42,8 @@ use narad_node::node::{self, ClusterSetup, Node, NodeHooks, NodeOptions, Storage
 use narad_node::probe::{Invariant, NodeProbe};
 
 use crate::seam::{
-    derive_seed, DiskLayout, NodeContext, NodeError, NodeStatus, PlantedBug, Probe, ProduceRecord,
-    ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
+    derive_seed, AckAnswer, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, PlantedBug,
+    Probe, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
 /// The cluster secret every simulated member shares.
@@ -399,7 +399,14 @@ impl SimNode for NaradSimNode {
     }
 
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo, NodeError> {
-        let body = serde_json::json!({ "name": name, "partitions": partitions }).to_string();
+        // One-second leases: a lease a consumer dropped, or one a crash lost, comes back within a
+        // run's settle time.
+        let body = serde_json::json!({
+            "name": name,
+            "partitions": partitions,
+            "visibility_timeout_ms": 1000
+        })
+        .to_string();
         let reply = http::topics::create_topic(self.app(), Body::Bytes(body.into_bytes())).await;
         self.admin_event("create", name, &reply);
         status_of(&reply)?;
@@ -531,6 +538,56 @@ impl SimNode for NaradSimNode {
                 || status.metastore_failed
                 || status.partitions_restart_needed > 0,
             leader: self.single || self.node.metastore().view().leader == Some(self.own),
+        }
+    }
+
+    fn queue_mode() -> bool {
+        true
+    }
+
+    async fn queue_consume(
+        &self,
+        topic: &str,
+        wait: Duration,
+    ) -> Result<Option<Leased>, NodeError> {
+        let query = format!("wait={}ms", wait.as_millis());
+        let reply = http::consume::consume(self.app(), topic, Some(&query)).await;
+        if reply.status == 204 {
+            return Ok(None);
+        }
+        status_of(&reply)?;
+        let (offset, payload) = consumed_payload(&reply.body).map_err(NodeError::Failed)?;
+        let message: serde_json::Value = serde_json::from_slice(&reply.body)
+            .map_err(|error| NodeError::Failed(format!("consume JSON: {error}")))?;
+        let partition = message["partition"]
+            .as_u64()
+            .and_then(|partition| u32::try_from(partition).ok())
+            .ok_or_else(|| NodeError::Failed("consume JSON without a partition".into()))?;
+        let handle = message["receipt_handle"].as_str().ok_or_else(|| {
+            NodeError::Failed("queue-mode consume without a receipt handle".into())
+        })?;
+        Ok(Some(Leased {
+            partition: PartitionId(partition),
+            offset: Offset(offset),
+            payload,
+            handle: handle.to_string(),
+        }))
+    }
+
+    async fn queue_ack(
+        &self,
+        topic: &str,
+        handle: &str,
+        nack: bool,
+    ) -> Result<AckAnswer, NodeError> {
+        let query = format!(
+            "receipt_handle={handle}{}",
+            if nack { "&extend=0" } else { "" }
+        );
+        let reply = http::consume::ack(self.app(), topic, Some(&query)).await;
+        match reply.status {
+            410 => Ok(AckAnswer::Stale),
+            _ => status_of(&reply).map(|()| AckAnswer::Done),
         }
     }
 

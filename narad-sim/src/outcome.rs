@@ -81,6 +81,16 @@ impl RunOutcome {
                 parts.push(format!("{name}={count}"));
             }
         }
+        if let Some(consumed) = &r.consumed {
+            for (name, count) in [
+                ("unacked", consumed.unacked.len()),
+                ("foreign", consumed.foreign.len()),
+            ] {
+                if count > 0 {
+                    parts.push(format!("{name}={count}"));
+                }
+            }
+        }
         if let Some(error) = self.errors.first() {
             parts.push(format!("error: {error}"));
         }

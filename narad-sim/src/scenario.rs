@@ -174,6 +174,19 @@ pub struct Workload {
     /// Stop producing once this many records were sent (the safety phase still runs its length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records_max: Option<u64>,
+    /// Queue-mode consumer tasks (drawn from a stream of their own, so a scenario without them
+    /// draws every other knob as before). With any, every record the final read serves must have been
+    /// delivered to one, and every delivery must be a produced record of its topic.
+    #[serde(default = "no_consumers", skip_serializing_if = "is_no_consumers")]
+    pub consumers: Span,
+}
+
+fn no_consumers() -> Span {
+    Span::Fixed(0)
+}
+
+fn is_no_consumers(span: &Span) -> bool {
+    *span == Span::Fixed(0)
 }
 
 fn default_churn_every_ms() -> Span {

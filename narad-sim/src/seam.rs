@@ -112,6 +112,28 @@ pub struct ReadBatch {
     pub high_watermark: Offset,
 }
 
+/// A record leased by a queue-mode consume.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leased {
+    /// Its partition.
+    pub partition: PartitionId,
+    /// Its offset there.
+    pub offset: Offset,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// The lease's receipt handle.
+    pub handle: String,
+}
+
+/// What a queue-mode ack answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckAnswer {
+    /// 204: done.
+    Done,
+    /// 410: no lease holds the handle (expired, redelivered, or lost with a crash).
+    Stale,
+}
+
 /// What `/readyz` and the backlog gauge say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeStatus {
@@ -251,6 +273,30 @@ pub trait SimNode: Clone + Send + Sync + 'static {
 
     /// Readiness and the dispatch backlog.
     fn status(&self) -> impl Future<Output = NodeStatus> + Send;
+
+    /// Whether the node serves queue-mode consume ([`SimNode::queue_consume`]).
+    fn queue_mode() -> bool {
+        false
+    }
+
+    /// `GET /v1/topics/{topic}/consume?wait=`: a leased record, or `None` when none came in `wait`.
+    fn queue_consume(
+        &self,
+        _topic: &str,
+        _wait: Duration,
+    ) -> impl Future<Output = Result<Option<Leased>, NodeError>> + Send {
+        std::future::ready(Err(NodeError::Refused("queue mode is not served".into())))
+    }
+
+    /// `POST /v1/topics/{topic}/ack?receipt_handle=[&extend=0]`: acks the lease, or nacks it.
+    fn queue_ack(
+        &self,
+        _topic: &str,
+        _handle: &str,
+        _nack: bool,
+    ) -> impl Future<Output = Result<AckAnswer, NodeError>> + Send {
+        std::future::ready(Err(NodeError::Refused("queue mode is not served".into())))
+    }
 
     /// The node (an index into [`NodeContext::members`]) that owns `partition` of `topic`, as this
     /// node's metadata says; `None` when unknown. Reads go to the owner. A single node owns all.

@@ -336,6 +336,19 @@ impl PartitionQueue {
         }
     }
 
+    /// Ends the lease `offset`/`nonce` as done without a consumer's ack: its record is damaged past
+    /// reading, so no consumer can ever have it (a replay answers 410 there too). The acked-ahead cap
+    /// does not refuse it: a lease held is already counted in flight.
+    pub fn discard(&mut self, offset: Offset, nonce: u64) {
+        if let Some(lease) = self.leases.get(&offset.0).copied() {
+            if lease.nonce == nonce {
+                self.end_lease(offset.0, lease);
+                self.done(offset.0);
+            }
+        }
+        self.check();
+    }
+
     /// Gives back a lease whose record never reached a consumer (its read failed, or the answer
     /// could not be sent): redelivered next, as a nack. A lease no longer held is left alone.
     pub fn release(&mut self, offset: Offset, nonce: u64) {

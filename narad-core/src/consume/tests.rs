@@ -172,6 +172,18 @@ fn a_released_lease_is_redelivered_and_a_released_stale_one_is_ignored() {
 }
 
 #[test]
+fn a_discarded_lease_counts_as_done_past_the_acked_ahead_cap() {
+    let mut queue = PartitionQueue::new(limits(8, 0), Offset(0), 0);
+    let head = lease(queue.reserve(ms(0), Offset(3)));
+    let damaged = lease(queue.reserve(ms(0), Offset(3)));
+    queue.discard(damaged.0, damaged.1 + 1);
+    assert_eq!(queue.leased(), 2, "another nonce's discard is ignored");
+    queue.discard(damaged.0, damaged.1);
+    assert_eq!((queue.leased(), queue.acked_ahead()), (1, 1));
+    assert_eq!(queue.ack(ms(0), head.0, head.1), Ok(Offset(2)));
+}
+
+#[test]
 fn records_below_the_oldest_retained_count_as_done() {
     let mut queue = PartitionQueue::new(limits(8, 8), Offset(0), 0);
     let first = lease(queue.reserve(ms(0), Offset(10)));

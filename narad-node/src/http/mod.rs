@@ -15,6 +15,7 @@
 //! and grants are built, so every created topic's `owner` is empty (omitted from the JSON).
 
 pub mod consume;
+pub mod openapi;
 pub mod ops;
 pub mod produce;
 pub mod reply;

@@ -40,6 +40,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi_doc))
         .fallback(unmatched)
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
@@ -172,6 +173,10 @@ async fn readyz(State(app): AppState) -> Response {
 
 async fn metrics(State(app): AppState) -> Response {
     into_response(ops::metrics(&app))
+}
+
+async fn openapi_doc(State(app): AppState) -> Response {
+    into_response(super::openapi::openapi(&app))
 }
 
 async fn unmatched() -> Response {

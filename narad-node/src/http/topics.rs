@@ -92,7 +92,9 @@ fn visibility_ms(value: i64) -> Result<u64, Reply> {
     if ms != 0 && ms < min {
         return Err(Reply::error(
             400,
-            &format!("invalid argument: visibility_timeout_ms must be 0 (default) or at least {min}"),
+            &format!(
+                "invalid argument: visibility_timeout_ms must be 0 (default) or at least {min}"
+            ),
         ));
     }
     Ok(ms)

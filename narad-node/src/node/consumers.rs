@@ -26,7 +26,9 @@ use narad_core::consume::table::{CursorKey, CursorSlots, CURSOR_DIR, SLOTS};
 use narad_core::consume::{HandleError, PartitionQueue, QueueLimits, ReceiptHandle, Reserve};
 use narad_core::disk::{Disk, IoId, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
+use narad_core::partition::log::ReadFault;
 use narad_core::partition::ReadError;
+use narad_core::planted::{Plant, PlantedBug};
 use narad_core::IoFault;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -110,6 +112,26 @@ struct State {
     dirty: bool,
 }
 
+/// What [`Consumers::open`] needs.
+pub struct ConsumersSetup {
+    /// The data directory (the cursor table lives under `consumers/`).
+    pub disk: Arc<dyn Disk>,
+    /// Where records are read and commits announced.
+    pub partitions: PartitionHost,
+    /// Who owns what, and which topic incarnations live.
+    pub metastore: Metastore,
+    /// This node.
+    pub node: NodeId,
+    /// Leases are timed on it.
+    pub clock: Clock,
+    /// The node's metrics.
+    pub metrics: Arc<Metrics>,
+    /// Seeds the queues' nonces.
+    pub seed: u64,
+    /// The bug planted (the simulator only).
+    pub plant: Plant,
+}
+
 /// The node's queue-mode consume; clones share it.
 #[derive(Clone)]
 pub struct Consumers {
@@ -125,6 +147,7 @@ struct Inner {
     disk: Arc<dyn Disk>,
     clock: Clock,
     metrics: Arc<Metrics>,
+    plant: Plant,
 }
 
 impl std::fmt::Debug for Consumers {
@@ -180,15 +203,17 @@ async fn read_slot(disk: &Arc<dyn Disk>, path: &str) -> Result<Option<Vec<u8>>, 
 impl Consumers {
     /// Reads the cursor table (creating its slot files on a new data directory) and starts the
     /// flush task.
-    pub async fn open(
-        disk: Arc<dyn Disk>,
-        partitions: PartitionHost,
-        metastore: Metastore,
-        node: NodeId,
-        clock: Clock,
-        metrics: Arc<Metrics>,
-        seed: u64,
-    ) -> Result<Consumers, CursorsError> {
+    pub async fn open(setup: ConsumersSetup) -> Result<Consumers, CursorsError> {
+        let ConsumersSetup {
+            disk,
+            partitions,
+            metastore,
+            node,
+            clock,
+            metrics,
+            seed,
+            plant,
+        } = setup;
         run(
             &disk,
             vec![IoOp::CreateDirAll {
@@ -239,6 +264,7 @@ impl Consumers {
                 disk,
                 clock,
                 metrics,
+                plant,
             }),
         };
         let weak = Arc::downgrade(&consumers.inner);
@@ -270,20 +296,29 @@ impl Consumers {
                 return Ok(());
             }
             state.dirty = false;
-            let live: BTreeSet<TopicId> = {
-                let view = self.inner.metastore.view();
-                view.state
+            let view = self.inner.metastore.view();
+            // Only a replica caught up with its log says which incarnations are gone: a booting one
+            // lists none yet, and pruning on it would send every cursor back to 0.
+            if view.caught_up {
+                let live: BTreeSet<TopicId> = view
+                    .state
                     .topics_after("", usize::MAX)
                     .0
                     .iter()
                     .map(|topic| topic.id)
-                    .collect()
-            };
-            state.loaded.retain(|(topic, _), _| live.contains(topic));
-            state.queues.retain(|(topic, _), _| live.contains(topic));
+                    .collect();
+                state.loaded.retain(|(topic, _), _| live.contains(topic));
+                state.queues.retain(|(topic, _), _| live.contains(topic));
+            }
             let mut cursors = state.loaded.clone();
+            let planted = self.inner.plant.is(PlantedBug::CursorPastLeases);
             for (key, queue) in &state.queues {
-                cursors.insert(*key, queue.queue.cursor());
+                let cursor = match planted {
+                    // Planted: the leased records not yet acked are below what is stored.
+                    true => queue.queue.next_fresh(),
+                    false => queue.queue.cursor(),
+                };
+                cursors.insert(*key, cursor);
             }
             cursors
         };
@@ -427,6 +462,21 @@ impl Consumers {
                 Err(PartitionReadError::Log(ReadError::BelowOldestRetained { oldest, .. })) => {
                     queue.queue.skip_below(oldest);
                     state.dirty = true;
+                }
+                Err(PartitionReadError::Log(ReadError::Unreadable {
+                    reason: reason @ (ReadFault::Damaged(_) | ReadFault::Skipped),
+                    ..
+                })) => {
+                    // Damaged bytes never heal (a replay answers 410 there): passed over, or the
+                    // queue would stop at them. A disk's read error is retried instead, below.
+                    queue.queue.discard(offset, nonce);
+                    state.dirty = true;
+                    drop(state);
+                    tracing::error!(topic = %topic.name, %partition, %offset, %reason, "queue-mode consume passes over a damaged record");
+                    self.inner
+                        .metrics
+                        .error("messaging", "consume_damaged")
+                        .inc();
                 }
                 Err(PartitionReadError::Log(ReadError::AtOrPastHighWatermark {
                     high_watermark,

@@ -288,15 +288,16 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         reader = forwarding.clone();
         stats = forwarding;
     }
-    let consumers = consumers::Consumers::open(
-        Arc::clone(&disk),
-        partitions.clone(),
-        metastore.clone(),
-        node_id,
-        clock.clone(),
-        metrics.clone(),
-        seed ^ 0x636f_6e73_756d_6572,
-    )
+    let consumers = consumers::Consumers::open(consumers::ConsumersSetup {
+        disk: Arc::clone(&disk),
+        partitions: partitions.clone(),
+        metastore: metastore.clone(),
+        node: node_id,
+        clock: clock.clone(),
+        metrics: metrics.clone(),
+        seed: seed ^ 0x636f_6e73_756d_6572,
+        plant: hooks.plant,
+    })
     .await
     .map_err(|error| StartError::Partitions(error.to_string()))?;
     let queue: Arc<dyn crate::http::QueueConsumer> = match &cluster {

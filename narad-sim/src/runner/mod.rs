@@ -23,6 +23,7 @@
 //! timeouts on one timer), `workload` (the simulated clients), `faults` (injection, the operator and
 //! the heal) and `observe` (the reads the ledger judges, and a failed run's details).
 
+mod consumer;
 mod faults;
 mod observe;
 mod server;
@@ -85,7 +86,8 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
     let phases = &spec.scenario.phases;
     let budget_ms = phases.safety_ms + phases.liveness_ms + phases.final_settle_ms;
     let mut runtime = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
-    runtime.set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN);
+    runtime
+        .set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN + consumer::DRAIN_MAX);
     let spec_inner = spec.clone();
     // Made here so a run that panics (a node's assertion, the time limit) still shows its trace.
     let probe = Probe::new(spec.trace, sim_now_ns);
@@ -170,6 +172,10 @@ struct World<N: SimNode> {
     kept_down: Mutex<std::collections::BTreeSet<usize>>,
     /// The harness's reads, for a timeline.
     reads: Mutex<Vec<crate::timeline::ReadMark>>,
+    /// What the queue-mode consumers saw.
+    consumption: Mutex<consumer::Consumption>,
+    /// Set when the consumers stop (before the final crash).
+    consumers_stop: AtomicBool,
 }
 
 impl<N: SimNode> World<N> {
@@ -310,6 +316,8 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         last_crash_ns: Mutex::new(vec![0; servers.len()]),
         kept_down: Mutex::new(Default::default()),
         reads: Mutex::new(Vec::new()),
+        consumption: Mutex::new(consumer::Consumption::default()),
+        consumers_stop: AtomicBool::new(false),
         spec,
     });
 
@@ -334,6 +342,20 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             }
         }
     }
+    // Drawn from a stream of their own: a scenario without consumers draws as before.
+    let consumers = match N::queue_mode() {
+        true => scenario
+            .workload
+            .consumers
+            .draw(&mut ChaCha8Rng::seed_from_u64(derive_seed(
+                seed,
+                "consumers",
+            ))),
+        false => 0,
+    };
+    let consumer_tasks: Vec<_> = (0..consumers)
+        .map(|index| tokio::spawn(world.clone().consumer(index)))
+        .collect();
     let now = sim_now_ns();
     if now < safety_end_ns {
         tokio::time::sleep(Duration::from_nanos(safety_end_ns - now)).await;
@@ -353,12 +375,14 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         servers[index].restart();
     }
 
-    // Final crash: what was visible must also be durable.
+    // Final crash: what was visible must also be durable. The consumers run up to it, so it takes
+    // leases with it.
     let after_final = if world.spec.scenario.phases.final_crash {
         // Power loss of every node at once, then every node starts again.
         for server in &servers {
             server.crash("final");
         }
+        world.consumers_stop.store(true, Ordering::Relaxed);
         for server in &servers {
             server.restart();
         }
@@ -368,10 +392,20 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     } else {
         at_deadline.clone()
     };
+    world.consumers_stop.store(true, Ordering::Relaxed);
+    for task in consumer_tasks {
+        let _ = task.await;
+    }
 
+    if consumers > 0 {
+        world.drain().await;
+    }
     operator.abort();
     watchdog.abort();
-    let report = lock(&world.ledger).check(&at_deadline, &after_final);
+    let mut report = lock(&world.ledger).check(&at_deadline, &after_final);
+    if consumers > 0 {
+        report.consumed = Some(lock(&world.consumption).judge(&after_final));
+    }
     probe.event("harness", format_args!("verdict {}", report.verdict_line()));
     let details = world.details(&report);
     let timeline = if world.spec.trace {
