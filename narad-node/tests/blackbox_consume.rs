@@ -253,6 +253,16 @@ fn malformed_and_foreign_handles() {
     assert_eq!(ack(&node, "billing", &handle(&message), None), 410);
     assert_eq!(ack(&node, "nope", &handle(&message), None), 404);
     assert_eq!(node.get("/v1/topics/orders/consume?wait=soon").status, 400);
+    assert_eq!(
+        node.get("/v1/topics/orders/consume?wait=3000000h").status,
+        400
+    );
+    // A topic segment that is not UTF-8 names no topic: JSON 404, not a plain-text 400.
+    let strange = node.get("/v1/topics/%FF/consume");
+    assert_eq!(
+        (strange.status, strange.json()["error"].as_str()),
+        (404, Some("topic not found"))
+    );
     assert_eq!(ack(&node, "orders", &handle(&message), None), 204);
 }
 

@@ -187,7 +187,7 @@ async fn settle(app: &App, topic_name: &str, query: Option<&str>) -> Result<Repl
 /// Parses a Go `time.ParseDuration` string: an optional sign, then one or more decimal numbers
 /// (with an optional fraction), each with a unit `ns`, `us`, `µs`, `ms`, `s`, `m` or `h`; `0` alone
 /// is zero. A negative duration is no wait (Go's `time.After` fires at once); `None` when malformed
-/// or beyond a `Duration`.
+/// or past Go's range (about 292 years).
 pub fn parse_go_duration(text: &str) -> Option<Duration> {
     let (negative, mut rest) = match text.as_bytes().first()? {
         b'-' => (true, &text[1..]),
@@ -240,8 +240,9 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     if negative {
         return Some(Duration::ZERO);
     }
-    let nanos = u64::try_from(total).ok()?;
-    Some(Duration::from_nanos(nanos))
+    // Go's Duration is an int64 of nanoseconds: larger is an overflow error there, a 400 here.
+    let nanos = i64::try_from(total).ok()?;
+    Some(Duration::from_nanos(nanos as u64))
 }
 
 async fn replay(app: &App, topic_name: &str, partition: u64, offset: u64) -> Result<Reply, Reply> {

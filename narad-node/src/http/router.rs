@@ -10,7 +10,8 @@
 use std::sync::Arc;
 
 use axum::body::{Body as AxumBody, HttpBody as _};
-use axum::extract::{MatchedPath, Path, RawQuery, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -44,6 +45,21 @@ pub fn router(app: Arc<App>) -> Router {
         .fallback(unmatched)
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
+}
+
+/// The `{topic}` path parameter. One that does not decode to UTF-8 names no topic: 404
+/// `{"error":"topic not found"}`, as Narad answers it, not axum's plain-text 400.
+struct TopicPath(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for TopicPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(topic)) => Ok(TopicPath(topic)),
+            Err(_) => Err(into_response(Reply::error(404, "topic not found"))),
+        }
+    }
 }
 
 /// Reads at most `limit` bytes of body; more is [`Body::TooLarge`].
@@ -97,26 +113,30 @@ async fn list_topics(State(app): AppState, RawQuery(query): RawQuery) -> Respons
 
 async fn get_topic(
     State(app): AppState,
-    Path(topic): Path<String>,
+    TopicPath(topic): TopicPath,
     RawQuery(query): RawQuery,
 ) -> Response {
     into_response(topics::get_topic(&app, &topic, query.as_deref()).await)
 }
 
-async fn alter_topic(State(app): AppState, Path(topic): Path<String>, body: AxumBody) -> Response {
+async fn alter_topic(
+    State(app): AppState,
+    TopicPath(topic): TopicPath,
+    body: AxumBody,
+) -> Response {
     match read_body(body, BODY_BYTES_MAX).await {
         Ok(body) => into_response(topics::alter_topic(&app, &topic, body).await),
         Err(response) => response,
     }
 }
 
-async fn delete_topic(State(app): AppState, Path(topic): Path<String>) -> Response {
+async fn delete_topic(State(app): AppState, TopicPath(topic): TopicPath) -> Response {
     into_response(topics::delete_topic(&app, &topic).await)
 }
 
 async fn produce_one(
     State(app): AppState,
-    Path(topic): Path<String>,
+    TopicPath(topic): TopicPath,
     RawQuery(query): RawQuery,
     body: AxumBody,
 ) -> Response {
@@ -128,7 +148,7 @@ async fn produce_one(
 
 async fn produce_batch(
     State(app): AppState,
-    Path(topic): Path<String>,
+    TopicPath(topic): TopicPath,
     headers: HeaderMap,
     body: AxumBody,
 ) -> Response {
@@ -145,7 +165,7 @@ async fn produce_batch(
 
 async fn consume_one(
     State(app): AppState,
-    Path(topic): Path<String>,
+    TopicPath(topic): TopicPath,
     RawQuery(query): RawQuery,
 ) -> Response {
     into_response(consume::consume(&app, &topic, query.as_deref()).await)
@@ -153,7 +173,7 @@ async fn consume_one(
 
 async fn ack(
     State(app): AppState,
-    Path(topic): Path<String>,
+    TopicPath(topic): TopicPath,
     RawQuery(query): RawQuery,
 ) -> Response {
     into_response(consume::ack(&app, &topic, query.as_deref()).await)

@@ -1419,6 +1419,8 @@ fn go_durations_parse_as_go_parses_them() {
         ("abc", None),
         ("-", None),
         ("99999999999999999999h", None),
+        ("2562047h", Some(Duration::from_secs(2_562_047 * 3_600))),
+        ("3000000h", None),
     ];
     for (text, expected) in cases {
         assert_eq!(consume::parse_go_duration(text), expected, "{text:?}");
