@@ -24,6 +24,7 @@
 
 #[cfg(not(madsim))]
 mod client;
+pub mod consume;
 pub mod http1;
 #[cfg(not(madsim))]
 mod run;
@@ -103,6 +104,13 @@ pub struct BenchArgs {
     /// Report format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+    /// Queue-mode consumers beside the producers: each long-polls and acks until the producers are
+    /// done and the topic is empty; reports consume msgs/s and send → delivered latency.
+    #[arg(long)]
+    pub consume: bool,
+    /// Consumer workers with `--consume` (default: as many as `--workers`).
+    #[arg(long, value_name = "N", requires = "consume")]
+    pub consume_workers: Option<usize>,
 }
 
 /// Parses `250ms`, `10s`, `1.5s`, `2m` (a bare number is seconds).

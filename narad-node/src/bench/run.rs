@@ -109,6 +109,20 @@ impl Shared {
             return requests[topic].clone();
         }
         let plan = &self.plan;
+        let stamped;
+        let payload = match plan.consume {
+            Some(_) => {
+                let sent_ns = Instant::now()
+                    .saturating_duration_since(self.start)
+                    .as_nanos();
+                stamped = super::consume::stamped_payload(
+                    plan.payload_bytes,
+                    u64::try_from(sent_ns).unwrap_or(u64::MAX),
+                );
+                &stamped
+            }
+            None => &self.payload,
+        };
         let first = ticket * plan.messages_per_request();
         match plan.batch {
             Some(batch) => {
@@ -119,7 +133,7 @@ impl Shared {
                     &plan.target(topic),
                     &plan.authority,
                     &[("Content-Type", "application/json")],
-                    &batch_body(&self.payload, &keys),
+                    &batch_body(payload, &keys),
                 )
             }
             None => {
@@ -127,7 +141,7 @@ impl Shared {
                     Some(key) => format!("{}?key={key}", plan.target(topic)),
                     None => plan.target(topic),
                 };
-                http1::request("POST", &target, &plan.authority, &[], &self.payload)
+                http1::request("POST", &target, &plan.authority, &[], payload)
             }
         }
     }
@@ -164,13 +178,15 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         Stop::Count(_) => None,
     };
     let payload = payload(plan.payload_bytes);
-    let fixed_requests = (plan.batch.is_none() && plan.keys == 0).then(|| {
-        (0..plan.topics)
-            .map(|topic| {
-                http1::request("POST", &plan.target(topic), &plan.authority, &[], &payload)
-            })
-            .collect()
-    });
+    // Consumed payloads carry their send time: no two requests are the same.
+    let fixed_requests =
+        (plan.batch.is_none() && plan.keys == 0 && plan.consume.is_none()).then(|| {
+            (0..plan.topics)
+                .map(|topic| {
+                    http1::request("POST", &plan.target(topic), &plan.authority, &[], &payload)
+                })
+                .collect()
+        });
     let shared = Arc::new(Shared {
         interval_s: plan.rate_per_s.map(|rate| per_request as f64 / rate),
         plan: plan.clone(),
@@ -189,6 +205,14 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         scrape_all(&scraped).await
     });
     let samples_max = LATENCY_SAMPLES_MAX / plan.workers;
+    let producing_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumers = plan.consume.map(|consumers| {
+        let (plan, addrs, done) = (plan.clone(), addrs.clone(), producing_done.clone());
+        eprintln!("narad bench: consuming with {consumers} workers beside the producers...");
+        tokio::spawn(
+            async move { super::consume::run(&plan, &addrs, consumers, start, done).await },
+        )
+    });
     let workers: Vec<_> = (0..plan.workers)
         .map(|index| tokio::spawn(worker(shared.clone(), index, samples_max)))
         .collect();
@@ -202,6 +226,11 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         tally.latencies_ns.extend(one.latencies_ns);
         tally.last_done = tally.last_done.max(one.last_done);
     }
+    producing_done.store(true, Ordering::Relaxed);
+    let consume = match consumers {
+        Some(task) => Some(task.await.context("the consumers panicked")?),
+        None => None,
+    };
     let finished = tally.last_done.unwrap_or_else(Instant::now);
     let elapsed_s = finished
         .saturating_duration_since(measure_start)
@@ -225,6 +254,7 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         errors: tally.errors,
         latency: LatencySummary::from_nanos(tally.latencies_ns),
         node,
+        consume,
     })
 }
 

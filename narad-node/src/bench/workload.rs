@@ -71,6 +71,8 @@ pub struct Plan {
     pub drain_timeout: Duration,
     /// Report format.
     pub output: OutputFormat,
+    /// Queue-mode consumer workers beside the producers (`--consume`).
+    pub consume: Option<usize>,
 }
 
 /// Why the flags do not make a bench.
@@ -145,7 +147,18 @@ impl Plan {
             (None, Some(count)) => Stop::Count(count),
             (None, None) => Stop::Count(COUNT_DEFAULT),
         };
+        let consume = match (args.consume, args.consume_workers) {
+            (false, _) => None,
+            (true, Some(workers)) if !(1..=WORKERS_MAX).contains(&workers) => {
+                return Err(flag(
+                    "consume-workers",
+                    format!("between 1 and {WORKERS_MAX}"),
+                ))
+            }
+            (true, workers) => Some(workers.unwrap_or(args.workers)),
+        };
         Ok(Plan {
+            consume,
             authority,
             authorities,
             topic: args.topic.clone(),
@@ -417,6 +430,8 @@ pub struct Report {
     pub latency: Option<LatencySummary>,
     /// The node's figures; `None` when `/metrics` could not be read.
     pub node: Option<NodeFigures>,
+    /// The consumers' figures (`--consume`).
+    pub consume: Option<super::consume::ConsumeFigures>,
 }
 
 fn ms(seconds: f64) -> String {
@@ -546,6 +561,9 @@ impl Report {
                 }
             }
         }
+        if let Some(consume) = &self.consume {
+            consume.text(&mut out);
+        }
         out
     }
 
@@ -588,6 +606,7 @@ impl Report {
             "errors": self.errors,
             "latency": latency,
             "node": node,
+            "consume": self.consume.as_ref().map(super::consume::ConsumeFigures::json),
         })
         .to_string()
     }
@@ -638,8 +657,14 @@ mod tests {
                 threads: 1,
                 drain_timeout: Duration::from_secs(30),
                 output: OutputFormat::Text,
+                consume: None,
             }
         );
+        let consuming = Plan::from_args(&args(&["--consume", "--workers", "3"])).unwrap();
+        assert_eq!(consuming.consume, Some(3));
+        let fewer = Plan::from_args(&args(&["--consume", "--consume-workers", "2"])).unwrap();
+        assert_eq!(fewer.consume, Some(2));
+        assert!(Plan::from_args(&args(&["--consume", "--consume-workers", "0"])).is_err());
     }
 
     #[test]
@@ -814,6 +839,7 @@ mod tests {
                 partition_fsyncs: Some(10.0),
                 ..NodeFigures::default()
             }),
+            consume: None,
         };
         assert_eq!(report.msgs_per_s(), 500.0);
         assert_eq!(report.mb_per_s(), 0.512);
