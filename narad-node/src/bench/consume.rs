@@ -7,21 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::client::Connection;
-use super::http1;
-use super::workload::{LatencySummary, Plan, LATENCY_SAMPLES_MAX};
-
-/// How long one consume waits for a message.
-const POLL_WAIT: &str = "2s";
-/// Empty polls in a row that end a worker once the producers are done.
-const EMPTY_POLLS_TO_STOP: u32 = 2;
+use super::workload::LatencySummary;
+#[cfg(not(madsim))]
+pub use driver::run;
 
 /// A payload of `bytes` bytes (at least the stamp) stamped with `sent_ns`: `{"t":N,"bench":"x…"}`.
 pub fn stamped_payload(bytes: usize, sent_ns: u64) -> Vec<u8> {
@@ -35,6 +24,7 @@ pub fn stamped_payload(bytes: usize, sent_ns: u64) -> Vec<u8> {
 }
 
 /// The stamp of a delivered message's JSON (`payload.t`).
+#[cfg_attr(madsim, allow(dead_code))] // The workers that read it run outside madsim.
 fn stamp_of(message: &serde_json::Value) -> Option<u64> {
     message["payload"]["t"].as_u64()
 }
@@ -110,180 +100,178 @@ impl ConsumeFigures {
     }
 }
 
-#[derive(Default)]
-struct Tally {
-    delivered: u64,
-    acked: u64,
-    errors: BTreeMap<String, u64>,
-    latencies_ns: Vec<u64>,
-    first: Option<Instant>,
-    last: Option<Instant>,
-}
+/// The consumer workers (outside madsim, as the producers' are).
+#[cfg(not(madsim))]
+mod driver {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
 
-/// Runs `workers` consumers until the producers are `done` and each saw two empty polls.
-pub async fn run(
-    plan: &Plan,
-    addrs: &[SocketAddr],
-    workers: usize,
-    start: Instant,
-    done: Arc<AtomicBool>,
-) -> ConsumeFigures {
-    let samples_max = LATENCY_SAMPLES_MAX / workers.max(1);
-    let tasks: Vec<_> = (0..workers)
-        .map(|index| {
-            let addr = addrs[index % addrs.len()];
-            let target = format!("/v1/topics/{}", plan.topic_name(index % plan.topics));
-            let authority = plan.authority.clone();
-            let done = done.clone();
-            tokio::spawn(worker(addr, target, authority, start, done, samples_max))
-        })
-        .collect();
-    let mut all = Tally::default();
-    for task in tasks {
-        let Ok(one) = task.await else { continue };
-        all.delivered += one.delivered;
-        all.acked += one.acked;
-        for (kind, count) in one.errors {
-            *all.errors.entry(kind).or_default() += count;
-        }
-        all.latencies_ns.extend(one.latencies_ns);
-        all.first = match (all.first, one.first) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        all.last = all.last.max(one.last);
-    }
-    let elapsed_s = match (all.first, all.last) {
-        (Some(first), Some(last)) => last.saturating_duration_since(first).as_secs_f64(),
-        _ => 0.0,
-    };
-    ConsumeFigures {
-        workers,
-        delivered: all.delivered,
-        acked: all.acked,
-        elapsed_s,
-        errors: all.errors,
-        latency: LatencySummary::from_nanos(all.latencies_ns),
-    }
-}
+    use tokio::time::Instant;
 
-async fn worker(
-    addr: SocketAddr,
-    target: String,
-    authority: String,
-    start: Instant,
-    done: Arc<AtomicBool>,
-    samples_max: usize,
-) -> Tally {
-    let mut tally = Tally::default();
-    let mut connection: Option<Connection> = None;
-    let consume = http1::request(
-        "GET",
-        &format!("{target}/consume?wait={POLL_WAIT}"),
-        &authority,
-        &[],
-        b"",
-    );
-    let mut empty = 0;
-    loop {
-        let finished = done.load(Ordering::Relaxed);
-        tally.first.get_or_insert_with(Instant::now);
-        let response = match exchange(&mut connection, addr, &consume).await {
-            Ok(response) => response,
-            Err(kind) => {
-                *tally.errors.entry(format!("consume {kind}")).or_default() += 1;
-                if finished {
-                    empty += 1;
-                }
-                if empty >= EMPTY_POLLS_TO_STOP {
-                    break;
-                }
-                continue;
+    use super::super::client::Connection;
+    use super::super::http1;
+    use super::super::run::exchange;
+    use super::super::workload::{LatencySummary, Plan, LATENCY_SAMPLES_MAX};
+    use super::{stamp_of, ConsumeFigures};
+
+    /// How long one consume waits for a message.
+    const POLL_WAIT: &str = "2s";
+    /// Empty polls in a row that end a worker once the producers are done.
+    const EMPTY_POLLS_TO_STOP: u32 = 2;
+
+    #[derive(Default)]
+    struct Tally {
+        delivered: u64,
+        acked: u64,
+        errors: BTreeMap<String, u64>,
+        latencies_ns: Vec<u64>,
+        first: Option<Instant>,
+        last: Option<Instant>,
+    }
+
+    /// Runs `workers` consumers until the producers are `done` and each saw two empty polls.
+    pub async fn run(
+        plan: &Plan,
+        addrs: &[SocketAddr],
+        workers: usize,
+        start: Instant,
+        done: Arc<AtomicBool>,
+    ) -> ConsumeFigures {
+        let samples_max = LATENCY_SAMPLES_MAX / workers.max(1);
+        let tasks: Vec<_> = (0..workers)
+            .map(|index| {
+                let addr = addrs[index % addrs.len()];
+                let target = format!("/v1/topics/{}", plan.topic_name(index % plan.topics));
+                let authority = plan.authority.clone();
+                let done = done.clone();
+                tokio::spawn(worker(addr, target, authority, start, done, samples_max))
+            })
+            .collect();
+        let mut all = Tally::default();
+        for task in tasks {
+            let Ok(one) = task.await else { continue };
+            all.delivered += one.delivered;
+            all.acked += one.acked;
+            for (kind, count) in one.errors {
+                *all.errors.entry(kind).or_default() += count;
             }
-        };
-        if response.status == 204 {
-            if finished {
-                empty += 1;
-                if empty >= EMPTY_POLLS_TO_STOP {
-                    break;
-                }
-            }
-            continue;
+            all.latencies_ns.extend(one.latencies_ns);
+            all.first = match (all.first, one.first) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            all.last = all.last.max(one.last);
         }
-        if response.status != 200 {
-            *tally
-                .errors
-                .entry(format!("consume status {}", response.status))
-                .or_default() += 1;
-            continue;
-        }
-        empty = 0;
-        let now = Instant::now();
-        tally.delivered += 1;
-        tally.last = Some(now);
-        let Ok(message) = serde_json::from_slice::<serde_json::Value>(&response.body) else {
-            *tally.errors.entry("consume body".into()).or_default() += 1;
-            continue;
+        let elapsed_s = match (all.first, all.last) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first).as_secs_f64(),
+            _ => 0.0,
         };
-        if let Some(sent_ns) = stamp_of(&message) {
-            if tally.latencies_ns.len() < samples_max {
-                let sent = start + Duration::from_nanos(sent_ns);
-                let nanos = now.saturating_duration_since(sent).as_nanos();
-                tally
-                    .latencies_ns
-                    .push(u64::try_from(nanos).unwrap_or(u64::MAX));
-            }
+        ConsumeFigures {
+            workers,
+            delivered: all.delivered,
+            acked: all.acked,
+            elapsed_s,
+            errors: all.errors,
+            latency: LatencySummary::from_nanos(all.latencies_ns),
         }
-        let Some(handle) = message["receipt_handle"].as_str() else {
-            *tally
-                .errors
-                .entry("consume without a handle".into())
-                .or_default() += 1;
-            continue;
-        };
-        let ack = http1::request(
-            "POST",
-            &format!("{target}/ack?receipt_handle={handle}"),
+    }
+
+    async fn worker(
+        addr: SocketAddr,
+        target: String,
+        authority: String,
+        start: Instant,
+        done: Arc<AtomicBool>,
+        samples_max: usize,
+    ) -> Tally {
+        let mut tally = Tally::default();
+        let mut connection: Option<Connection> = None;
+        let consume = http1::request(
+            "GET",
+            &format!("{target}/consume?wait={POLL_WAIT}"),
             &authority,
             &[],
             b"",
         );
-        match exchange(&mut connection, addr, &ack).await {
-            Ok(response) if response.status == 204 => tally.acked += 1,
-            Ok(response) => {
+        let mut empty = 0;
+        loop {
+            let finished = done.load(Ordering::Relaxed);
+            tally.first.get_or_insert_with(Instant::now);
+            let response = match exchange(&mut connection, addr, &consume).await {
+                Ok(response) => response,
+                Err(kind) => {
+                    *tally.errors.entry(format!("consume {kind}")).or_default() += 1;
+                    if finished {
+                        empty += 1;
+                    }
+                    if empty >= EMPTY_POLLS_TO_STOP {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if response.status == 204 {
+                if finished {
+                    empty += 1;
+                    if empty >= EMPTY_POLLS_TO_STOP {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if response.status != 200 {
                 *tally
                     .errors
-                    .entry(format!("ack status {}", response.status))
-                    .or_default() += 1
+                    .entry(format!("consume status {}", response.status))
+                    .or_default() += 1;
+                continue;
             }
-            Err(kind) => *tally.errors.entry(format!("ack {kind}")).or_default() += 1,
-        }
-    }
-    tally
-}
-
-/// One exchange on the worker's connection (opened first if needed); a failed one is dropped.
-async fn exchange(
-    connection: &mut Option<Connection>,
-    addr: SocketAddr,
-    request: &[u8],
-) -> Result<super::client::Response, String> {
-    if connection.as_ref().is_none_or(Connection::is_closed) {
-        match Connection::connect(addr).await {
-            Ok(fresh) => *connection = Some(fresh),
-            Err(error) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                return Err(format!("connect: {}", error.kind()));
+            empty = 0;
+            let now = Instant::now();
+            tally.delivered += 1;
+            tally.last = Some(now);
+            let Ok(message) = serde_json::from_slice::<serde_json::Value>(&response.body) else {
+                *tally.errors.entry("consume body".into()).or_default() += 1;
+                continue;
+            };
+            if let Some(sent_ns) = stamp_of(&message) {
+                if tally.latencies_ns.len() < samples_max {
+                    let sent = start + Duration::from_nanos(sent_ns);
+                    let nanos = now.saturating_duration_since(sent).as_nanos();
+                    tally
+                        .latencies_ns
+                        .push(u64::try_from(nanos).unwrap_or(u64::MAX));
+                }
+            }
+            let Some(handle) = message["receipt_handle"].as_str() else {
+                *tally
+                    .errors
+                    .entry("consume without a handle".into())
+                    .or_default() += 1;
+                continue;
+            };
+            let ack = http1::request(
+                "POST",
+                &format!("{target}/ack?receipt_handle={handle}"),
+                &authority,
+                &[],
+                b"",
+            );
+            match exchange(&mut connection, addr, &ack).await {
+                Ok(response) if response.status == 204 => tally.acked += 1,
+                Ok(response) => {
+                    *tally
+                        .errors
+                        .entry(format!("ack status {}", response.status))
+                        .or_default() += 1
+                }
+                Err(kind) => *tally.errors.entry(format!("ack {kind}")).or_default() += 1,
             }
         }
-    }
-    let open = connection.as_mut().expect("connected above");
-    match open.exchange(request).await {
-        Ok(response) => Ok(response),
-        Err(error) => {
-            *connection = None;
-            Err(format!("io: {}", error.kind()))
-        }
+        tally
     }
 }
 

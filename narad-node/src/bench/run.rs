@@ -280,7 +280,9 @@ async fn worker(shared: Arc<Shared>, index: usize, samples_max: usize) -> Tally 
             tokio::time::sleep_until(due).await;
         }
         let request = shared.request(ticket, topics.next_topic());
-        let outcome = exchange(&mut connection, addr, &request).await;
+        let outcome = exchange(&mut connection, addr, &request)
+            .await
+            .map(|response| response.status);
         let done = Instant::now();
         if !measured {
             continue;
@@ -309,13 +311,13 @@ fn claim(left: &AtomicU64) -> bool {
         .is_ok()
 }
 
-/// One exchange on the worker's connection (opened first if needed): the status, or the kind of
+/// One exchange on the worker's connection (opened first if needed): the response, or the kind of
 /// failure. A failed connection is dropped so the next request opens a new one.
-async fn exchange(
+pub(super) async fn exchange(
     connection: &mut Option<Connection>,
     addr: SocketAddr,
     request: &[u8],
-) -> Result<u16, String> {
+) -> Result<super::client::Response, String> {
     if connection.as_ref().is_none_or(Connection::is_closed) {
         match Connection::connect(addr).await {
             Ok(fresh) => *connection = Some(fresh),
@@ -327,7 +329,7 @@ async fn exchange(
     }
     let open = connection.as_mut().expect("connected above");
     match open.exchange(request).await {
-        Ok(response) => Ok(response.status),
+        Ok(response) => Ok(response),
         Err(error) => {
             *connection = None;
             Err(format!("io: {}", error.kind()))

@@ -494,6 +494,23 @@ async fn produce_many(
     Ok(append_reply(app, outcome, accepted, true))
 }
 
+/// The node-free part of the batch body path: the Content-Encoding, the bounded decode, the strict
+/// JSON parse and each message's payload bytes (the fuzz target `batch_body` drives it). `Err` is the
+/// answer the route gives; never a panic, never more than 16 MiB + 1 decoded bytes held.
+pub fn decode_batch_payloads(
+    content_encoding: Option<&str>,
+    raw: Vec<u8>,
+) -> Result<Vec<Result<Vec<u8>, String>>, Reply> {
+    let decoded = decode_body(encoding(content_encoding)?, raw)?;
+    let request = parse_batch(&decoded)?;
+    Ok(request
+        .messages
+        .0
+        .iter()
+        .map(|message| payload_bytes(message).map_err(|error| error.to_string()))
+        .collect())
+}
+
 fn parse_batch(bytes: &[u8]) -> Result<BatchRequest<'_>, Reply> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     BatchRequest::deserialize(&mut deserializer)

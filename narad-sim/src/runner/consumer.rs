@@ -16,7 +16,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::server::Call;
+use super::server::{Call, Server};
 use super::{lock, sim_now_ns, World, ADMIN_RETRY, ADMIN_TIMEOUT};
 use crate::ledger::{ConsumeReport, Ledger, Observation};
 use crate::payload;
@@ -128,10 +128,26 @@ impl Consumption {
     }
 }
 
+/// A call's failure, in words (for the trace).
+fn failure<T: std::fmt::Debug>(call: Call<Result<T, NodeError>>) -> String {
+    match call {
+        Call::Done(Ok(answer)) => format!("{answer:?}"),
+        Call::Done(Err(error)) => error.to_string(),
+        Call::Refused => "refused".into(),
+        Call::Reset => "reset".into(),
+        Call::TimedOut => "timed out".into(),
+    }
+}
+
 impl<N: SimNode> World<N> {
-    /// One consume through a node drawn in turn, and its ack, nack or silence; whether a record came.
-    async fn consume_once(&self, rng: &mut ChaCha8Rng, topic: &str, wait: Duration) -> bool {
-        let server = self.admin_server();
+    /// One queue-mode consume of `topic` through `server`, noted in the consumption: the leased
+    /// record and its id (`None`: foreign), `None` when nothing came, or why the call failed.
+    async fn lease(
+        &self,
+        server: &Server<N>,
+        topic: &str,
+        wait: Duration,
+    ) -> Result<Option<(Leased, Option<u64>)>, String> {
         let name = topic.to_string();
         let leased = match server
             .call(ADMIN_TIMEOUT + wait, move |node| async move {
@@ -140,15 +156,50 @@ impl<N: SimNode> World<N> {
             .await
         {
             Call::Done(Ok(Some(leased))) => leased,
-            Call::Done(Ok(None)) => return false,
-            _ => {
-                tokio::time::sleep(ADMIN_RETRY).await;
-                return false;
-            }
+            Call::Done(Ok(None)) => return Ok(None),
+            other => return Err(failure(other)),
         };
         let id = {
             let ledger = lock(&self.ledger);
             lock(&self.consumption).delivered(&ledger, topic, &leased)
+        };
+        Ok(Some((leased, id)))
+    }
+
+    /// Acks (or nacks) `leased` through `server`, noting an ack's answer; why it was not acked.
+    async fn answer(
+        &self,
+        server: &Server<N>,
+        topic: &str,
+        leased: &Leased,
+        id: Option<u64>,
+        nack: bool,
+    ) -> Result<(), String> {
+        let name = topic.to_string();
+        let handle = leased.handle.clone();
+        let answer = server
+            .call(ADMIN_TIMEOUT, move |node| async move {
+                node.queue_ack(&name, &handle, nack).await
+            })
+            .await;
+        if let (Some(id), false) = (id, nack) {
+            lock(&self.consumption).answered(id, &answer);
+        }
+        match answer {
+            Call::Done(Ok(AckAnswer::Done)) => Ok(()),
+            other => Err(failure(other)),
+        }
+    }
+
+    /// One consume through a node drawn in turn, and its ack, nack or silence; whether a record came.
+    async fn consume_once(&self, rng: &mut ChaCha8Rng, topic: &str, wait: Duration) -> bool {
+        let (leased, id) = match self.lease(self.admin_server(), topic, wait).await {
+            Ok(Some(leased)) => leased,
+            Ok(None) => return false,
+            Err(_) => {
+                tokio::time::sleep(ADMIN_RETRY).await;
+                return false;
+            }
         };
         let roll = rng.random_range(0..100);
         if roll >= ACK_PERCENT && roll % 2 == 0 {
@@ -159,17 +210,9 @@ impl<N: SimNode> World<N> {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..WORK_MS_MAX))).await;
         }
         let nack = roll >= ACK_PERCENT;
-        let name = topic.to_string();
-        let handle = leased.handle.clone();
-        let answer = self
-            .admin_server()
-            .call(ADMIN_TIMEOUT, move |node| async move {
-                node.queue_ack(&name, &handle, nack).await
-            })
+        let _ = self
+            .answer(self.admin_server(), topic, &leased, id, nack)
             .await;
-        if let (Some(id), false) = (id, nack) {
-            lock(&self.consumption).answered(id, &answer);
-        }
         true
     }
 
@@ -240,62 +283,27 @@ impl<N: SimNode> World<N> {
         deliveries
     }
 
+    /// One consume of `topic` through node `index`, acked at once; whether a record came.
     async fn drain_once(&self, index: usize, topic: &str) -> bool {
         let server = &self.servers[index];
-        let name = topic.to_string();
-        let leased = match server
-            .call(ADMIN_TIMEOUT + POLL_WAIT, move |node| async move {
-                node.queue_consume(&name, Duration::ZERO).await
-            })
-            .await
-        {
-            Call::Done(Ok(Some(leased))) => leased,
-            Call::Done(Ok(None)) => return false,
-            other => {
-                let what = match other {
-                    Call::Done(Err(error)) => error.to_string(),
-                    Call::Refused => "refused".into(),
-                    Call::Reset => "reset".into(),
-                    _ => "timed out".into(),
-                };
+        let (leased, id) = match self.lease(server, topic, Duration::ZERO).await {
+            Ok(Some(leased)) => leased,
+            Ok(None) => return false,
+            Err(what) => {
                 self.probe
                     .event("client", format_args!("drain: consume {topic}: {what}"));
                 tokio::time::sleep(ADMIN_RETRY).await;
                 return false;
             }
         };
-        let id = {
-            let ledger = lock(&self.ledger);
-            lock(&self.consumption).delivered(&ledger, topic, &leased)
-        };
-        let name = topic.to_string();
-        let handle = leased.handle.clone();
-        let answer = server
-            .call(ADMIN_TIMEOUT, move |node| async move {
-                node.queue_ack(&name, &handle, false).await
-            })
-            .await;
-        if let Some(id) = id {
-            lock(&self.consumption).answered(id, &answer);
-        }
-        match (answer, id) {
-            (Call::Done(Ok(AckAnswer::Done)), Some(_)) => {}
-            (answer, _) => {
-                let answer = match answer {
-                    Call::Done(Ok(answer)) => format!("{answer:?}"),
-                    Call::Done(Err(error)) => error.to_string(),
-                    Call::Refused => "refused".into(),
-                    Call::Reset => "reset".into(),
-                    Call::TimedOut => "timed out".into(),
-                };
-                self.probe.event(
-                    "client",
-                    format_args!(
-                        "drain: {topic}/{}@{} ({}) not acked: {answer}",
-                        leased.partition, leased.offset, leased.handle
-                    ),
-                );
-            }
+        if let Err(what) = self.answer(server, topic, &leased, id, false).await {
+            self.probe.event(
+                "client",
+                format_args!(
+                    "drain: {topic}/{}@{} ({}) not acked: {what}",
+                    leased.partition, leased.offset, leased.handle
+                ),
+            );
         }
         true
     }
