@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
 
-use narad_tests::observe::{metric, metric_sum, metrics_text, wait_backlog_drained, wait_until};
+use narad_tests::observe::{
+    high_watermarks, metric, metric_sum, metrics_text, wait_backlog_drained, wait_until,
+};
 use narad_tests::Node;
 use serde_json::Value;
 
@@ -23,18 +25,6 @@ fn produce(node: &Node, topic: &str, query: &str, payload: &[u8]) {
     assert_eq!(answer.status, 202, "{path}: {}", answer.text());
     assert_eq!(answer.header("narad-durability"), Some("local-wal-fsync"));
     assert!(answer.body.is_empty());
-}
-
-/// Every partition's high watermark, from `GET /v1/topics/{t}`.
-fn high_watermarks(node: &Node, topic: &str) -> Vec<u64> {
-    let got = node.get(&format!("/v1/topics/{topic}"));
-    assert_eq!(got.status, 200, "{}", got.text());
-    got.json()["partition_stats"]
-        .as_array()
-        .expect("partition_stats")
-        .iter()
-        .map(|stat| stat["high_watermark"].as_u64().expect("high_watermark"))
-        .collect()
 }
 
 /// Waits until the topic's partitions hold `total` visible records; returns the watermarks.

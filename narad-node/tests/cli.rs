@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use narad_tests::observe::{poll_until, wait_until};
+use narad_tests::observe::{high_watermarks, poll_until, wait_until};
 use narad_tests::Node;
 use serde_json::Value;
 
@@ -178,18 +178,6 @@ impl Cli {
         );
         run
     }
-}
-
-/// Every partition's high watermark.
-fn high_watermarks(node: &Node, topic: &str) -> Vec<u64> {
-    let got = node.get(&format!("/v1/topics/{topic}"));
-    assert_eq!(got.status, 200, "{}", got.text());
-    got.json()["partition_stats"]
-        .as_array()
-        .expect("partition_stats")
-        .iter()
-        .map(|stat| stat["high_watermark"].as_u64().expect("high_watermark"))
-        .collect()
 }
 
 /// Waits until `topic`'s watermarks are `marks`.

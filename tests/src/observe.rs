@@ -80,6 +80,18 @@ pub fn wait_backlog_drained(node: &Node) -> String {
     })
 }
 
+/// Every partition's high watermark, from `GET /v1/topics/{t}`.
+pub fn high_watermarks(node: &Node, topic: &str) -> Vec<u64> {
+    let got = node.get(&format!("/v1/topics/{topic}"));
+    assert_eq!(got.status, 200, "{}", got.text());
+    got.json()["partition_stats"]
+        .as_array()
+        .expect("partition_stats")
+        .iter()
+        .map(|stat| stat["high_watermark"].as_u64().expect("high_watermark"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,11 +116,7 @@ fn add_fields(args: &TopicAddArgs) -> Map<String, Value> {
             args.max_acked_ahead.map(u64::from),
         ),
     ];
-    for (field, value) in optional {
-        if let Some(value) = value {
-            fields.insert(field.to_string(), Value::from(value));
-        }
-    }
+    insert_given(&mut fields, optional);
     fields
 }
 
@@ -139,12 +135,20 @@ fn edit_fields(args: &TopicEditArgs) -> Map<String, Value> {
             args.max_acked_ahead.map(u64::from),
         ),
     ];
+    insert_given(&mut fields, optional);
+    fields
+}
+
+/// Adds the fields whose flag was given.
+fn insert_given<const N: usize>(
+    fields: &mut Map<String, Value>,
+    optional: [(&str, Option<u64>); N],
+) {
     for (field, value) in optional {
         if let Some(value) = value {
             fields.insert(field.to_string(), Value::from(value));
         }
     }
-    fields
 }
 
 /// `topic ls`: every page, by name.
