@@ -31,6 +31,7 @@
 pub mod liveness;
 pub mod replica;
 mod topic;
+pub mod users;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -67,8 +68,11 @@ pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
 pub const COMMAND_FORMAT_1: u8 = 1;
 /// Format byte of a [`MetaState`] snapshot from before member liveness (still read).
 pub const SNAPSHOT_FORMAT_1: u8 = 1;
-/// Format byte of an encoded [`MetaState`] snapshot: format 1 plus the members marked dead.
+/// Format byte of a [`MetaState`] snapshot from before users (still read): format 1 plus the members
+/// marked dead.
 pub const SNAPSHOT_FORMAT_2: u8 = 2;
+/// Format byte of an encoded [`MetaState`] snapshot: format 2 plus the users.
+pub const SNAPSHOT_FORMAT_3: u8 = 3;
 /// Most members the state holds.
 pub const MEMBERS_MAX: usize = 1024;
 /// Longest member address, in bytes.
@@ -143,6 +147,31 @@ pub enum Command {
         /// Alive (`true`) or dead.
         alive: bool,
     },
+    /// Create a user (or seed the root user).
+    CreateUser(users::CreateUser),
+    /// Delete a user (never root).
+    DeleteUser {
+        /// Its name.
+        username: String,
+    },
+    /// Replace a user's whole grant set (never root's).
+    SetGrants {
+        /// Its name.
+        username: String,
+        /// The new grants.
+        grants: Vec<users::Grant>,
+        /// When, Unix ms (from the proposer).
+        at_ms: u64,
+    },
+    /// Replace a user's password hash.
+    SetPassword {
+        /// Its name.
+        username: String,
+        /// The new hash, computed by the proposer.
+        password_hash: String,
+        /// When, Unix ms (from the proposer).
+        at_ms: u64,
+    },
 }
 
 impl Command {
@@ -179,6 +208,14 @@ pub enum Applied {
         /// Alive or dead.
         alive: bool,
     },
+    /// The created user, as stored.
+    UserCreated(users::User),
+    /// The user was deleted.
+    UserDeleted(String),
+    /// The user after its grants changed.
+    GrantsSet(users::User),
+    /// The user's password changed.
+    PasswordSet(String),
 }
 
 /// A cluster member.
@@ -198,6 +235,18 @@ pub struct MetaState {
     /// Applied commands so far, refused ones included.
     version: u64,
     /// Members the leader marked dead (a subset of `members`).
+    dead: BTreeSet<NodeId>,
+    /// Users and their grants.
+    users: users::Users,
+}
+
+/// [`SNAPSHOT_FORMAT_2`]'s state: no users.
+#[derive(Deserialize)]
+struct MetaStateFormat2 {
+    topics: BTreeMap<String, Topic>,
+    members: BTreeMap<NodeId, Member>,
+    next_topic_id: u64,
+    version: u64,
     dead: BTreeSet<NodeId>,
 }
 
@@ -239,6 +288,27 @@ impl MetaState {
                 Ok(Applied::MemberRemoved(*node))
             }
             Command::SetMemberAlive { node, alive } => self.set_member_alive(*node, *alive),
+            Command::CreateUser(create) => self.users.create(create).map(Applied::UserCreated),
+            Command::DeleteUser { username } => self
+                .users
+                .delete(username)
+                .map(|()| Applied::UserDeleted(username.clone())),
+            Command::SetGrants {
+                username,
+                grants,
+                at_ms,
+            } => self
+                .users
+                .set_grants(username, grants, *at_ms)
+                .map(Applied::GrantsSet),
+            Command::SetPassword {
+                username,
+                password_hash,
+                at_ms,
+            } => self
+                .users
+                .set_password(username, password_hash, *at_ms)
+                .map(|()| Applied::PasswordSet(username.clone())),
         };
         self.check_invariants();
         result
@@ -282,18 +352,23 @@ impl MetaState {
         self.members.contains_key(&node) && !self.dead.contains(&node)
     }
 
+    /// The users.
+    pub fn users(&self) -> &users::Users {
+        &self.users
+    }
+
     /// How many commands have been applied (refused ones included).
     pub fn version(&self) -> u64 {
         self.version
     }
 
-    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_2`].
+    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_3`].
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        encode_with_format(SNAPSHOT_FORMAT_2, self)
+        encode_with_format(SNAPSHOT_FORMAT_3, self)
     }
 
-    /// Decodes a snapshot written by [`MetaState::encode_snapshot`] (or by a release before member
-    /// liveness: every member alive).
+    /// Decodes a snapshot written by [`MetaState::encode_snapshot`], or by a release before users (no
+    /// user) or before member liveness (every member alive, no user).
     pub fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
         let state: MetaState = match bytes.first() {
             Some(&SNAPSHOT_FORMAT_1) => {
@@ -304,9 +379,21 @@ impl MetaState {
                     next_topic_id: old.next_topic_id,
                     version: old.version,
                     dead: BTreeSet::new(),
+                    users: users::Users::default(),
                 }
             }
-            _ => decode_with_format(SNAPSHOT_FORMAT_2, bytes)?,
+            Some(&SNAPSHOT_FORMAT_2) => {
+                let old: MetaStateFormat2 = decode_with_format(SNAPSHOT_FORMAT_2, bytes)?;
+                MetaState {
+                    topics: old.topics,
+                    members: old.members,
+                    next_topic_id: old.next_topic_id,
+                    version: old.version,
+                    dead: old.dead,
+                    users: users::Users::default(),
+                }
+            }
+            _ => decode_with_format(SNAPSHOT_FORMAT_3, bytes)?,
         };
         state
             .invariant_violation()
@@ -475,7 +562,7 @@ impl MetaState {
         {
             return Some(format!("node {node} is marked dead but is not a member"));
         }
-        None
+        self.users.invariant_violation()
     }
 
     fn check_invariants(&self) {

@@ -744,3 +744,190 @@ fn the_first_three_members_by_id_vote_and_the_others_learn() {
     );
     assert_eq!(voters_and_learners(ids(&[2, 1])), (ids(&[1, 2]), ids(&[])));
 }
+
+fn grant(action: users::Action, patterns: &[&str]) -> users::Grant {
+    users::Grant {
+        action,
+        patterns: patterns.iter().map(|p| p.to_string()).collect(),
+    }
+}
+
+fn create_user(name: &str, root: bool, grants: Vec<users::Grant>) -> Command {
+    Command::CreateUser(users::CreateUser {
+        username: name.to_string(),
+        password_hash: format!("$argon2id$v=19$m=19456,t=2,p=1$salt${name}"),
+        grants,
+        root,
+        at_ms: 1_700_000_000_000,
+    })
+}
+
+#[test]
+fn root_is_seeded_once_and_its_rules_hold() {
+    use users::Action::*;
+    let mut state = MetaState::new();
+    let Ok(Applied::UserCreated(root)) = state.apply(&create_user("admin", true, vec![])) else {
+        panic!("root seeded")
+    };
+    assert!(root.root && root.is_admin() && root.may(Produce, "anything"));
+    // A second seed (another node racing, or a restart) is refused, whatever its name.
+    assert_eq!(
+        state.apply(&create_user("admin", true, vec![])),
+        Err(TopicError::UserExists)
+    );
+    assert_eq!(
+        state.apply(&create_user("root2", true, vec![])),
+        Err(TopicError::RootExists)
+    );
+    assert_eq!(
+        state.apply(&Command::DeleteUser {
+            username: "admin".to_string()
+        }),
+        Err(TopicError::RootUndeletable)
+    );
+    assert_eq!(
+        state.apply(&Command::SetGrants {
+            username: "admin".to_string(),
+            grants: vec![grant(Produce, &["x"])],
+            at_ms: 1,
+        }),
+        Err(TopicError::RootGrantsFixed)
+    );
+    assert_eq!(
+        state.apply(&Command::SetPassword {
+            username: "admin".to_string(),
+            password_hash: "$2b$10$new".to_string(),
+            at_ms: 5,
+        }),
+        Ok(Applied::PasswordSet("admin".to_string()))
+    );
+    let root = state.users().get("admin").unwrap();
+    assert_eq!((root.password_hash.as_str(), root.updated_at_ms), ("$2b$10$new", 5));
+}
+
+#[test]
+fn users_are_created_checked_regranted_deleted_and_survive_a_snapshot() {
+    use users::Action::*;
+    let mut state = MetaState::new();
+    state.apply(&create_user("admin", true, vec![])).unwrap();
+    let grants = vec![
+        grant(Produce, &["orders-*", "audit", "orders-*"]),
+        grant(Consume, &["audit"]),
+        grant(Produce, &["billing"]),
+    ];
+    let Ok(Applied::UserCreated(user)) = state.apply(&create_user("svc.1", false, grants)) else {
+        panic!("created")
+    };
+    // One grant per action, patterns sorted without repeats.
+    assert_eq!(
+        user.grants,
+        vec![
+            grant(Produce, &["audit", "billing", "orders-*"]),
+            grant(Consume, &["audit"])
+        ]
+    );
+    assert!(user.may(Produce, "orders-eu") && user.may(Produce, "billing"));
+    assert!(!user.may(Produce, "order") && !user.may(Consume, "orders-eu") && !user.is_admin());
+    assert_eq!(
+        state.apply(&create_user("svc.1", false, vec![])),
+        Err(TopicError::UserExists)
+    );
+    for bad in ["", "has space", &"x".repeat(65), "slash/"] {
+        assert_eq!(
+            state.apply(&create_user(bad, false, vec![])),
+            Err(TopicError::UsernameInvalid),
+            "{bad:?}"
+        );
+    }
+    for bad in [
+        vec![grant(Admin, &["x"])],
+        vec![grant(Produce, &[])],
+        vec![grant(Produce, &["a b"])],
+        vec![grant(Produce, &["a*b"])],
+        vec![grant(Produce, &[".."])],
+    ] {
+        assert!(
+            matches!(
+                state.apply(&create_user("other", false, bad.clone())),
+                Err(TopicError::GrantInvalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    let Ok(Applied::GrantsSet(user)) = state.apply(&Command::SetGrants {
+        username: "svc.1".to_string(),
+        grants: vec![grant(Consume, &["*"])],
+        at_ms: 9,
+    }) else {
+        panic!("regranted")
+    };
+    assert!(user.may(Consume, "anything") && !user.may(Produce, "orders-eu"));
+    assert_eq!(user.updated_at_ms, 9);
+
+    let restored = MetaState::decode_snapshot(&state.encode_snapshot()).unwrap();
+    assert_eq!(restored, state);
+    assert_eq!(restored.users().len(), 2);
+
+    assert_eq!(
+        state.apply(&Command::DeleteUser {
+            username: "svc.1".to_string()
+        }),
+        Ok(Applied::UserDeleted("svc.1".to_string()))
+    );
+    assert_eq!(
+        state.apply(&Command::DeleteUser {
+            username: "svc.1".to_string()
+        }),
+        Err(TopicError::UserNotFound)
+    );
+    assert!(matches!(
+        state.apply(&Command::SetPassword {
+            username: "admin".to_string(),
+            password_hash: "plain".to_string(),
+            at_ms: 1,
+        }),
+        Err(TopicError::PasswordHashInvalid)
+    ));
+}
+
+#[test]
+fn only_root_passes_on_admin_and_others_only_what_they_hold() {
+    use users::Action::*;
+    let user = |root: bool, grants: Vec<users::Grant>| users::User {
+        username: "u".to_string(),
+        password_hash: "$x".to_string(),
+        grants,
+        root,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+    };
+    let root = user(true, vec![]);
+    let admin = user(false, vec![grant(Admin, &[])]);
+    let orders = user(false, vec![grant(Produce, &["orders-*", "audit"])]);
+    assert!(root.may_pass_on(&grant(Admin, &[])));
+    assert!(!admin.may_pass_on(&grant(Admin, &[])));
+    assert!(admin.may_pass_on(&grant(Consume, &["*"])));
+    assert!(orders.may_pass_on(&grant(Produce, &["orders-eu", "orders-us-*", "audit"])));
+    assert!(!orders.may_pass_on(&grant(Produce, &["orders*"])));
+    assert!(!orders.may_pass_on(&grant(Produce, &["*"])));
+    assert!(!orders.may_pass_on(&grant(Consume, &["audit"])));
+    assert!(users::pattern_matches("*", "x") && !users::pattern_matches("a", "ab"));
+}
+
+#[test]
+fn a_format_2_snapshot_still_reads_with_no_users() {
+    let mut state = MetaState::new();
+    state
+        .apply(&Command::AddMember {
+            node: NodeId(1),
+            addr: "a".to_string(),
+        })
+        .unwrap();
+    state.apply(&create_command("t", 0)).unwrap();
+    let mut bytes = state.encode_snapshot();
+    // Format 3 is format 2 plus the users map, last: an empty map is one zero byte.
+    assert_eq!((bytes[0], bytes.last()), (SNAPSHOT_FORMAT_3, Some(&0)));
+    bytes[0] = SNAPSHOT_FORMAT_2;
+    bytes.pop();
+    assert_eq!(MetaState::decode_snapshot(&bytes).unwrap(), state);
+}

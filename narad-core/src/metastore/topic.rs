@@ -75,6 +75,33 @@ pub enum TopicError {
     /// A member address over 255 bytes, or a new member past the member limit.
     #[error("invalid argument: member refused (address too long or member limit reached)")]
     MemberRefused,
+    /// A username outside `^[A-Za-z0-9._-]{1,64}$`.
+    #[error("invalid argument: username must match ^[A-Za-z0-9._-]{{1,64}}$")]
+    UsernameInvalid,
+    /// A user of that name exists.
+    #[error("user already exists")]
+    UserExists,
+    /// No user of that name.
+    #[error("user not found")]
+    UserNotFound,
+    /// A second root user, or a root user with grants.
+    #[error("the root user exists already")]
+    RootExists,
+    /// The root user can't be deleted.
+    #[error("the root user cannot be deleted")]
+    RootUndeletable,
+    /// The root user's grants can't change.
+    #[error("the root user's grants cannot change")]
+    RootGrantsFixed,
+    /// A grant with a bad action, pattern or pattern count.
+    #[error("invalid argument: {0}")]
+    GrantInvalid(String),
+    /// The metastore holds [`super::users::USERS_MAX`] users.
+    #[error("invalid argument: user limit reached (10000)")]
+    TooManyUsers,
+    /// A password hash that is not a PHC or bcrypt string.
+    #[error("invalid argument: malformed password hash")]
+    PasswordHashInvalid,
 }
 
 impl TopicError {
