@@ -87,6 +87,8 @@ pub enum ClientCommand {
     Topic(TopicArgs),
     /// Inspect the cluster.
     Cluster(ClusterArgs),
+    /// Manage users and their grants (admin).
+    User(UserArgs),
 }
 
 /// The flags every client subcommand takes: where the node is, who is asking, how to print.
@@ -296,6 +298,103 @@ pub struct ClusterArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: ClusterCommand,
+}
+
+/// `narad user` and its subcommand.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+pub struct UserArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: UserCommand,
+}
+
+/// `narad user` subcommands.
+#[derive(Debug, Subcommand, Clone, PartialEq, Eq)]
+pub enum UserCommand {
+    /// Create a user.
+    Add {
+        /// Its name (`[A-Za-z0-9._-]`, at most 64 bytes).
+        name: String,
+        /// Its password (8 to 1024 bytes; `-p` is the caller's).
+        #[arg(
+            long = "new-password",
+            env = "NARAD_NEW_PASSWORD",
+            hide_env_values = true
+        )]
+        new_password: String,
+        /// A grant, `ACTION:PATTERN[,PATTERN…]` (`produce:orders-*,audit`) or `admin`; repeatable.
+        #[arg(long = "grant", value_name = "GRANT", value_parser = parse_grant)]
+        grants: Vec<GrantArg>,
+    },
+    /// Replace a user's whole grant set (no `--grant`: none).
+    Grant {
+        /// The user.
+        name: String,
+        /// A grant, `ACTION:PATTERN[,PATTERN…]` or `admin`; repeatable.
+        #[arg(long = "grant", value_name = "GRANT", value_parser = parse_grant)]
+        grants: Vec<GrantArg>,
+    },
+    /// List the users.
+    Ls,
+    /// Delete a user.
+    Rm {
+        /// The user.
+        name: String,
+    },
+    /// Change a password: your own with `--current-password`, or another's as an admin.
+    Passwd {
+        /// The user.
+        name: String,
+        /// The new password.
+        #[arg(
+            long = "new-password",
+            env = "NARAD_NEW_PASSWORD",
+            hide_env_values = true
+        )]
+        new_password: String,
+        /// The current password (changing your own).
+        #[arg(long = "current-password")]
+        current_password: Option<String>,
+    },
+}
+
+/// One `--grant`: an action and its patterns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantArg {
+    /// `produce`, `consume`, `create` or `admin`.
+    pub action: String,
+    /// Topic names or `prefix*` (none for admin).
+    pub patterns: Vec<String>,
+}
+
+/// Parses `ACTION:PATTERN[,PATTERN…]`, or `admin`.
+pub fn parse_grant(text: &str) -> Result<GrantArg, String> {
+    let (action, patterns) = text.split_once(':').unwrap_or((text, ""));
+    if !matches!(action, "produce" | "consume" | "create" | "admin") {
+        return Err(format!(
+            "{action:?} is not an action (produce, consume, create or admin)"
+        ));
+    }
+    let patterns: Vec<String> = patterns
+        .split(',')
+        .filter(|pattern| !pattern.is_empty())
+        .map(str::to_string)
+        .collect();
+    match (action, patterns.is_empty()) {
+        ("admin", false) => Err("admin takes no patterns".to_string()),
+        ("admin", true) => Ok(GrantArg {
+            action: action.to_string(),
+            patterns,
+        }),
+        (_, true) => Err(format!("{action} needs patterns: {action}:orders-*,audit")),
+        (_, false) => Ok(GrantArg {
+            action: action.to_string(),
+            patterns,
+        }),
+    }
 }
 
 /// `narad cluster` subcommands.
@@ -532,6 +631,40 @@ mod tests {
             ("h:2", TopicCommand::Ls(TopicLsArgs { limit: 100 }))
         );
         assert!(parse(&["narad", "topic", "ls", "--limit", "1001"]).is_err());
+        let Ok(ClientCommand::User(user)) = parse(&[
+            "narad",
+            "user",
+            "add",
+            "svc",
+            "--new-password",
+            "long-enough",
+            "--grant",
+            "produce:orders-*,audit",
+            "--grant",
+            "admin",
+        ]) else {
+            panic!("parsed user add")
+        };
+        assert_eq!(
+            user.command,
+            UserCommand::Add {
+                name: "svc".to_string(),
+                new_password: "long-enough".to_string(),
+                grants: vec![
+                    GrantArg {
+                        action: "produce".to_string(),
+                        patterns: vec!["orders-*".to_string(), "audit".to_string()]
+                    },
+                    GrantArg {
+                        action: "admin".to_string(),
+                        patterns: vec![]
+                    }
+                ],
+            }
+        );
+        for bad in ["fly:x", "produce", "produce:", "admin:x"] {
+            assert!(parse_grant(bad).is_err(), "{bad}");
+        }
         let Ok(ClientCommand::Cluster(cluster)) = parse(&["narad", "cluster", "members"]) else {
             panic!("parsed cluster")
         };

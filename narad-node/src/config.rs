@@ -13,9 +13,9 @@
 //! - A node with `cluster.peers` set is a cluster member; without, it is a single node (its own sole
 //!   voter), as with `--dev`.
 //! - `--dev` is a flag only: single node, auth off, and the HTTP address must be a loopback one.
-//! - Basic auth is not built yet, so a node started without `--dev` must say `security.enabled = false`
-//!   (file or `NARAD_SECURITY_ENABLED=false`); otherwise start-up refuses with a message saying so,
-//!   rather than serving unauthenticated while the operator believes auth is on.
+//! - Basic auth is on unless `--dev` or `security.enabled = false`. `NARAD_ADMIN_PASSWORD` (environment
+//!   only, like the cluster secret) seeds the root user once; without it a random password is logged
+//!   once.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,19 @@ use serde::Deserialize;
 
 /// Default HTTP listen address.
 pub const HTTP_ADDR_DEFAULT: &str = "127.0.0.1:7942";
+/// Default HTTP read timeout (head, and whole request), ms: the surface's 10 s.
+pub const HTTP_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Default HTTP write timeout, ms: the surface's 30 s.
+pub const HTTP_WRITE_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default HTTP keep-alive idle timeout, ms: the surface's 60 s.
+pub const HTTP_IDLE_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+/// Longest accepted HTTP timeout, ms (an hour): a longer one leaves a stuck client its connection
+/// for good.
+pub const HTTP_TIMEOUT_MS_MAX: u64 = 3_600_000;
+/// Default cap on HTTP connections served at once.
+pub const HTTP_MAX_CONNECTIONS_DEFAULT: u32 = 4_096;
+/// Largest accepted HTTP connection cap.
+pub const HTTP_MAX_CONNECTIONS_MAX: u32 = 1_000_000;
 /// Default data directory.
 pub const DATA_DIR_DEFAULT: &str = "./narad-data";
 /// Default ingress WAL group-commit backstop.
@@ -80,6 +93,24 @@ pub struct HttpConfig {
     pub addr: String,
     /// How long a graceful shutdown waits for requests in flight, ms.
     pub shutdown_grace_ms: u64,
+    /// The read timeout, ms (`NARAD_HTTP_READ_TIMEOUT_MS`): a request's head must arrive within it
+    /// of its first byte (of the connection's accept, for its first request, TLS handshake included),
+    /// and its whole body within it of that same start; otherwise 408 or the connection is closed.
+    pub read_timeout_ms: u64,
+    /// The write timeout, ms (`NARAD_HTTP_WRITE_TIMEOUT_MS`): a response write that makes no
+    /// progress for this long (the client does not read) closes the connection.
+    pub write_timeout_ms: u64,
+    /// The idle timeout, ms (`NARAD_HTTP_IDLE_TIMEOUT_MS`): a kept-alive connection with no request
+    /// in flight and no bytes moving for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// The most connections served at once (`NARAD_HTTP_MAX_CONNECTIONS`); one more is answered 503
+    /// `too many connections` and closed. At least 1.
+    pub max_connections: u32,
+    /// HTTPS: the certificate chain (PEM), leaf first (`NARAD_HTTP_TLS_CERT_FILE`). With
+    /// `tls_key_file`: both or neither; when set, the listener serves TLS only.
+    pub tls_cert_file: String,
+    /// HTTPS: the certificate's private key (PEM: PKCS#8, RSA or SEC1) (`NARAD_HTTP_TLS_KEY_FILE`).
+    pub tls_key_file: String,
 }
 
 /// `[cluster]`.
@@ -220,11 +251,26 @@ pub struct LogConfig {
 }
 
 /// `[security]`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SecurityConfig {
-    /// Basic auth on `/v1` (on by default, as in the Go release; not built yet, see the module doc).
+    /// Basic auth on `/v1` (on by default, as in the Go release; `--dev` turns it off).
     pub enabled: bool,
+    /// The root user's password when it is seeded (`NARAD_ADMIN_PASSWORD`, environment only).
+    #[serde(skip)]
+    pub admin_password: Option<String>,
+}
+
+impl std::fmt::Debug for SecurityConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecurityConfig")
+            .field("enabled", &self.enabled)
+            .field(
+                "admin_password",
+                &self.admin_password.as_ref().map(|_| "<set>"),
+            )
+            .finish()
+    }
 }
 
 impl Default for HttpConfig {
@@ -232,6 +278,12 @@ impl Default for HttpConfig {
         HttpConfig {
             addr: HTTP_ADDR_DEFAULT.to_string(),
             shutdown_grace_ms: 10_000,
+            read_timeout_ms: HTTP_READ_TIMEOUT_MS_DEFAULT,
+            write_timeout_ms: HTTP_WRITE_TIMEOUT_MS_DEFAULT,
+            idle_timeout_ms: HTTP_IDLE_TIMEOUT_MS_DEFAULT,
+            max_connections: HTTP_MAX_CONNECTIONS_DEFAULT,
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -275,7 +327,10 @@ impl Default for LogConfig {
 
 impl Default for SecurityConfig {
     fn default() -> Self {
-        SecurityConfig { enabled: true }
+        SecurityConfig {
+            enabled: true,
+            admin_password: None,
+        }
     }
 }
 
@@ -348,6 +403,30 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
         config.http.shutdown_grace_ms = parse_number(value)?;
         Ok(())
     }),
+    ("NARAD_HTTP_READ_TIMEOUT_MS", |config, value| {
+        config.http.read_timeout_ms = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_HTTP_WRITE_TIMEOUT_MS", |config, value| {
+        config.http.write_timeout_ms = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_HTTP_IDLE_TIMEOUT_MS", |config, value| {
+        config.http.idle_timeout_ms = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_HTTP_MAX_CONNECTIONS", |config, value| {
+        config.http.max_connections = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_HTTP_TLS_CERT_FILE", |config, value| {
+        config.http.tls_cert_file = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_HTTP_TLS_KEY_FILE", |config, value| {
+        config.http.tls_key_file = value.to_string();
+        Ok(())
+    }),
     ("NARAD_NODE_ID", |config, value| {
         config.cluster.node_id = parse_number(value)?;
         Ok(())
@@ -358,6 +437,10 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
     ("NARAD_CLUSTER_PEERS", |config, value| {
         config.cluster.peers = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_ADMIN_PASSWORD", |config, value| {
+        config.security.admin_password = Some(value.to_string());
         Ok(())
     }),
     ("NARAD_CLUSTER_SECRET", |config, value| {
@@ -431,8 +514,15 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
 ];
 
-/// `NARAD_*` variables the node reads outside [`ENV_KEYS`]: the failpoint build's disk faults.
-pub const ENV_OTHER: &[&str] = &["NARAD_FAILPOINTS"];
+/// `NARAD_*` variables the node reads outside [`ENV_KEYS`] (the failpoint build's disk faults), and the
+/// client subcommands' (a shell that sets them for `narad pub` may start `narad serve` too).
+pub const ENV_OTHER: &[&str] = &[
+    "NARAD_FAILPOINTS",
+    "NARAD_ADDR",
+    "NARAD_USER",
+    "NARAD_PASS",
+    "NARAD_NEW_PASSWORD",
+];
 
 /// Refuses any `NARAD_*` variable among `names` that the node does not read, naming it.
 pub fn check_env_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
@@ -541,6 +631,7 @@ impl Config {
                 "--dev serves on loopback only, but http.addr is {addr}"
             )));
         }
+        self.http.check()?;
         if self.cluster.node_id == 0 {
             return Err(ConfigError::Invalid(
                 "cluster.node_id must not be 0".to_string(),
@@ -573,10 +664,43 @@ impl Config {
             ));
         }
         self.check_cluster()?;
-        if self.security.enabled {
+        Ok(())
+    }
+}
+
+impl HttpConfig {
+    /// The HTTPS certificate and key files, when TLS is configured.
+    pub fn tls_files(&self) -> Option<(&Path, &Path)> {
+        (!self.tls_cert_file.is_empty()).then(|| {
+            (
+                Path::new(&self.tls_cert_file),
+                Path::new(&self.tls_key_file),
+            )
+        })
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("read_timeout_ms", self.read_timeout_ms),
+            ("write_timeout_ms", self.write_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+        ] {
+            if value == 0 || value > HTTP_TIMEOUT_MS_MAX {
+                return Err(ConfigError::Invalid(format!(
+                    "http.{name} must be between 1 and {HTTP_TIMEOUT_MS_MAX}, got {value}"
+                )));
+            }
+        }
+        let connections = self.max_connections;
+        if connections == 0 || connections > HTTP_MAX_CONNECTIONS_MAX {
+            return Err(ConfigError::Invalid(format!(
+                "http.max_connections must be between 1 and {HTTP_MAX_CONNECTIONS_MAX}, got {connections}"
+            )));
+        }
+        if self.tls_cert_file.is_empty() != self.tls_key_file.is_empty() {
             return Err(ConfigError::Invalid(
-                "basic auth (security.enabled = true, the default) is not built yet: run \
-                 `narad serve --dev`, or set security.enabled = false (NARAD_SECURITY_ENABLED=false)"
+                "http.tls_cert_file and http.tls_key_file go together: both or neither \
+                 (NARAD_HTTP_TLS_CERT_FILE, NARAD_HTTP_TLS_KEY_FILE)"
                     .to_string(),
             ));
         }
@@ -763,9 +887,18 @@ mod tests {
     }
 
     #[test]
-    fn without_dev_auth_must_be_switched_off_explicitly() {
-        let error = Config::load(&FlagOverrides::default(), &env_of(&[])).unwrap_err();
-        assert!(error.to_string().contains("basic auth"), "{error}");
+    fn without_dev_auth_is_on_unless_switched_off() {
+        let config = Config::load(
+            &FlagOverrides::default(),
+            &env_of(&[("NARAD_ADMIN_PASSWORD", "hunter2hunter2")]),
+        )
+        .unwrap();
+        assert!(config.security.enabled);
+        assert_eq!(
+            config.security.admin_password.as_deref(),
+            Some("hunter2hunter2")
+        );
+        assert!(!format!("{config:?}").contains("hunter2"));
         let config = Config::load(
             &FlagOverrides::default(),
             &env_of(&[("NARAD_SECURITY_ENABLED", "false")]),
@@ -813,6 +946,119 @@ mod tests {
                     .to_string()
             )
         );
+    }
+
+    #[test]
+    fn http_timeouts_and_connection_cap_default_to_the_surface() {
+        let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
+        assert_eq!(config.http.read_timeout_ms, 10_000);
+        assert_eq!(config.http.write_timeout_ms, 30_000);
+        assert_eq!(config.http.idle_timeout_ms, 60_000);
+        assert_eq!(config.http.max_connections, 4_096);
+        assert_eq!(config.http.tls_files(), None);
+    }
+
+    #[test]
+    fn http_timeouts_and_connection_cap_come_from_the_file_then_the_environment() {
+        let (_dir, flags) = with_file(
+            "[http]\nread_timeout_ms = 1500\nwrite_timeout_ms = 2500\nidle_timeout_ms = 3500\n\
+             max_connections = 50\ntls_cert_file = \"/file/cert.pem\"\ntls_key_file = \"/file/key.pem\"\n",
+        );
+        let config = Config::load(&flags, &env_of(&[])).unwrap();
+        assert_eq!(config.http.read_timeout_ms, 1_500);
+        assert_eq!(config.http.write_timeout_ms, 2_500);
+        assert_eq!(config.http.idle_timeout_ms, 3_500);
+        assert_eq!(config.http.max_connections, 50);
+        assert_eq!(
+            config.http.tls_files(),
+            Some((Path::new("/file/cert.pem"), Path::new("/file/key.pem")))
+        );
+        let env = env_of(&[
+            ("NARAD_HTTP_READ_TIMEOUT_MS", "1000"),
+            ("NARAD_HTTP_WRITE_TIMEOUT_MS", "2000"),
+            ("NARAD_HTTP_IDLE_TIMEOUT_MS", "3000"),
+            ("NARAD_HTTP_MAX_CONNECTIONS", "1"),
+            ("NARAD_HTTP_TLS_CERT_FILE", "/env/cert.pem"),
+            ("NARAD_HTTP_TLS_KEY_FILE", "/env/key.pem"),
+        ]);
+        let config = Config::load(&flags, &env).unwrap();
+        assert_eq!(
+            (
+                config.http.read_timeout_ms,
+                config.http.write_timeout_ms,
+                config.http.idle_timeout_ms,
+                config.http.max_connections
+            ),
+            (1_000, 2_000, 3_000, 1)
+        );
+        assert_eq!(
+            config.http.tls_files(),
+            Some((Path::new("/env/cert.pem"), Path::new("/env/key.pem")))
+        );
+    }
+
+    #[test]
+    fn http_timeouts_and_connection_cap_are_bounded() {
+        for (var, value, message) in [
+            (
+                "NARAD_HTTP_READ_TIMEOUT_MS",
+                "0",
+                "http.read_timeout_ms must be between 1 and 3600000, got 0",
+            ),
+            (
+                "NARAD_HTTP_WRITE_TIMEOUT_MS",
+                "3600001",
+                "http.write_timeout_ms must be between 1 and 3600000, got 3600001",
+            ),
+            (
+                "NARAD_HTTP_IDLE_TIMEOUT_MS",
+                "0",
+                "http.idle_timeout_ms must be between 1 and 3600000, got 0",
+            ),
+            (
+                "NARAD_HTTP_MAX_CONNECTIONS",
+                "0",
+                "http.max_connections must be between 1 and 1000000, got 0",
+            ),
+        ] {
+            assert_eq!(
+                Config::load(&dev_flags(), &env_of(&[(var, value)])).unwrap_err(),
+                ConfigError::Invalid(message.to_string()),
+                "{var}={value}"
+            );
+        }
+        let error = Config::load(
+            &dev_flags(),
+            &env_of(&[("NARAD_HTTP_MAX_CONNECTIONS", "-1")]),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                ConfigError::Env {
+                    var: "NARAD_HTTP_MAX_CONNECTIONS",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn https_needs_both_the_certificate_and_the_key() {
+        for half in ["NARAD_HTTP_TLS_CERT_FILE", "NARAD_HTTP_TLS_KEY_FILE"] {
+            let error =
+                Config::load(&dev_flags(), &env_of(&[(half, "/etc/narad/x.pem")])).unwrap_err();
+            assert_eq!(
+                error,
+                ConfigError::Invalid(
+                    "http.tls_cert_file and http.tls_key_file go together: both or neither \
+                     (NARAD_HTTP_TLS_CERT_FILE, NARAD_HTTP_TLS_KEY_FILE)"
+                        .to_string()
+                ),
+                "{half}"
+            );
+        }
     }
 
     #[test]

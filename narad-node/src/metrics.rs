@@ -67,6 +67,15 @@ pub struct HttpLabels {
     pub status: String,
 }
 
+/// `http_timeouts_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    /// `head` (a request head, or the TLS handshake, slower than the read timeout), `body` (a request
+    /// body slower than it: 408), `write` (a response write stalled past the write timeout), `idle`
+    /// (a kept-alive connection idle past the idle timeout).
+    pub kind: String,
+}
+
 /// Per-route byte counters' labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
@@ -154,6 +163,12 @@ pub struct Metrics {
     pub http_response_bytes_out: Family<RouteLabels, Counter>,
     /// HTTP requests being served.
     pub http_requests_in_flight: Gauge,
+    /// `narad_http_connections_open`: HTTP connections being served (at most `http.max_connections`).
+    pub http_connections_open: Gauge,
+    /// `narad_http_connections_refused_total`: connections refused past `http.max_connections`.
+    pub http_connections_refused: Counter,
+    /// `narad_http_timeouts_total{kind}`: connections or requests cut by a timeout.
+    pub http_timeouts: Family<TimeoutLabels, Counter>,
     /// `narad_cluster_rpc_duration_seconds{op}`.
     pub cluster_rpc_duration_seconds: HistogramFamily<OpLabels>,
     /// `narad_cluster_frames_refused_total`.
@@ -201,6 +216,9 @@ impl Metrics {
             http_request_bytes_in: Family::default(),
             http_response_bytes_out: Family::default(),
             http_requests_in_flight: Gauge::default(),
+            http_connections_open: Gauge::default(),
+            http_connections_refused: Counter::default(),
+            http_timeouts: Family::default(),
             cluster_rpc_duration_seconds: Family::new_with_constructor(latency_histogram),
             cluster_frames_refused: Counter::default(),
             cluster_auth_failures: Counter::default(),
@@ -333,6 +351,21 @@ impl Metrics {
             "http_requests_in_flight",
             "HTTP requests being served",
             m.http_requests_in_flight.clone(),
+        );
+        r.register(
+            "http_connections_open",
+            "HTTP connections being served",
+            m.http_connections_open.clone(),
+        );
+        r.register(
+            "http_connections_refused",
+            "HTTP connections refused (503) past http.max_connections",
+            m.http_connections_refused.clone(),
+        );
+        r.register(
+            "http_timeouts",
+            "HTTP connections or requests cut by a timeout, by kind (head, body, write, idle)",
+            m.http_timeouts.clone(),
         );
         r.register(
             "cluster_rpc_duration_seconds",

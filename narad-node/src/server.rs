@@ -1,5 +1,6 @@
-//! `narad serve`: opens the data directory, starts the node ([`crate::node`]), serves HTTP `/v1`, and
-//! shuts down gracefully on SIGTERM or Ctrl-C.
+//! `narad serve`: opens the data directory, starts the node ([`crate::node`]), serves HTTP `/v1`
+//! (HTTPS when `http.tls_cert_file` is set) through the hardened server of [`http::serve`], and shuts
+//! down gracefully on SIGTERM or Ctrl-C.
 //!
 //! Start-up order: bind the listener (so `/readyz` answers 503 while recovering instead of refusing
 //! connections), start the node over an [`FsDisk`] of the data directory (the metastore opens; the WAL,
@@ -60,6 +61,9 @@ fn open_files_budget() -> usize {
 /// Runs a node until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = config.http_addr()?;
+    // Before anything opens: a wrong certificate or key is a start-up error naming the file.
+    let serve_options = http::serve::ServeOptions::from_config(&config.http)?;
+    let tls = serve_options.tls.is_some();
     let data_dir = config.storage.data_dir.clone();
     let disk: Arc<dyn Disk> = Arc::new(
         FsDisk::new(&data_dir)
@@ -90,6 +94,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let app = node.app().clone();
     tracing::info!(
         addr = %local_addr,
+        tls,
         data_dir = %data_dir.display(),
         dev,
         "http listening"
@@ -97,13 +102,19 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shutting_down = app.clone();
-    let server =
-        axum::serve(listener, http::router::router(app)).with_graceful_shutdown(async move {
+    let metrics = app.metrics.clone();
+    let server = http::serve::serve(
+        listener,
+        http::router::router(app),
+        serve_options,
+        metrics,
+        async move {
             shutdown_signal().await;
             shutting_down.set_shutting_down();
             tracing::info!("shutting down: no new connections, finishing requests in flight");
             let _ = stop_tx.send(true);
-        });
+        },
+    );
     let recovering = node.clone();
     let recovered = async move {
         recovering.wait_ready().await?;

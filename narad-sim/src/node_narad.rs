@@ -407,7 +407,12 @@ impl SimNode for NaradSimNode {
             "visibility_timeout_ms": 1000
         })
         .to_string();
-        let reply = http::topics::create_topic(self.app(), Body::Bytes(body.into_bytes())).await;
+        let reply = http::topics::create_topic(
+            self.app(),
+            &http::auth::Caller::Open,
+            Body::Bytes(body.into_bytes()),
+        )
+        .await;
         self.admin_event("create", name, &reply);
         status_of(&reply)?;
         self.topic_info(name).ok_or_else(|| {
@@ -416,7 +421,7 @@ impl SimNode for NaradSimNode {
     }
 
     async fn delete_topic(&self, name: &str) -> Result<(), NodeError> {
-        let reply = http::topics::delete_topic(self.app(), name).await;
+        let reply = http::topics::delete_topic(self.app(), &http::auth::Caller::Open, name).await;
         self.admin_event("delete", name, &reply);
         status_of(&reply)
     }

@@ -25,6 +25,8 @@ pub mod ledger;
 pub mod load;
 pub mod netns;
 pub mod observe;
+pub mod raw;
+pub mod secure;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

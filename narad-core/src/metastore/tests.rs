@@ -802,7 +802,10 @@ fn root_is_seeded_once_and_its_rules_hold() {
         Ok(Applied::PasswordSet("admin".to_string()))
     );
     let root = state.users().get("admin").unwrap();
-    assert_eq!((root.password_hash.as_str(), root.updated_at_ms), ("$2b$10$new", 5));
+    assert_eq!(
+        (root.password_hash.as_str(), root.updated_at_ms),
+        ("$2b$10$new", 5)
+    );
 }
 
 #[test]

@@ -90,7 +90,11 @@ pub struct User {
 impl User {
     /// Whether this user holds the admin grant (root does).
     pub fn is_admin(&self) -> bool {
-        self.root || self.grants.iter().any(|grant| grant.action == Action::Admin)
+        self.root
+            || self
+                .grants
+                .iter()
+                .any(|grant| grant.action == Action::Admin)
     }
 
     /// Whether this user may do `action` to the topic `topic`.
@@ -334,7 +338,9 @@ impl Users {
         }
         for (name, user) in &self.users {
             if name != &user.username || validate_username(name).is_err() {
-                return Some(format!("user {name:?} is stored under another or a bad name"));
+                return Some(format!(
+                    "user {name:?} is stored under another or a bad name"
+                ));
             }
             if user.root && !user.grants.is_empty() {
                 return Some("the root user holds grants".to_string());

@@ -145,9 +145,9 @@ mod driver {
             .map(|index| {
                 let addr = addrs[index % addrs.len()];
                 let target = format!("/v1/topics/{}", plan.topic_name(index % plan.topics));
-                let authority = plan.authority.clone();
+                let host = (plan.authority.clone(), plan.authorization.clone());
                 let done = done.clone();
-                tokio::spawn(worker(addr, target, authority, start, done, samples_max))
+                tokio::spawn(worker(addr, target, host, start, done, samples_max))
             })
             .collect();
         let mut all = Tally::default();
@@ -182,18 +182,23 @@ mod driver {
     async fn worker(
         addr: SocketAddr,
         target: String,
-        authority: String,
+        (authority, authorization): (String, Option<String>),
         start: Instant,
         done: Arc<AtomicBool>,
         samples_max: usize,
     ) -> Tally {
+        let headers: Vec<(&str, &str)> = authorization
+            .as_deref()
+            .map(|value| ("Authorization", value))
+            .into_iter()
+            .collect();
         let mut tally = Tally::default();
         let mut connection: Option<Connection> = None;
         let consume = http1::request(
             "GET",
             &format!("{target}/consume?wait={POLL_WAIT}"),
             &authority,
-            &[],
+            &headers,
             b"",
         );
         let mut empty = 0;
@@ -257,7 +262,7 @@ mod driver {
                 "POST",
                 &format!("{target}/ack?receipt_handle={handle}"),
                 &authority,
-                &[],
+                &headers,
                 b"",
             );
             match exchange(&mut connection, addr, &ack).await {

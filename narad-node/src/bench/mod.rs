@@ -68,6 +68,18 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:7942"
     )]
     pub server: String,
+    /// User name for HTTP Basic auth (none sent without it).
+    #[arg(short = 'u', long, env = "NARAD_USER", value_name = "USER")]
+    pub user: Option<String>,
+    /// Password for HTTP Basic auth (with `--user`).
+    #[arg(
+        short = 'p',
+        long,
+        env = "NARAD_PASS",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    pub password: Option<String>,
     /// Concurrent keep-alive connections, one request in flight each.
     #[arg(long, short = 'w', default_value_t = 8)]
     pub workers: usize,

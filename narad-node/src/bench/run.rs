@@ -132,7 +132,7 @@ impl Shared {
                     "POST",
                     &plan.target(topic),
                     &plan.authority,
-                    &[("Content-Type", "application/json")],
+                    &plan.headers(&[("Content-Type", "application/json")]),
                     &batch_body(payload, &keys),
                 )
             }
@@ -141,7 +141,13 @@ impl Shared {
                     Some(key) => format!("{}?key={key}", plan.target(topic)),
                     None => plan.target(topic),
                 };
-                http1::request("POST", &target, &plan.authority, &[], payload)
+                http1::request(
+                    "POST",
+                    &target,
+                    &plan.authority,
+                    &plan.headers(&[]),
+                    payload,
+                )
             }
         }
     }
@@ -183,7 +189,13 @@ pub async fn run(plan: Plan) -> anyhow::Result<Report> {
         (plan.batch.is_none() && plan.keys == 0 && plan.consume.is_none()).then(|| {
             (0..plan.topics)
                 .map(|topic| {
-                    http1::request("POST", &plan.target(topic), &plan.authority, &[], &payload)
+                    http1::request(
+                        "POST",
+                        &plan.target(topic),
+                        &plan.authority,
+                        &plan.headers(&[]),
+                        &payload,
+                    )
                 })
                 .collect()
         });
@@ -354,6 +366,7 @@ async fn ensure_topics(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
         .map(|_| {
             let (names, next) = (names.clone(), next.clone());
             let (authority, partitions) = (plan.authority.clone(), plan.partitions);
+            let authorization = plan.authorization.clone();
             tokio::spawn(async move {
                 let mut connection: Option<Connection> = None;
                 loop {
@@ -361,7 +374,14 @@ async fn ensure_topics(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
                     let Some(name) = names.get(index) else {
                         return anyhow::Ok(());
                     };
-                    create_topic(&mut connection, addr, &authority, name, partitions).await?;
+                    create_topic(
+                        &mut connection,
+                        addr,
+                        (&authority, authorization.as_deref()),
+                        name,
+                        partitions,
+                    )
+                    .await?;
                 }
             })
         })
@@ -376,18 +396,14 @@ async fn ensure_topics(addr: SocketAddr, plan: &Plan) -> anyhow::Result<()> {
 async fn create_topic(
     connection: &mut Option<Connection>,
     addr: SocketAddr,
-    authority: &str,
+    (authority, authorization): (&str, Option<&str>),
     name: &str,
     partitions: u32,
 ) -> anyhow::Result<()> {
     let body = serde_json::json!({"name": name, "partitions": partitions}).to_string();
-    let request = http1::request(
-        "POST",
-        "/v1/topics",
-        authority,
-        &[("Content-Type", "application/json")],
-        body.as_bytes(),
-    );
+    let mut headers = vec![("Content-Type", "application/json")];
+    headers.extend(authorization.map(|value| ("Authorization", value)));
+    let request = http1::request("POST", "/v1/topics", authority, &headers, body.as_bytes());
     if connection.as_ref().is_none_or(Connection::is_closed) {
         let fresh = Connection::connect(addr)
             .await

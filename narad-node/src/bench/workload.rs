@@ -43,6 +43,8 @@ pub enum Stop {
 pub struct Plan {
     /// `host:port` of the node (the first of [`Plan::authorities`]).
     pub authority: String,
+    /// The `Authorization` header value every request carries (`--user`), if any.
+    pub authorization: Option<String>,
     /// `host:port` of every node the workers are spread over (worker `i` takes `i mod n`).
     pub authorities: Vec<String>,
     /// Topic name; with [`Plan::topics`] > 1, the prefix of the topics' names.
@@ -96,6 +98,18 @@ fn flag(flag: &'static str, reason: impl Into<String>) -> PlanError {
 }
 
 impl Plan {
+    /// The headers every request carries (`Authorization` with `--user`), then `extra`.
+    pub fn headers<'a>(&'a self, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut headers: Vec<(&str, &str)> = self
+            .authorization
+            .as_deref()
+            .map(|value| ("Authorization", value))
+            .into_iter()
+            .collect();
+        headers.extend_from_slice(extra);
+        headers
+    }
+
     /// Checks the flags.
     pub fn from_args(args: &BenchArgs) -> Result<Plan, PlanError> {
         let authorities = args
@@ -159,6 +173,12 @@ impl Plan {
         };
         Ok(Plan {
             consume,
+            authorization: args.user.as_deref().map(|user| {
+                crate::client::http::basic_authorization(
+                    user,
+                    args.password.as_deref().unwrap_or(""),
+                )
+            }),
             authority,
             authorities,
             topic: args.topic.clone(),
@@ -643,6 +663,7 @@ mod tests {
             plan,
             Plan {
                 authority: "127.0.0.1:7942".to_string(),
+                authorization: None,
                 authorities: vec!["127.0.0.1:7942".to_string()],
                 topic: "bench".to_string(),
                 topics: 1,

@@ -149,6 +149,11 @@ impl Client {
         self.send(Method::PATCH, path, &[], Some(body))
     }
 
+    /// `PUT path` with `body`.
+    pub fn put(&self, path: &str, body: &[u8]) -> anyhow::Result<Reply> {
+        self.send(Method::PUT, path, &[], Some(body))
+    }
+
     /// `DELETE path`.
     pub fn delete(&self, path: &str) -> anyhow::Result<Reply> {
         self.send(Method::DELETE, path, &[], None)

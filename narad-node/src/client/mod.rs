@@ -1,9 +1,10 @@
-//! The client subcommands of `narad` (`pub`, `sub`, `replay`, `topic`, `cluster`): blocking calls to
+//! The client subcommands of `narad` (`pub`, `sub`, `replay`, `topic`, `cluster`, `user`): blocking calls to
 //! one node's `/v1` HTTP API, wire-compatible with Narad's CLI.
 //!
 //! - [`http`]: the HTTP client (ureq), Basic auth, and the server's `{"error":…}` answers as errors.
 //! - [`pubsub`]: `pub`, `sub` (queue mode and `--peek`) and `replay`.
-//! - [`topic`]: `topic add|ls|info|edit|rm`; [`cluster`]: `cluster members`.
+//! - [`topic`]: `topic add|ls|info|edit|rm`; [`cluster`]: `cluster members`; [`user`]:
+//!   `user add|grant|ls|rm|passwd`.
 //! - [`output`]: how results are printed (human tables and lines, `--json`, `--raw` payloads).
 //!
 //! Exit codes: 0 when every request succeeded, 1 when one failed (the server's message, or why the
@@ -14,6 +15,7 @@ pub mod http;
 pub mod output;
 pub mod pubsub;
 pub mod topic;
+pub mod user;
 
 use std::process::ExitCode;
 
@@ -27,6 +29,7 @@ pub fn main(command: ClientCommand) -> ExitCode {
         ClientCommand::Replay(args) => pubsub::replay(&args),
         ClientCommand::Topic(args) => topic::run(&args),
         ClientCommand::Cluster(args) => cluster::run(&args),
+        ClientCommand::User(args) => user::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,9 +11,13 @@
 //! WAL host), [`PartitionReader`] and [`PartitionStats`] (the partition logs). The metastore is used
 //! directly (its handle is cheap and testable over `SimDisk`).
 //!
-//! Auth: off. `--dev` runs without it, and start-up refuses `security.enabled = true` until Basic auth
-//! and grants are built, so every created topic's `owner` is empty (omitted from the JSON).
+//! Auth ([`auth`]): Basic credentials checked against the users in the metastore, grants enforced in
+//! the router before the route runs (the surface's order: grant, then query, body, topic); routes
+//! that need the caller (create sets the owner, alter and delete need owner or admin, the users API)
+//! take an [`auth::Caller`], which is [`auth::Caller::Open`] when auth is off (`--dev`, the
+//! simulator).
 
+pub mod auth;
 pub mod consume;
 pub mod openapi;
 pub mod ops;
@@ -23,7 +27,10 @@ pub mod reply;
 pub mod router;
 pub mod schema;
 pub mod seams;
+#[cfg(not(madsim))]
+pub mod serve;
 pub mod topics;
+pub mod users;
 
 #[cfg(test)]
 mod tests;
@@ -83,6 +90,8 @@ pub struct App {
     picker: Mutex<PartitionPicker>,
     /// `now` for the picker's idle-rotation forgetting.
     clock: Clock,
+    /// Login state (off unless [`App::with_auth`]).
+    pub auth: auth::Auth,
 }
 
 impl std::fmt::Debug for App {
@@ -117,7 +126,14 @@ impl App {
             schemas: schema::SchemaCache::default(),
             picker: Mutex::new(PartitionPicker::new(keyless_seed)),
             clock: Clock::start(),
+            auth: auth::Auth::new(false, Clock::start()),
         }
+    }
+
+    /// The app with Basic auth on (`enabled`) or off.
+    pub fn with_auth(mut self, enabled: bool) -> App {
+        self.auth = auth::Auth::new(enabled, self.clock.clone());
+        self
     }
 
     /// The accept-time partition of a record of `topic` (`partitions` of them).

@@ -38,43 +38,73 @@ mod tests {
     ];
 
     /// Every status code each operation documents, by hand from the route functions (`topics.rs`,
-    /// `produce.rs`, `consume.rs`, `ops.rs`, `router.rs`) and the surface. A code removed from the
+    /// `produce.rs`, `consume.rs`, `ops.rs`, `users.rs`, `router.rs`) and the surface. A code removed from the
     /// document, or added to it without a line here, fails `documented_status_codes_match_the_table`.
     const STATUS_CODES: &[(&str, &str, &[u16])] = &[
-        ("POST", "/v1/topics", &[201, 400, 409, 413, 500, 503]),
-        ("GET", "/v1/topics", &[200, 400]),
-        ("GET", "/v1/topics/{topic}", &[200, 400, 404]),
+        (
+            "POST",
+            "/v1/topics",
+            &[201, 400, 401, 403, 409, 413, 429, 500, 503],
+        ),
+        ("GET", "/v1/topics", &[200, 400, 401, 429]),
+        ("GET", "/v1/topics/{topic}", &[200, 400, 401, 404, 429]),
         (
             "PATCH",
             "/v1/topics/{topic}",
-            &[200, 400, 404, 413, 500, 503],
+            &[200, 400, 401, 403, 404, 413, 429, 500, 503],
         ),
-        ("DELETE", "/v1/topics/{topic}", &[204, 404, 500, 503]),
+        (
+            "DELETE",
+            "/v1/topics/{topic}",
+            &[204, 401, 403, 404, 429, 500, 503],
+        ),
         (
             "POST",
             "/v1/topics/{topic}/produce",
-            &[202, 400, 404, 413, 414, 431, 500, 503],
+            &[202, 400, 401, 403, 404, 413, 414, 429, 431, 500, 503],
         ),
         (
             "POST",
             "/v1/topics/{topic}/produce/batch",
-            &[202, 400, 404, 413, 415, 500, 503],
+            &[202, 400, 401, 403, 404, 413, 415, 429, 500, 503],
         ),
         (
             "GET",
             "/v1/topics/{topic}/consume",
-            &[200, 204, 400, 404, 410, 502, 503],
+            &[200, 204, 400, 401, 403, 404, 410, 429, 502, 503],
         ),
         (
             "POST",
             "/v1/topics/{topic}/ack",
-            &[204, 400, 404, 410, 502, 503],
+            &[204, 400, 401, 403, 404, 410, 429, 502, 503],
         ),
-        ("GET", "/v1/cluster/members", &[200]),
+        ("GET", "/v1/cluster/members", &[200, 401, 403, 429]),
         ("GET", "/healthz", &[200, 503]),
         ("GET", "/readyz", &[200, 503]),
         ("GET", "/metrics", &[200]),
-        ("GET", "/v1/openapi.json", &[200]),
+        ("GET", "/v1/openapi.json", &[200, 401, 429]),
+        (
+            "POST",
+            "/v1/users",
+            &[201, 400, 401, 403, 409, 413, 429, 500, 503],
+        ),
+        ("GET", "/v1/users", &[200, 401, 403, 429]),
+        ("GET", "/v1/users/{username}", &[200, 401, 403, 404, 429]),
+        (
+            "DELETE",
+            "/v1/users/{username}",
+            &[204, 401, 403, 404, 429, 500, 503],
+        ),
+        (
+            "PUT",
+            "/v1/users/{username}/grants",
+            &[200, 400, 401, 403, 404, 413, 429, 500, 503],
+        ),
+        (
+            "PUT",
+            "/v1/users/{username}/password",
+            &[204, 400, 401, 403, 404, 413, 429, 500, 503],
+        ),
     ];
 
     /// `(METHOD, path)`.
@@ -118,6 +148,18 @@ mod tests {
                 ("GET", "/healthz"),
                 ("GET", "/readyz"),
                 ("GET", "/metrics"),
+            ],
+        ),
+        (
+            "users.rs",
+            include_str!("users.rs"),
+            &[
+                ("POST", "/v1/users"),
+                ("GET", "/v1/users"),
+                ("GET", "/v1/users/{username}"),
+                ("DELETE", "/v1/users/{username}"),
+                ("PUT", "/v1/users/{username}/grants"),
+                ("PUT", "/v1/users/{username}/password"),
             ],
         ),
         (
@@ -657,15 +699,38 @@ mod tests {
                 .await
                 .unwrap();
             let log = Arc::new(Log);
-            Arc::new(App::new(
-                metastore,
-                Arc::new(Sink),
-                log.clone(),
-                log,
-                Arc::new(Queue),
-                Arc::new(Metrics::new()),
-                7,
-            ))
+            Arc::new(
+                App::new(
+                    metastore,
+                    Arc::new(Sink),
+                    log.clone(),
+                    log,
+                    Arc::new(Queue),
+                    Arc::new(Metrics::new()),
+                    7,
+                )
+                .with_auth(true),
+            )
+        }
+
+        /// `admin:root-password`, the root user the live node is seeded with.
+        const ROOT: &str = "Basic YWRtaW46cm9vdC1wYXNzd29yZA==";
+        /// `prod:prod-password`: a user granted produce on `orders` only.
+        const PROD: &str = "Basic cHJvZDpwcm9kLXBhc3N3b3Jk";
+        /// `ghost:wrong-password`: no such user.
+        const GHOST: &str = "Basic Z2hvc3Q6d3JvbmctcGFzc3dvcmQ=";
+
+        async fn seed_root(app: &App) {
+            use narad_core::metastore::users::CreateUser;
+            use narad_core::metastore::Command;
+            let command = Command::CreateUser(CreateUser {
+                username: "admin".to_string(),
+                password_hash: crate::http::auth::hash_password("root-password"),
+                grants: Vec::new(),
+                root: true,
+                at_ms: 1,
+            });
+            app.metastore.propose(command).await.unwrap();
         }
 
         struct Answer {
@@ -687,6 +752,10 @@ mod tests {
                 "{method} {target} HTTP/1.1\r\nHost: narad\r\nConnection: close\r\nContent-Length: {}\r\n",
                 body.len()
             );
+            // Root's credentials unless the case brings its own.
+            if !headers.iter().any(|(name, _)| *name == "Authorization") {
+                head.push_str(&format!("Authorization: {ROOT}\r\n"));
+            }
             for (name, value) in headers {
                 head.push_str(&format!("{name}: {value}\r\n"));
             }
@@ -780,6 +849,29 @@ mod tests {
             ("GET", "/metrics", "/metrics", &[], b"", 200),
             ("GET", "/v1/openapi.json", "/v1/openapi.json", &[], b"", 200),
             ("GET", "/v1/cluster/members", "/v1/cluster/members", &[], b"", 200),
+            ("GET", "/v1/topics", "/v1/topics", &[("Authorization", "Bearer x")], b"", 401),
+            ("GET", "/v1/topics", "/v1/topics", &[("Authorization", GHOST)], b"", 401),
+            ("POST", "/v1/users", "/v1/users", &[],
+                br#"{"username":"prod","password":"prod-password","grants":[{"action":"produce","patterns":["orders"]}]}"#, 201),
+            ("POST", "/v1/users", "/v1/users", &[], br#"{"username":"prod","password":"prod-password"}"#, 409),
+            ("POST", "/v1/users", "/v1/users", &[], br#"{"username":"x","password":"short"}"#, 400),
+            ("POST", "/v1/users", "/v1/users", &[("Authorization", PROD)], br#"{"username":"x","password":"long-enough"}"#, 403),
+            ("GET", "/v1/users", "/v1/users", &[], b"", 200),
+            ("GET", "/v1/cluster/members", "/v1/cluster/members", &[("Authorization", PROD)], b"", 403),
+            ("GET", "/v1/users/{username}", "/v1/users/prod", &[], b"", 200),
+            ("GET", "/v1/users/{username}", "/v1/users/admin", &[], b"", 200),
+            ("GET", "/v1/users/{username}", "/v1/users/nobody", &[], b"", 404),
+            ("PUT", "/v1/users/{username}/grants", "/v1/users/prod/grants", &[],
+                br#"{"grants":[{"action":"produce","patterns":["orders"]},{"action":"consume","patterns":["audit-*"]}]}"#, 200),
+            ("PUT", "/v1/users/{username}/grants", "/v1/users/admin/grants", &[], br#"{"grants":[]}"#, 403),
+            ("PUT", "/v1/users/{username}/grants", "/v1/users/prod/grants", &[], br#"{"grants":[{"action":"fly"}]}"#, 400),
+            ("PUT", "/v1/users/{username}/grants", "/v1/users/nobody/grants", &[], br#"{"grants":[]}"#, 404),
+            ("PUT", "/v1/users/{username}/password", "/v1/users/prod/password", &[("Authorization", PROD)],
+                br#"{"current_password":"wrong-password","new_password":"prod-password"}"#, 403),
+            ("PUT", "/v1/users/{username}/password", "/v1/users/prod/password", &[("Authorization", PROD)],
+                br#"{"current_password":"prod-password","new_password":"prod-password"}"#, 204),
+            ("PUT", "/v1/users/{username}/password", "/v1/users/nobody/password", &[], br#"{"new_password":"long-enough"}"#, 404),
+            ("PUT", "/v1/users/{username}/password", "/v1/users/prod/password", &[], br#"{"new_password":"x"}"#, 400),
             ("POST", "/v1/topics", "/v1/topics", &[], br#"{"name":"orders","partitions":4}"#, 201),
             ("POST", "/v1/topics", "/v1/topics", &[], br#"{"name":"orders"}"#, 409),
             ("POST", "/v1/topics", "/v1/topics", &[], br#"{"name":"a/b"}"#, 400),
@@ -802,6 +894,10 @@ mod tests {
             ("POST", "/v1/topics/{topic}/produce", "/v1/topics/orders/produce", &[], b"", 400),
             ("POST", "/v1/topics/{topic}/produce", "/v1/topics/orders/produce?partition=4", &[], b"x", 400),
             ("POST", "/v1/topics/{topic}/produce", "/v1/topics/nope/produce", &[], b"x", 404),
+            ("POST", "/v1/topics/{topic}/produce", "/v1/topics/orders/produce", &[("Authorization", PROD)], b"x", 202),
+            ("POST", "/v1/topics/{topic}/produce", "/v1/topics/nope/produce?partition=x", &[("Authorization", PROD)], b"", 403),
+            ("GET", "/v1/topics/{topic}/consume", "/v1/topics/orders/consume?partition=0&offset=0", &[("Authorization", PROD)], b"", 403),
+            ("PATCH", "/v1/topics/{topic}", "/v1/topics/orders", &[("Authorization", PROD)], br#"{"retention_ms":7200000}"#, 403),
             ("POST", "/v1/topics/{topic}/produce/batch", "/v1/topics/orders/produce/batch", &[],
                 br#"{"messages":[{"key":"k","payload":{"a":1}},{"partition":1,"payload":"AAEC","payload_encoding":"base64"}]}"#, 202),
             ("POST", "/v1/topics/{topic}/produce/batch", "/v1/topics/orders/produce/batch", &[], br#"{"messages":[]}"#, 400),
@@ -825,7 +921,11 @@ mod tests {
             ("POST", "/v1/topics/{topic}/ack", "/v1/topics/orders/ack?receipt_handle=0:1", &[], b"", 400),
             ("POST", "/v1/topics/{topic}/ack", "/v1/topics/orders/ack?receipt_handle=0:1:7&extend=maybe", &[], b"", 400),
             ("POST", "/v1/topics/{topic}/ack", "/v1/topics/nope/ack?receipt_handle=0:1:7", &[], b"", 404),
+            ("DELETE", "/v1/topics/{topic}", "/v1/topics/orders", &[("Authorization", PROD)], b"", 403),
             ("DELETE", "/v1/topics/{topic}", "/v1/topics/orders", &[], b"", 204),
+            ("DELETE", "/v1/users/{username}", "/v1/users/admin", &[], b"", 403),
+            ("DELETE", "/v1/users/{username}", "/v1/users/prod", &[], b"", 204),
+            ("DELETE", "/v1/users/{username}", "/v1/users/prod", &[], b"", 404),
             ("DELETE", "/v1/topics/{topic}", "/v1/topics/orders", &[], b"", 404),
         ];
 
@@ -843,6 +943,7 @@ mod tests {
             assert_eq!(answer.status, 503);
             check(&doc, "GET", "/readyz", "GET /readyz (not ready)", &answer);
             app.set_ready();
+            seed_root(&app).await;
 
             let mut exercised = BTreeSet::new();
             for (method, path, target, headers, body, expected) in CASES {
@@ -858,6 +959,14 @@ mod tests {
                 exercised.insert((method.to_string(), path.to_string()));
             }
             assert_eq!(exercised, operations(&doc), "a case for every operation");
+
+            // The ghost's bucket had one failure above: four more empty it, then 429.
+            for expected in [401, 401, 401, 401, 429] {
+                let answer =
+                    send(addr, "GET", "/v1/topics", &[("Authorization", GHOST)], b"").await;
+                assert_eq!(answer.status, expected);
+                check(&doc, "GET", "/v1/topics", "GET /v1/topics (ghost)", &answer);
+            }
 
             // Bodies over 1 MiB.
             let large = vec![b'x'; BODY_BYTES_MAX + 1];

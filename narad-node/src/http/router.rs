@@ -15,11 +15,13 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
+use axum::routing::{get, post, put};
+use axum::{Extension, Router};
+use narad_core::metastore::users::Action;
 
+use super::auth::{self, Caller, Refusal};
 use super::{
-    consume, ops, produce, topics, App, Body, Reply, BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX,
+    consume, ops, produce, topics, users, App, Body, Reply, BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX,
 };
 use crate::metrics::{HttpLabels, RouteLabels};
 
@@ -38,11 +40,16 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/topics/{topic}/consume", get(consume_one))
         .route("/v1/topics/{topic}/ack", post(ack))
         .route("/v1/cluster/members", get(cluster_members))
+        .route("/v1/users", post(create_user).get(list_users))
+        .route("/v1/users/{username}", get(get_user).delete(delete_user))
+        .route("/v1/users/{username}/grants", put(set_grants))
+        .route("/v1/users/{username}/password", put(set_password))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi_doc))
         .fallback(unmatched)
+        .layer(middleware::from_fn_with_state(app.clone(), authenticate))
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
 }
@@ -100,9 +107,15 @@ fn into_response(reply: Reply) -> Response {
     response
 }
 
-async fn create_topic(State(app): AppState, body: AxumBody) -> Response {
+type CallerOf = Extension<Caller>;
+
+async fn create_topic(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    body: AxumBody,
+) -> Response {
     match read_body(body, BODY_BYTES_MAX).await {
-        Ok(body) => into_response(topics::create_topic(&app, body).await),
+        Ok(body) => into_response(topics::create_topic(&app, &caller, body).await),
         Err(response) => response,
     }
 }
@@ -121,17 +134,77 @@ async fn get_topic(
 
 async fn alter_topic(
     State(app): AppState,
+    Extension(caller): CallerOf,
     TopicPath(topic): TopicPath,
     body: AxumBody,
 ) -> Response {
     match read_body(body, BODY_BYTES_MAX).await {
-        Ok(body) => into_response(topics::alter_topic(&app, &topic, body).await),
+        Ok(body) => into_response(topics::alter_topic(&app, &caller, &topic, body).await),
         Err(response) => response,
     }
 }
 
-async fn delete_topic(State(app): AppState, TopicPath(topic): TopicPath) -> Response {
-    into_response(topics::delete_topic(&app, &topic).await)
+async fn delete_topic(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    TopicPath(topic): TopicPath,
+) -> Response {
+    into_response(topics::delete_topic(&app, &caller, &topic).await)
+}
+
+async fn create_user(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    body: AxumBody,
+) -> Response {
+    match read_body(body, BODY_BYTES_MAX).await {
+        Ok(body) => into_response(users::create_user(&app, &caller, body).await),
+        Err(response) => response,
+    }
+}
+
+async fn list_users(State(app): AppState, Extension(caller): CallerOf) -> Response {
+    into_response(users::list_users(&app, &caller))
+}
+
+async fn get_user(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    Path(username): Path<String>,
+) -> Response {
+    into_response(users::get_user(&app, &caller, &username))
+}
+
+async fn delete_user(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    Path(username): Path<String>,
+) -> Response {
+    into_response(users::delete_user(&app, &caller, &username).await)
+}
+
+async fn set_grants(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    Path(username): Path<String>,
+    body: AxumBody,
+) -> Response {
+    match read_body(body, BODY_BYTES_MAX).await {
+        Ok(body) => into_response(users::set_grants(&app, &caller, &username, body).await),
+        Err(response) => response,
+    }
+}
+
+async fn set_password(
+    State(app): AppState,
+    Extension(caller): CallerOf,
+    Path(username): Path<String>,
+    body: AxumBody,
+) -> Response {
+    match read_body(body, BODY_BYTES_MAX).await {
+        Ok(body) => into_response(users::set_password(&app, &caller, &username, body).await),
+        Err(response) => response,
+    }
 }
 
 async fn produce_one(
@@ -177,6 +250,112 @@ async fn ack(
     RawQuery(query): RawQuery,
 ) -> Response {
     into_response(consume::ack(&app, &topic, query.as_deref()).await)
+}
+
+/// Routes that answer without credentials.
+const OPEN_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// What a route needs beyond a login: a grant on the `{topic}` in its path, or the admin grant.
+fn needs(method: &axum::http::Method, route: &str) -> Option<Action> {
+    use axum::http::Method;
+    match (method, route) {
+        (&Method::POST, "/v1/topics/{topic}/produce" | "/v1/topics/{topic}/produce/batch") => {
+            Some(Action::Produce)
+        }
+        (&Method::GET, "/v1/topics/{topic}/consume")
+        | (&Method::POST, "/v1/topics/{topic}/ack") => Some(Action::Consume),
+        (_, "/v1/cluster/members") => Some(Action::Admin),
+        _ => None,
+    }
+}
+
+/// Basic auth, then the route's grant: 401 without valid credentials (with the challenge), 429 when
+/// the username's failure bucket is empty, 403 without the grant, all before the route reads its
+/// query or body. Open routes and a node with auth off pass as [`Caller::Open`].
+async fn authenticate(State(app): AppState, mut request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_string());
+    if !app.auth.enabled()
+        || route
+            .as_deref()
+            .is_some_and(|route| OPEN_ROUTES.contains(&route))
+    {
+        request.extensions_mut().insert(Caller::Open);
+        return next.run(request).await;
+    }
+    let credentials = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| auth::parse_basic(value.as_bytes()));
+    let Some(credentials) = credentials else {
+        return into_response(
+            Reply::error(401, "authentication required").with_header(auth::CHALLENGE),
+        );
+    };
+    let user = app
+        .metastore
+        .view()
+        .state
+        .users()
+        .get(&credentials.username)
+        .cloned();
+    match app.auth.login(&credentials, user.as_ref()).await {
+        Ok(()) => {}
+        Err(Refusal::Unauthenticated) => {
+            return into_response(
+                Reply::error(401, "authentication required").with_header(auth::CHALLENGE),
+            )
+        }
+        Err(Refusal::Throttled) => {
+            return into_response(
+                Reply::error(429, "too many failed logins for this username; retry later")
+                    .with_header(("retry-after", "12")),
+            )
+        }
+    }
+    let Some(user) = user else {
+        // `login` refuses an unknown user; this is that refusal, kept total.
+        return into_response(
+            Reply::error(401, "authentication required").with_header(auth::CHALLENGE),
+        );
+    };
+    let caller = Caller::User(Box::new(user));
+    if let Some(action) = route
+        .as_deref()
+        .and_then(|route| needs(request.method(), route))
+    {
+        let mut topic = String::new();
+        let allowed = if action == Action::Admin {
+            caller.is_admin()
+        } else {
+            let (mut parts, body) = request.into_parts();
+            topic = match Path::<Vec<(String, String)>>::from_request_parts(&mut parts, &()).await {
+                Ok(Path(params)) => params
+                    .into_iter()
+                    .find(|(name, _)| name == "topic")
+                    .map(|(_, value)| value)
+                    .unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            request = Request::from_parts(parts, body);
+            caller.may(action, &topic)
+        };
+        if !allowed {
+            let on = if topic.is_empty() {
+                String::new()
+            } else {
+                format!(" on topic {topic:?}")
+            };
+            return into_response(Reply::error(
+                403,
+                &format!("forbidden: no {} grant{on}", action.as_str()),
+            ));
+        }
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 async fn cluster_members(State(app): AppState) -> Response {

@@ -8,6 +8,7 @@ use narad_core::codec::wal::ProduceRecord;
 use narad_core::disk::sim::SimDisk;
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
 
+use super::auth::Caller;
 use super::*;
 use crate::metastore::MetastoreOptions;
 
@@ -231,7 +232,7 @@ fn assert_error(reply: &Reply, status: u16, message: &str) {
 }
 
 async fn create(f: &Fixture, body: &str) -> Reply {
-    topics::create_topic(&f.app, json(body)).await
+    topics::create_topic(&f.app, &Caller::Open, json(body)).await
 }
 
 /// Creates `name` with `partitions` (and an optional schema); returns its incarnation.
@@ -370,7 +371,7 @@ async fn create_validation_failures_are_400_with_the_reason() {
 async fn create_refuses_a_body_over_1_mib_with_413() {
     let f = fixture().await;
     assert_error(
-        &topics::create_topic(&f.app, Body::TooLarge).await,
+        &topics::create_topic(&f.app, &Caller::Open, Body::TooLarge).await,
         413,
         "request body too large",
     );
@@ -507,7 +508,7 @@ async fn list_refuses_a_limit_below_1_or_not_an_integer() {
 }
 
 async fn alter(f: &Fixture, name: &str, body: &str) -> Reply {
-    topics::alter_topic(&f.app, name, json(body)).await
+    topics::alter_topic(&f.app, &Caller::Open, name, json(body)).await
 }
 
 #[tokio::test]
@@ -643,8 +644,17 @@ async fn delete_answers_204_then_404_and_a_recreate_is_a_new_incarnation() {
     let f = fixture().await;
     let first = topic(&f, "orders", 3, None).await;
     topic(&f, "other", 3, None).await;
-    assert_reply(&topics::delete_topic(&f.app, "orders").await, 204, "");
-    assert_eq!(topics::delete_topic(&f.app, "orders").await.status, 404);
+    assert_reply(
+        &topics::delete_topic(&f.app, &Caller::Open, "orders").await,
+        204,
+        "",
+    );
+    assert_eq!(
+        topics::delete_topic(&f.app, &Caller::Open, "orders")
+            .await
+            .status,
+        404
+    );
     assert!(f.app.metastore.view().state.topic("other").is_some());
     let second = topic(&f, "orders", 3, None).await;
     assert_ne!(first, second);

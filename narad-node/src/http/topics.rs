@@ -15,6 +15,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use narad_core::metastore::users::Action;
+
+use super::auth::Caller;
 use super::reply::{json_array, JsonObject};
 use super::{parse_index, schema, App, Body, Query, Reply, TopicKey};
 use crate::clock;
@@ -55,7 +58,7 @@ struct AlterRequest {
 }
 
 /// Parses a strict JSON body: one value, no unknown fields.
-fn parse_json<T: DeserializeOwned>(body: Body) -> Result<T, Reply> {
+pub(super) fn parse_json<T: DeserializeOwned>(body: Body) -> Result<T, Reply> {
     let bytes = match body {
         Body::Bytes(bytes) => bytes,
         Body::TooLarge => return Err(Reply::error(413, "request body too large")),
@@ -119,7 +122,7 @@ fn schema_text(schema: Option<Box<RawValue>>) -> Result<Option<String>, Reply> {
 }
 
 /// The answer to a refused or unanswered proposal.
-fn propose_error(error: ProposeError) -> Reply {
+pub(super) fn propose_error(error: ProposeError) -> Reply {
     match error {
         ProposeError::Refused(error) => topic_error(&error),
         error @ (ProposeError::Unavailable(_) | ProposeError::NotLeader { .. }) => {
@@ -132,22 +135,29 @@ fn propose_error(error: ProposeError) -> Reply {
 /// The status and message of a metastore refusal.
 pub fn topic_error(error: &TopicError) -> Reply {
     let status = match error {
-        TopicError::Exists => 409,
-        TopicError::NotFound => 404,
+        TopicError::Exists | TopicError::UserExists => 409,
+        TopicError::NotFound | TopicError::UserNotFound => 404,
+        TopicError::RootExists | TopicError::RootUndeletable | TopicError::RootGrantsFixed => 403,
         _ => 400,
     };
     Reply::error(status, &error.to_string())
 }
 
-/// `POST /v1/topics` → 201 topic.
-pub async fn create_topic(app: &App, body: Body) -> Reply {
-    match create(app, body).await {
+/// `POST /v1/topics` → 201 topic, owned by the caller.
+pub async fn create_topic(app: &App, caller: &Caller, body: Body) -> Reply {
+    match create(app, caller, body).await {
         Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn create(app: &App, body: Body) -> Result<Reply, Reply> {
+async fn create(app: &App, caller: &Caller, body: Body) -> Result<Reply, Reply> {
     let request: CreateRequest = parse_json(body)?;
+    if !caller.may(Action::Create, &request.name) {
+        return Err(Reply::error(
+            403,
+            &format!("forbidden: no create grant for topic {:?}", request.name),
+        ));
+    }
     if !request.parent.is_empty() || request.fanout_delay_ms != 0 {
         return Err(Reply::error(
             400,
@@ -177,7 +187,7 @@ async fn create(app: &App, body: Body) -> Result<Reply, Reply> {
         partitions,
         settings,
         schema: None,
-        owner: String::new(),
+        owner: caller.username().to_string(),
         created_at_s: clock::unix_s(),
     };
     // Field checks before the (costlier) schema compile.
@@ -279,15 +289,26 @@ fn list(app: &App, query: Option<&str>) -> Result<Reply, Reply> {
     Ok(Reply::json(200, body))
 }
 
-/// `PATCH /v1/topics/{t}` → 200 topic.
-pub async fn alter_topic(app: &App, name: &str, body: Body) -> Reply {
-    match alter(app, name, body).await {
+/// The answer when `caller` may not alter or delete `topic`.
+fn check_manages(caller: &Caller, topic: &Topic) -> Result<(), Reply> {
+    if caller.manages(&topic.owner) {
+        Ok(())
+    } else {
+        Err(Reply::error(
+            403,
+            "forbidden: only the topic's owner or an admin may change it",
+        ))
+    }
+}
+
+/// `PATCH /v1/topics/{t}` → 200 topic (owner or admin).
+pub async fn alter_topic(app: &App, caller: &Caller, name: &str, body: Body) -> Reply {
+    match alter(app, caller, name, body).await {
         Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn alter(app: &App, name: &str, body: Body) -> Result<Reply, Reply> {
-    let request: AlterRequest = parse_json(body)?;
+async fn alter(app: &App, caller: &Caller, name: &str, body: Body) -> Result<Reply, Reply> {
     let current = app
         .metastore
         .view()
@@ -295,6 +316,8 @@ async fn alter(app: &App, name: &str, body: Body) -> Result<Reply, Reply> {
         .topic(name)
         .cloned()
         .ok_or_else(|| topic_error(&TopicError::NotFound))?;
+    check_manages(caller, &current)?;
+    let request: AlterRequest = parse_json(body)?;
     let partitions = match request.partitions {
         Some(value) => match non_negative("partitions", value)? {
             value if value > u64::from(u32::MAX) => {
@@ -336,8 +359,16 @@ async fn alter(app: &App, name: &str, body: Body) -> Result<Reply, Reply> {
     }
 }
 
-/// `DELETE /v1/topics/{t}` → 204.
-pub async fn delete_topic(app: &App, name: &str) -> Reply {
+/// `DELETE /v1/topics/{t}` → 204 (owner or admin).
+pub async fn delete_topic(app: &App, caller: &Caller, name: &str) -> Reply {
+    match app.metastore.view().state.topic(name) {
+        None => return topic_error(&TopicError::NotFound),
+        Some(topic) => {
+            if let Err(reply) = check_manages(caller, topic) {
+                return reply;
+            }
+        }
+    }
     let command = Command::DeleteTopic {
         name: name.to_string(),
     };

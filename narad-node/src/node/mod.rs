@@ -54,7 +54,7 @@ use self::transport::LocalTransport;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::http::App;
-use crate::metastore::{Metastore, MetastoreOptions};
+use crate::metastore::{Metastore, MetastoreOptions, ProposeError};
 use crate::metrics::Metrics;
 use crate::probe::Probe;
 use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
@@ -308,15 +308,18 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         }),
         None => Arc::new(consumers.clone()),
     };
-    let app = Arc::new(App::new(
-        metastore.clone(),
-        sink.clone(),
-        reader,
-        stats,
-        queue,
-        metrics.clone(),
-        seed,
-    ));
+    let app = Arc::new(
+        App::new(
+            metastore.clone(),
+            sink.clone(),
+            reader,
+            stats,
+            queue,
+            metrics.clone(),
+            seed,
+        )
+        .with_auth(config.security.enabled),
+    );
     if let Some(cluster) = &cluster {
         cluster.serve(Arc::new(peers::NodeInbound {
             partitions: partitions.clone(),
@@ -376,8 +379,18 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     });
     let wal_config = wal_config(&config, &hooks);
     let recovering = inner.clone();
+    let root_seed = config
+        .security
+        .enabled
+        .then(|| config.security.admin_password.clone());
     tokio::spawn(async move {
-        let outcome = recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await;
+        let outcome = async {
+            if let Some(password) = root_seed {
+                seed_root(&recovering.metastore, password).await?;
+            }
+            recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await
+        }
+        .await;
         let state = match outcome {
             Ok(()) => {
                 recovering.app.set_ready();
@@ -414,6 +427,87 @@ fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
     let mut host = WalHostConfig::new(wal);
     host.probe = hooks.probe.clone();
     host
+}
+
+/// Seeds the root user once, when auth is on: with `password` (`NARAD_ADMIN_PASSWORD`), or with a random
+/// one logged once, by the node whose proposal created it. Other nodes (and restarts) find the root
+/// there, or have their proposal refused by the replicated state. Waits for a metastore leader: the
+/// node is not ready (nobody could log in) until the root exists.
+async fn seed_root(metastore: &Metastore, password: Option<String>) -> Result<(), StartError> {
+    use narad_core::metastore::users::{CreateUser, ROOT_USERNAME};
+    use narad_core::metastore::{Applied, Command, TopicError};
+    let (password, generated) = match password {
+        Some(password) => (password, false),
+        None => {
+            use rand::distr::{Alphanumeric, SampleString as _};
+            (Alphanumeric.sample_string(&mut rand::rng(), 24), true)
+        }
+    };
+    let mut hash = None;
+    loop {
+        metastore
+            .wait_until(|view| view.caught_up)
+            .await
+            .map_err(|error| StartError::Metastore(error.to_string()))?;
+        if metastore.view().state.users().has_root() {
+            return Ok(());
+        }
+        if hash.is_none() {
+            let password = password.clone();
+            hash = Some(
+                crate::http::auth::offload(move || crate::http::auth::hash_password(&password))
+                    .await,
+            );
+        }
+        let command = Command::CreateUser(CreateUser {
+            username: ROOT_USERNAME.to_string(),
+            password_hash: hash.clone().unwrap_or_default(),
+            grants: Vec::new(),
+            root: true,
+            at_ms: crate::clock::unix_ms(),
+        });
+        match metastore.propose(command).await {
+            Ok(Applied::UserCreated(_)) => {
+                if generated {
+                    tracing::warn!(
+                        username = ROOT_USERNAME,
+                        %password,
+                        "seeded the root user with a generated password; it is shown this once: \
+                         change it with PUT /v1/users/admin/password"
+                    );
+                } else {
+                    tracing::info!(
+                        username = ROOT_USERNAME,
+                        "seeded the root user from NARAD_ADMIN_PASSWORD"
+                    );
+                }
+                return Ok(());
+            }
+            Err(ProposeError::Refused(TopicError::UserExists | TopicError::RootExists)) => {
+                return Ok(())
+            }
+            Ok(other) => {
+                return Err(StartError::Metastore(format!(
+                    "seeding the root user answered {other:?}"
+                )))
+            }
+            Err(ProposeError::Refused(error)) => {
+                return Err(StartError::Metastore(format!(
+                    "seeding the root user was refused: {error}"
+                )))
+            }
+            Err(error) => {
+                if let Some(failure) = metastore.view().failed.clone() {
+                    return Err(StartError::Metastore(failure));
+                }
+                if metastore.is_stopped() {
+                    return Err(StartError::Metastore(error.to_string()));
+                }
+                tracing::info!(%error, "waiting for the metastore leader to seed the root user");
+                tokio::time::sleep(CATCH_UP_RETRY).await;
+            }
+        }
+    }
 }
 
 async fn recover(

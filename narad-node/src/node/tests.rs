@@ -52,6 +52,7 @@ fn body(text: &str) -> Body {
 async fn create_topic(node: &Node, name: &str, partitions: u32) {
     let reply = topics::create_topic(
         node.app(),
+        &crate::http::auth::Caller::Open,
         body(&format!(r#"{{"name":"{name}","partitions":{partitions}}}"#)),
     )
     .await;
@@ -161,7 +162,7 @@ async fn a_deleted_topic_s_log_files_are_removed_and_its_name_starts_empty() {
     })
     .await;
     wait_for("the checkpoint", || node.status().backlog_records == 0).await;
-    let deleted = topics::delete_topic(node.app(), "gone").await;
+    let deleted = topics::delete_topic(node.app(), &crate::http::auth::Caller::Open, "gone").await;
     assert_eq!(deleted.status, 204);
     wait_for("the retired log's files to go", || {
         !disk.paths().iter().any(|path| path.starts_with(old_dir))
