@@ -967,3 +967,52 @@ fn users_are_shared_by_every_cluster_member() {
         (&json!("shared"), &json!(0), &json!({"n": 1}))
     );
 }
+
+/// A user carried over from the Go release with its bcrypt hash (`password_hash` instead of
+/// `password`) logs in with its old password, and after a password change with the new one only; a
+/// hash that is not bcrypt, or given beside a password, is refused.
+#[test]
+fn a_bcrypt_hash_from_the_go_release_is_imported_and_logs_in() {
+    let (node, admin) = start();
+    let hash = bcrypt::hash("go-era-password", 4).unwrap();
+    let body = json!({
+        "username": "legacy",
+        "password_hash": hash,
+        "grants": [{"action": "produce", "patterns": ["*"]}],
+    });
+    let created = admin.post(&node, "/v1/users", body.to_string().as_bytes());
+    assert_eq!(created.status, 201, "{}", created.text());
+    assert!(created.json().get("password_hash").is_none());
+    create_topic(&node, &admin, "legacy-topic");
+    let legacy = Login::new("legacy", "go-era-password");
+    assert_accepted(&produce(&node, &legacy, "legacy-topic", ""));
+    assert_unauthenticated(&produce(
+        &node,
+        &Login::new("legacy", "go-era-passwore"),
+        "legacy-topic",
+        "",
+    ));
+    let changed = set_password(
+        &node,
+        &legacy,
+        "legacy",
+        json!({"current_password": "go-era-password", "new_password": "rust-era-password"}),
+    );
+    assert_eq!(changed.status, 204, "{}", changed.text());
+    assert_unauthenticated(&produce(&node, &legacy, "legacy-topic", ""));
+    assert_accepted(&produce(
+        &node,
+        &Login::new("legacy", "rust-era-password"),
+        "legacy-topic",
+        "",
+    ));
+    for bad in [
+        json!({"username": "x1", "password_hash": "$argon2id$v=19$m=1,t=1,p=1$c2FsdA$aGFzaA"}),
+        json!({"username": "x2", "password_hash": "$2b$04$short"}),
+        json!({"username": "x3", "password": "long-enough", "password_hash": hash}),
+        json!({"username": "x4"}),
+    ] {
+        let refused = admin.post(&node, "/v1/users", bad.to_string().as_bytes());
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.text());
+    }
+}

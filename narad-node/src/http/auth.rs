@@ -84,6 +84,15 @@ pub fn hash_password(password: &str) -> String {
         .to_string()
 }
 
+/// Whether `hash` is a well-formed bcrypt hash (`$2a$`, `$2b$` or `$2y$`, cost, 53 characters of salt
+/// and hash): what `POST /v1/users` imports from the Go release.
+pub fn is_bcrypt_hash(hash: &str) -> bool {
+    hash.parse::<bcrypt::HashParts>().is_ok()
+        && ["$2a$", "$2b$", "$2y$"]
+            .iter()
+            .any(|prefix| hash.starts_with(prefix))
+}
+
 /// Whether `password` matches `hash` (argon2 PHC, or bcrypt `$2a$`/`$2b$`/`$2y$`). A malformed hash
 /// matches nothing. Slow: call it through [`offload`].
 pub fn verify_password(hash: &str, password: &str) -> bool {
@@ -416,6 +425,8 @@ mod tests {
         assert!(verify_password(&bcrypt, "from go"));
         assert!(!verify_password(&bcrypt, "from rust"));
         assert!(!verify_password("$nonsense", "x"));
+        assert!(is_bcrypt_hash(&bcrypt));
+        assert!(!is_bcrypt_hash(&hash) && !is_bcrypt_hash("$2b$04$short"));
     }
 
     #[tokio::test]

@@ -32,7 +32,11 @@ struct GrantRequest {
 #[serde(deny_unknown_fields)]
 struct CreateRequest {
     username: String,
+    #[serde(default)]
     password: String,
+    /// A hash imported from the Go release (bcrypt), instead of `password`.
+    #[serde(default)]
+    password_hash: String,
     #[serde(default)]
     grants: Vec<GrantRequest>,
 }
@@ -142,10 +146,25 @@ async fn create(app: &App, caller: &Caller, body: Body) -> Result<Reply, Reply> 
     let request: CreateRequest = parse_json(body)?;
     narad_core::metastore::users::validate_username(&request.username)
         .map_err(|error| super::topics::topic_error(&error))?;
-    auth::check_new_password(&request.password).map_err(|message| Reply::error(400, &message))?;
+    let import = !request.password_hash.is_empty();
+    if import {
+        if !request.password.is_empty() || !auth::is_bcrypt_hash(&request.password_hash) {
+            return Err(Reply::error(
+                400,
+                "invalid argument: give either password or a bcrypt password_hash ($2a$, $2b$ or $2y$)",
+            ));
+        }
+    } else {
+        auth::check_new_password(&request.password)
+            .map_err(|message| Reply::error(400, &message))?;
+    }
     let grants = grants_of(caller, request.grants)?;
-    let password = request.password;
-    let password_hash = auth::offload(move || auth::hash_password(&password)).await;
+    let password_hash = if import {
+        request.password_hash
+    } else {
+        let password = request.password;
+        auth::offload(move || auth::hash_password(&password)).await
+    };
     let command = Command::CreateUser(narad_core::metastore::users::CreateUser {
         username: request.username,
         password_hash,
