@@ -176,7 +176,11 @@ impl Auth {
     /// Login state; `enabled = false` lets every request through as [`Caller::Open`].
     pub fn new(enabled: bool, clock: Clock) -> Auth {
         let mut cache_key = [0u8; 32];
-        rand::Rng::fill(&mut rand::rng(), &mut cache_key[..]);
+        // A secret, so from the OS, not from the node's seeded (and logged) stream.
+        rand::Rng::fill(
+            &mut <rand_chacha::ChaCha20Rng as rand::SeedableRng>::from_os_rng(),
+            &mut cache_key[..],
+        );
         Auth {
             enabled,
             clock,

@@ -440,7 +440,10 @@ async fn seed_root(metastore: &Metastore, password: Option<String>) -> Result<()
         Some(password) => (password, false),
         None => {
             use rand::distr::{Alphanumeric, SampleString as _};
-            (Alphanumeric.sample_string(&mut rand::rng(), 24), true)
+            use rand::SeedableRng as _;
+            // A secret, so from the OS, not from the node's seeded stream.
+            let mut rng = rand_chacha::ChaCha20Rng::from_os_rng();
+            (Alphanumeric.sample_string(&mut rng, 24), true)
         }
     };
     let mut hash = None;
