@@ -320,10 +320,3 @@ fn a_config_file_with_an_unknown_key_is_refused_by_name() {
         "{stderr}"
     );
 }
-
-#[test]
-fn serve_without_dev_refuses_until_auth_is_switched_off() {
-    let output = Command::new(binary()).args(["serve"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("basic auth"));
-}

@@ -2,8 +2,8 @@
 //!
 //! [`Node::start`] and [`crate::cluster::Cluster`] run with auth off (`--dev`, or
 //! `NARAD_SECURITY_ENABLED=false`). Here a single node is started like a cluster member — `narad serve`
-//! without `--dev`, configured by its environment, with no `NARAD_CLUSTER_PEERS` (a single node) — and
-//! `NARAD_SECURITY_ENABLED=true`, seeding the root user from `NARAD_ADMIN_PASSWORD` when one is given
+//! without `--dev`, configured by its environment, with no `NARAD_CLUSTER_PEERS` (a single node) and
+//! no `NARAD_SECURITY_ENABLED` (auth is on by default outside `--dev`), seeding the root user from `NARAD_ADMIN_PASSWORD` when one is given
 //! (a random password is logged otherwise). [`SecureCluster`] starts members the way
 //! [`crate::cluster::Cluster`] does, but with auth on: its own start-up probe
 //! (`GET /v1/cluster/members`, which needs the admin grant) logs in as root.
@@ -123,7 +123,6 @@ fn single_env(admin_password: Option<&str>) -> Vec<(String, String)> {
     let mut env = vec![
         ("NARAD_NODE_ID".to_string(), "1".to_string()),
         ("NARAD_HTTP_ADDR".to_string(), "127.0.0.1:0".to_string()),
-        ("NARAD_SECURITY_ENABLED".to_string(), "true".to_string()),
     ];
     if let Some(password) = admin_password {
         env.push(("NARAD_ADMIN_PASSWORD".to_string(), password.to_string()));

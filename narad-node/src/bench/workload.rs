@@ -174,10 +174,7 @@ impl Plan {
         Ok(Plan {
             consume,
             authorization: args.user.as_deref().map(|user| {
-                crate::client::http::basic_authorization(
-                    user,
-                    args.password.as_deref().unwrap_or(""),
-                )
+                crate::http::auth::basic_authorization(user, args.password.as_deref().unwrap_or(""))
             }),
             authority,
             authorities,

@@ -8,7 +8,6 @@ use std::fmt;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use base64::Engine as _;
 use ureq::http::{Method, Request};
 
 use crate::cli::ClientOpts;
@@ -243,12 +242,7 @@ pub fn topic_path(name: &str) -> String {
     format!("/v1/topics/{}", segment(name))
 }
 
-/// The `Authorization` value for `user` and `password` (RFC 7617).
-pub fn basic_authorization(user: &str, password: &str) -> String {
-    let credentials =
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    format!("Basic {credentials}")
-}
+pub use crate::http::auth::basic_authorization;
 
 #[cfg(test)]
 mod tests {

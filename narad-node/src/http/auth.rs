@@ -107,18 +107,13 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
     }
 }
 
-/// Runs slow work (hashing) off the async threads.
-pub async fn offload<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    #[cfg(not(madsim))]
-    {
-        tokio::task::spawn_blocking(work)
-            .await
-            .expect("a hashing task does not panic")
-    }
-    #[cfg(madsim)]
-    {
-        work()
-    }
+pub use super::offload;
+
+/// The `Authorization` value for `user` and `password` (RFC 7617).
+pub fn basic_authorization(user: &str, password: &str) -> String {
+    let credentials =
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {credentials}")
 }
 
 /// Whether a password is acceptable for a user.

@@ -18,6 +18,8 @@
 //! simulator).
 
 pub mod auth;
+#[cfg(not(madsim))]
+pub mod background;
 pub mod consume;
 pub mod openapi;
 pub mod ops;
@@ -92,6 +94,9 @@ pub struct App {
     clock: Clock,
     /// Login state (off unless [`App::with_auth`]).
     pub auth: auth::Auth,
+    /// Batch bodies being decompressed at once: half the cores, so a flood of (bomb) bodies leaves
+    /// the other half to the async threads.
+    decoding: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for App {
@@ -127,6 +132,10 @@ impl App {
             picker: Mutex::new(PartitionPicker::new(keyless_seed)),
             clock: Clock::start(),
             auth: auth::Auth::new(false, Clock::start()),
+            decoding: tokio::sync::Semaphore::new(
+                (std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) / 2)
+                    .max(1),
+            ),
         }
     }
 
@@ -168,6 +177,19 @@ impl App {
     /// Whether a graceful shutdown is in progress.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// Runs slow CPU work (password hashing, body decompression) on [`background`]'s threads, off the
+/// async threads and at a lower CPU priority than them; inline under the simulator.
+pub async fn offload<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    #[cfg(not(madsim))]
+    {
+        background::run(work).await
+    }
+    #[cfg(madsim)]
+    {
+        work()
     }
 }
 

@@ -466,7 +466,16 @@ async fn produce_many(
         Body::TooLarge => return Err(Reply::error(413, "request body too large")),
         Body::Bytes(bytes) => bytes,
     };
-    let decoded = decode_body(encoding, raw)?;
+    let decoded = if encoding == Encoding::Identity {
+        raw
+    } else {
+        let _permit = app
+            .decoding
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        super::offload(move || decode_body(encoding, raw)).await?
+    };
     let request = parse_batch(&decoded)?;
     let messages = request.messages.0;
     if messages.is_empty() {
