@@ -449,7 +449,7 @@ fn the_root_user_is_protected_and_alone_grants_admin() {
     assert_error(
         &ops.delete(&node, "/v1/users/admin"),
         403,
-        "the root user cannot be deleted",
+        "forbidden: the root user cannot be deleted",
     );
     assert_error(
         &set_grants(
@@ -459,7 +459,7 @@ fn the_root_user_is_protected_and_alone_grants_admin() {
             json!([{"action": "produce", "patterns": ["x"]}]),
         ),
         403,
-        "the root user's grants cannot change",
+        "forbidden: the root user's grants cannot change",
     );
     assert_eq!(
         ok_json(&root.get(&node, "/v1/users/admin")).get("grants"),

@@ -137,7 +137,9 @@ pub fn topic_error(error: &TopicError) -> Reply {
     let status = match error {
         TopicError::Exists | TopicError::UserExists => 409,
         TopicError::NotFound | TopicError::UserNotFound => 404,
-        TopicError::RootExists | TopicError::RootUndeletable | TopicError::RootGrantsFixed => 403,
+        TopicError::RootExists | TopicError::RootUndeletable | TopicError::RootGrantsFixed => {
+            return Reply::error(403, &format!("forbidden: {error}"))
+        }
         _ => 400,
     };
     Reply::error(status, &error.to_string())
