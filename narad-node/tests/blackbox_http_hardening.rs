@@ -726,8 +726,9 @@ fn produce_latency_under_connection_abuse_stays_within_twice_quiet() {
 }
 
 /// The whole acceptance: the same, with gzip bombs posted back to back as well. The batch
-/// route inflates on the blocking pool, at most half the cores at a time, so a produce is never
-/// scheduled behind an inflate.
+/// route inflates on the background pool (`SCHED_IDLE`, half the cores, a decode buffer kept per
+/// thread), and the async threads offer their core to the OS while they copy a large body, so a
+/// produce is scheduled neither behind an inflate nor behind a bomb's upload.
 #[test]
 fn produce_latency_under_abuse_with_gzip_bombs_stays_within_twice_quiet() {
     produce_latency_under_abuse(true);

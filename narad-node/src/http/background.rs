@@ -1,11 +1,15 @@
 //! A small pool of threads for the CPU work a request can ask for beyond its own handling: argon2id
-//! password verification and batch body decompression. They run at nice [`NICE`], so when the cores
-//! are saturated (a flood of gzip bombs or of logins) the async threads that answer produces get the
-//! CPU first, and produce latency holds while the expensive requests wait.
+//! password verification and batch body decompression. They run under `SCHED_IDLE` (and at nice
+//! [`NICE`] where that policy is refused), so when the cores are saturated (a flood of gzip bombs or
+//! of logins) the async threads that answer produces get the CPU first, and produce latency holds
+//! while the expensive requests wait.
 //!
-//! Threads are started on first use, half the cores (at least one). On Linux `setpriority` with
-//! `PRIO_PROCESS, 0` sets the calling thread's nice value only; a thread that cannot lower its
-//! priority runs at the default one.
+//! Why `SCHED_IDLE` and not only nice 19: the scheduler lets a waking normal thread preempt an
+//! idle-policy thread at once, while a nice-19 thread that has just been given a core may keep it for
+//! the rest of its slice (milliseconds), and a produce woken behind it waits that long.
+//!
+//! Threads are started on first use, half the cores (at least one). On Linux both the nice value and
+//! the policy are set per thread; a thread that cannot lower its priority runs at the default one.
 
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
@@ -49,9 +53,24 @@ fn pool() -> &'static Mutex<mpsc::Sender<Job>> {
 }
 
 fn lower_priority() {
-    // `None`: the caller, which on Linux is this thread, not the whole process.
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+            ThreadPriority, ThreadSchedulePolicy,
+        };
+        if let Err(error) = set_thread_priority_and_policy(
+            thread_native_id(),
+            ThreadPriority::Min,
+            ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+        ) {
+            tracing::debug!(?error, "background CPU thread keeps the normal policy");
+        }
+    }
+    // After the policy, which resets the nice value. `None`: the caller, which on Linux is this
+    // thread, not the whole process.
     if let Err(error) = rustix::process::setpriority_process(None, NICE) {
-        tracing::debug!(%error, "background CPU thread keeps the default priority");
+        tracing::debug!(%error, "background CPU thread keeps the default nice value");
     }
 }
 
@@ -89,6 +108,16 @@ mod tests {
     async fn work_runs_at_a_lower_priority_and_panics_come_back() {
         let nice = run(|| rustix::process::getpriority_process(None).unwrap()).await;
         assert_eq!(nice, NICE);
+        #[cfg(target_os = "linux")]
+        {
+            use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+            let policy = run(|| thread_priority::thread_schedule_policy().unwrap()).await;
+            assert_eq!(
+                policy,
+                ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle)
+            );
+            assert_ne!(thread_priority::thread_schedule_policy().unwrap(), policy);
+        }
         let ours = rustix::process::getpriority_process(None).unwrap();
         assert_ne!(ours, NICE, "only the pool's threads are reniced");
         assert_eq!(run(|| 6 * 7).await, 42);

@@ -352,39 +352,73 @@ fn decoded_too_large() -> Reply {
     Reply::error(413, "decoded request body too large")
 }
 
+thread_local! {
+    /// The decode buffer, [`BATCH_BODY_BYTES_MAX`] + 1 bytes, kept by the thread between bodies.
+    /// A fresh growing `Vec` per body spent most of a decompression bomb's CPU not inflating but
+    /// faulting in, zeroing, copying on growth and unmapping up to 32 MiB, and the unmaps interrupt
+    /// the async threads' cores as well. The buffer is allocated zeroed (pages the OS maps in on
+    /// first write), so a thread holds only as much as the largest body it has decoded.
+    static DECODE_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Decodes the body, never holding more than [`BATCH_BODY_BYTES_MAX`] + 1 decoded bytes.
 fn decode_body(encoding: Encoding, raw: Vec<u8>) -> Result<Vec<u8>, Reply> {
-    let limit = BATCH_BODY_BYTES_MAX as u64 + 1;
-    let mut out = Vec::new();
-    match encoding {
-        Encoding::Identity => return Ok(raw),
-        Encoding::Gzip => {
-            flate2::read::MultiGzDecoder::new(raw.as_slice())
-                .take(limit)
-                .read_to_end(&mut out)
-                .map_err(|error| not_valid("gzip", error))?;
+    if encoding == Encoding::Identity {
+        return Ok(raw);
+    }
+    DECODE_BUFFER.with_borrow_mut(|buffer| {
+        if buffer.len() != BATCH_BODY_BYTES_MAX + 1 {
+            *buffer = vec![0; BATCH_BODY_BYTES_MAX + 1];
         }
+        let filled = decode_into(encoding, &raw, buffer)?;
+        if filled > BATCH_BODY_BYTES_MAX {
+            return Err(decoded_too_large());
+        }
+        Ok(buffer[..filled].to_vec())
+    })
+}
+
+/// Decodes `raw` into `buffer`, stopping when it is full; the count of bytes written.
+fn decode_into(encoding: Encoding, raw: &[u8], buffer: &mut [u8]) -> Result<usize, Reply> {
+    match encoding {
+        Encoding::Identity => {
+            let filled = raw.len().min(buffer.len());
+            buffer[..filled].copy_from_slice(&raw[..filled]);
+            Ok(filled)
+        }
+        Encoding::Gzip => fill(flate2::read::MultiGzDecoder::new(raw), buffer)
+            .map_err(|error| not_valid("gzip", error)),
         Encoding::Zstd => {
             // Concatenated frames decode as one stream, like the zstd tool does.
-            let mut input = raw.as_slice();
-            while !input.is_empty() && out.len() <= BATCH_BODY_BYTES_MAX {
+            let mut input = raw;
+            let mut filled = 0;
+            while !input.is_empty() && filled < buffer.len() {
                 let before = input.len();
                 let decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
                     .map_err(|error| not_valid("zstd", error))?;
-                decoder
-                    .take(limit - out.len() as u64)
-                    .read_to_end(&mut out)
+                filled += fill(decoder, &mut buffer[filled..])
                     .map_err(|error| not_valid("zstd", error))?;
                 if input.len() == before {
                     return Err(not_valid("zstd", "no progress"));
                 }
             }
+            Ok(filled)
         }
     }
-    if out.len() > BATCH_BODY_BYTES_MAX {
-        return Err(decoded_too_large());
+}
+
+/// Reads from `reader` until it ends or `buffer` is full; the count of bytes read.
+fn fill(mut reader: impl Read, buffer: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
     }
-    Ok(out)
+    Ok(filled)
 }
 
 fn payload_bytes(message: &BatchMessage<'_>) -> Result<Vec<u8>, MessageError> {

@@ -70,24 +70,48 @@ impl<S: Send + Sync> FromRequestParts<S> for TopicPath {
 }
 
 /// Reads at most `limit` bytes of body; more is [`Body::TooLarge`].
+///
+/// After each [`BODY_YIELD_BYTES`] copied the async thread offers its core to the OS
+/// (`sched_yield`): a large body arrives in one poll when its bytes are already buffered, and the
+/// scheduler lets a running thread keep its core for a whole slice, so the I/O threads a produce
+/// wakes on this core would otherwise wait behind the copy (a produce's p99 tripled while 1 MiB
+/// bodies arrived a hundred times a second).
 async fn read_body(body: AxumBody, limit: usize) -> Result<Body, Response> {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok(Body::Bytes(Vec::from(bytes))),
-        Err(error) => {
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-            while let Some(cause) = source {
-                if cause.is::<http_body_util::LengthLimitError>() {
-                    return Ok(Body::TooLarge);
-                }
-                source = cause.source();
-            }
-            Err(into_response(Reply::error(
+    use http_body_util::BodyExt as _;
+
+    let mut body = body;
+    let expected = usize::try_from(body.size_hint().lower()).unwrap_or(usize::MAX);
+    let mut bytes = Vec::with_capacity(expected.min(limit).min(BODY_RESERVE_MAX));
+    let mut since_yield = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|error| {
+            into_response(Reply::error(
                 400,
                 &format!("invalid argument: could not read the request body: {error}"),
-            )))
+            ))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if data.len() > limit - bytes.len() {
+            return Ok(Body::TooLarge);
+        }
+        bytes.extend_from_slice(&data);
+        since_yield += data.len();
+        if since_yield >= BODY_YIELD_BYTES {
+            since_yield = 0;
+            std::thread::yield_now();
         }
     }
+    Ok(Body::Bytes(bytes))
 }
+
+/// How many body bytes [`read_body`] copies between offers of the core to the OS.
+const BODY_YIELD_BYTES: usize = 64 * 1024;
+
+/// The most [`read_body`] reserves up front from a declared length (a client can declare more than
+/// it sends, slowly, on thousands of connections).
+const BODY_RESERVE_MAX: usize = 256 * 1024;
 
 fn into_response(reply: Reply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

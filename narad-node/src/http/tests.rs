@@ -970,6 +970,42 @@ async fn a_decompression_bomb_is_413_not_an_allocation() {
 }
 
 #[tokio::test]
+async fn a_body_decoding_to_exactly_the_bound_is_accepted_and_the_next_one_decodes_alone() {
+    let f = fixture().await;
+    topic(&f, "orders", 3, None).await;
+    let mut exact = b"{\"messages\":[{\"payload\":1}]}".to_vec();
+    exact.resize(BATCH_BODY_BYTES_MAX, b' ');
+    let bomb = vec![b' '; BATCH_BODY_BYTES_MAX + 1];
+    for (encoding, compress) in [("gzip", gzip as fn(&[u8]) -> Vec<u8>), ("zstd", zstd)] {
+        assert_eq!(
+            batch(&f, Some(encoding), compress(&exact)).await.text(),
+            "{\"accepted\":1}\n",
+            "{encoding}"
+        );
+        assert_eq!(batch(&f, Some(encoding), compress(&bomb)).await.status, 413);
+        // Shorter than what the thread's buffer last held: only its own bytes are parsed.
+        assert_eq!(
+            batch(
+                &f,
+                Some(encoding),
+                compress(b"{\"messages\":[{\"payload\":2}]}")
+            )
+            .await
+            .text(),
+            "{\"accepted\":1}\n",
+            "{encoding}"
+        );
+    }
+    let payloads: Vec<Vec<u8>> = f
+        .sink
+        .calls()
+        .iter()
+        .map(|call| call[0].payload.clone())
+        .collect();
+    assert_eq!(payloads, [b"1", b"2", b"1", b"2"].map(|p| p.to_vec()));
+}
+
+#[tokio::test]
 async fn corrupt_compressed_bodies_are_400() {
     let f = fixture().await;
     topic(&f, "orders", 3, None).await;
