@@ -363,14 +363,16 @@ thread_local! {
 
 /// Decodes the body, never holding more than [`BATCH_BODY_BYTES_MAX`] + 1 decoded bytes.
 fn decode_body(encoding: Encoding, raw: Vec<u8>) -> Result<Vec<u8>, Reply> {
-    if encoding == Encoding::Identity {
-        return Ok(raw);
-    }
+    let decode: fn(&[u8], &mut [u8]) -> Result<usize, Reply> = match encoding {
+        Encoding::Identity => return Ok(raw),
+        Encoding::Gzip => inflate_gzip,
+        Encoding::Zstd => decode_zstd,
+    };
     DECODE_BUFFER.with_borrow_mut(|buffer| {
         if buffer.len() != BATCH_BODY_BYTES_MAX + 1 {
             *buffer = vec![0; BATCH_BODY_BYTES_MAX + 1];
         }
-        let filled = decode_into(encoding, &raw, buffer)?;
+        let filled = decode(&raw, buffer)?;
         if filled > BATCH_BODY_BYTES_MAX {
             return Err(decoded_too_large());
         }
@@ -378,33 +380,26 @@ fn decode_body(encoding: Encoding, raw: Vec<u8>) -> Result<Vec<u8>, Reply> {
     })
 }
 
-/// Decodes `raw` into `buffer`, stopping when it is full; the count of bytes written.
-fn decode_into(encoding: Encoding, raw: &[u8], buffer: &mut [u8]) -> Result<usize, Reply> {
-    match encoding {
-        Encoding::Identity => {
-            let filled = raw.len().min(buffer.len());
-            buffer[..filled].copy_from_slice(&raw[..filled]);
-            Ok(filled)
-        }
-        Encoding::Gzip => fill(flate2::read::MultiGzDecoder::new(raw), buffer)
-            .map_err(|error| not_valid("gzip", error)),
-        Encoding::Zstd => {
-            // Concatenated frames decode as one stream, like the zstd tool does.
-            let mut input = raw;
-            let mut filled = 0;
-            while !input.is_empty() && filled < buffer.len() {
-                let before = input.len();
-                let decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
-                    .map_err(|error| not_valid("zstd", error))?;
-                filled += fill(decoder, &mut buffer[filled..])
-                    .map_err(|error| not_valid("zstd", error))?;
-                if input.len() == before {
-                    return Err(not_valid("zstd", "no progress"));
-                }
-            }
-            Ok(filled)
+/// Inflates concatenated gzip members into `buffer` until it is full; the count of bytes written.
+fn inflate_gzip(raw: &[u8], buffer: &mut [u8]) -> Result<usize, Reply> {
+    fill(flate2::read::MultiGzDecoder::new(raw), buffer).map_err(|error| not_valid("gzip", error))
+}
+
+/// Decodes zstd frames into `buffer` until it is full; the count of bytes written. Concatenated
+/// frames decode as one stream, like the zstd tool does.
+fn decode_zstd(raw: &[u8], buffer: &mut [u8]) -> Result<usize, Reply> {
+    let mut input = raw;
+    let mut filled = 0;
+    while !input.is_empty() && filled < buffer.len() {
+        let before = input.len();
+        let decoder = ruzstd::decoding::StreamingDecoder::new(&mut input)
+            .map_err(|error| not_valid("zstd", error))?;
+        filled += fill(decoder, &mut buffer[filled..]).map_err(|error| not_valid("zstd", error))?;
+        if input.len() == before {
+            return Err(not_valid("zstd", "no progress"));
         }
     }
+    Ok(filled)
 }
 
 /// Reads from `reader` until it ends or `buffer` is full; the count of bytes read.

@@ -74,8 +74,7 @@ impl<S: Send + Sync> FromRequestParts<S> for TopicPath {
 /// After each [`BODY_YIELD_BYTES`] copied the async thread offers its core to the OS
 /// (`sched_yield`): a large body arrives in one poll when its bytes are already buffered, and the
 /// scheduler lets a running thread keep its core for a whole slice, so the I/O threads a produce
-/// wakes on this core would otherwise wait behind the copy (a produce's p99 tripled while 1 MiB
-/// bodies arrived a hundred times a second).
+/// wakes on this core would otherwise wait behind the whole copy.
 async fn read_body(body: AxumBody, limit: usize) -> Result<Body, Response> {
     use http_body_util::BodyExt as _;
 
