@@ -620,9 +620,22 @@ fn idle_flood(addr: SocketAddr, abuse: &Abuse) {
     }
 }
 
-/// Posts the gzip bomb back to back on one keep-alive connection (opened before the idle flood).
+/// Bombs a second from `ABUSE_BOMBS_PER_SECOND`, or `None` (unset): back to back, the default.
+fn bomb_pace() -> Option<Duration> {
+    let rate: f64 = std::env::var("ABUSE_BOMBS_PER_SECOND").ok()?.parse().ok()?;
+    (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate))
+}
+
+/// Posts the gzip bomb on one keep-alive connection (opened before the idle flood): back to back, or
+/// at most [`bomb_pace`]'s rate.
 fn bomb_sender(mut conn: Conn, abuse: &Abuse) {
+    let pace = bomb_pace();
+    let mut next = Instant::now();
     while !abuse.stopped() {
+        if let Some(pace) = pace {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            next = next.max(Instant::now() - pace) + pace;
+        }
         match conn.request(
             "POST",
             "/v1/topics/latency/produce/batch",
@@ -725,7 +738,8 @@ fn produce_latency_under_connection_abuse_stays_within_twice_quiet() {
     produce_latency_under_abuse(false);
 }
 
-/// The issue's whole acceptance: the same, with gzip bombs posted back to back as well. The batch
+/// The issue's whole acceptance: the same, with gzip bombs posted back to back as well
+/// (`ABUSE_BOMBS_PER_SECOND=100` paces them instead). The batch
 /// route inflates on the background pool (`SCHED_IDLE`, half the cores, a decode buffer kept per
 /// thread), and the async threads offer their core to the OS while they copy a large body, so a
 /// produce is scheduled neither behind an inflate nor behind a bomb's upload.
@@ -844,8 +858,13 @@ fn produce_latency_under_abuse(bombs: bool) {
         )
         .unwrap_or(-1.0)
     };
+    let bomb_rate = match (bombs, bomb_pace()) {
+        (false, _) => "none".to_string(),
+        (true, None) => "back to back".to_string(),
+        (true, Some(pace)) => format!("{:.0}/s at most", 1.0 / pace.as_secs_f64()),
+    };
     eprintln!(
-        "abuse figures (bombs: {bombs}; {PRODUCES_MEASURED} sequential produces on one keep-alive connection each):\n\
+        "abuse figures (bombs: {bomb_rate}; {PRODUCES_MEASURED} sequential produces on one keep-alive connection each):\n\
          \x20 quiet:       p50 {:.3} ms, p99 {:.3} ms (node RSS {rss_quiet:.1} MiB)\n\
          \x20 under abuse: p50 {:.3} ms, p99 {:.3} ms over {measured:?} (p99 ratio {:.2}); flood ramp {ramp:?}\n\
          \x20 idle flood:  {} opened, {} refused 503, {} cut by the read timeout, {} connects failed\n\
