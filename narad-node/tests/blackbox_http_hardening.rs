@@ -634,7 +634,7 @@ fn bomb_sender(mut conn: Conn, abuse: &Abuse) {
     while !abuse.stopped() {
         if let Some(pace) = pace {
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            next = next.max(Instant::now() - pace) + pace;
+            next = (next + pace).max(Instant::now());
         }
         match conn.request(
             "POST",
