@@ -342,6 +342,7 @@ impl SimNode for NaradSimNode {
         };
         config.security.enabled = false;
         config.cluster.node_id = ctx.node_id.0 + 1;
+        config.storage.ingress_wal_prealloc = ctx.sizes.wal_prealloc;
         #[cfg(madsim)]
         let plant = Plant::new(ctx.plant_bug);
         #[cfg(not(madsim))]

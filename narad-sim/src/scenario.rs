@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -127,6 +127,10 @@ pub struct Topology {
     /// carries one (400), as an older release refuses trailing data.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub legacy_nodes: Vec<u32>,
+    /// When set, each seed runs one of these node counts (drawn from a stream of its own, so the
+    /// other knobs draw as for a fixed count); `nodes` must be the largest of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_counts: Vec<u32>,
 }
 
 /// One topic.
@@ -329,6 +333,10 @@ pub struct NodeSpec {
     /// run).
     #[serde(default = "span_zero")]
     pub journal_segment_bytes: Span,
+    /// `storage.ingress_wal_prealloc`: 1 prepares WAL segments (NWPREP01) and overwrites them in
+    /// place; `[0, 1]` draws it per seed.
+    #[serde(default = "span_zero")]
+    pub wal_prealloc: Span,
 }
 
 impl Default for NodeSpec {
@@ -337,6 +345,7 @@ impl Default for NodeSpec {
             wal_segment_bytes: span_zero(),
             partition_segment_bytes: span_zero(),
             journal_segment_bytes: span_zero(),
+            wal_prealloc: span_zero(),
         }
     }
 }
@@ -440,9 +449,23 @@ pub struct Knobs {
     pub partition_segment_bytes: u64,
     /// The owner journal's segment size; 0 = the node's default.
     pub journal_segment_bytes: u64,
+    /// The WAL prepares its segments (`storage.ingress_wal_prealloc`).
+    pub wal_prealloc: bool,
 }
 
 impl Scenario {
+    /// The scenario as seed `seed` runs it: with `topology.node_counts`, `topology.nodes` becomes the
+    /// count this seed draws (from its own stream, so every other draw stays as it was).
+    pub fn for_seed(&self, seed: u64) -> Scenario {
+        let mut scenario = self.clone();
+        let counts = &self.topology.node_counts;
+        if !counts.is_empty() {
+            let mut rng = ChaCha8Rng::seed_from_u64(crate::seam::derive_seed(seed, "topology"));
+            scenario.topology.nodes = counts[rng.random_range(0..counts.len())];
+        }
+        scenario
+    }
+
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, String> {
         let text = std::fs::read_to_string(path)
@@ -469,6 +492,22 @@ impl Scenario {
                 "topology.nodes = {}: between 1 and {NODES_MAX} are supported",
                 self.topology.nodes
             ));
+        }
+        if let Some(&count) = self
+            .topology
+            .node_counts
+            .iter()
+            .find(|&&count| !(3..=self.topology.nodes).contains(&count))
+        {
+            return Err(format!(
+                "topology.node_counts: {count} is not between 3 and topology.nodes ({})",
+                self.topology.nodes
+            ));
+        }
+        if !self.topology.node_counts.is_empty()
+            && !self.topology.node_counts.contains(&self.topology.nodes)
+        {
+            return Err("topology.node_counts must include topology.nodes (the largest)".into());
         }
         if let Some(&node) = self
             .topology
@@ -577,6 +616,7 @@ impl Scenario {
             return Err("phases.final_settle_ms must be at most 3600000".into());
         }
         let n = &self.node;
+        n.wal_prealloc.check("node.wal_prealloc", 0, 1)?;
         for (name, span, min) in [
             (
                 "node.wal_segment_bytes",
@@ -733,6 +773,7 @@ impl Scenario {
             wal_segment_bytes: self.node.wal_segment_bytes.draw(rng),
             partition_segment_bytes: self.node.partition_segment_bytes.draw(rng),
             journal_segment_bytes: self.node.journal_segment_bytes.draw(rng),
+            wal_prealloc: self.node.wal_prealloc.draw(rng) == 1,
         }
     }
 
@@ -761,7 +802,6 @@ pub fn pick_weighted(rng: &mut ChaCha8Rng, weights: &[u64]) -> Option<usize> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     pub(crate) const MINIMAL: &str = r#"
 [topology]

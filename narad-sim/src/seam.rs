@@ -208,6 +208,8 @@ pub struct NodeSizes {
     pub partition_segment_bytes: u64,
     /// The owner journal's segment size in bytes; 0 = the node's default.
     pub journal_segment_bytes: u64,
+    /// `storage.ingress_wal_prealloc`: the WAL prepares its next segments and overwrites them.
+    pub wal_prealloc: bool,
 }
 
 /// A node the harness can run: the real node through an adapter, or (in the harness's own tests) the

@@ -37,7 +37,7 @@ pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use narad_core::codec::cluster::{
@@ -63,6 +63,13 @@ pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 /// Error code of a connection closed for a failed hello.
 const CLOSE_AUTH_FAILED: u32 = 1;
+/// Packets that may overtake one before it is declared lost (QUIC's default is 3).
+const REORDER_PACKETS_MAX: u32 = 1000;
+/// How late, in RTTs, a packet may be acknowledged behind later ones before it is declared lost
+/// (QUIC's default is 9/8).
+const REORDER_RTT_FACTOR: f32 = 2.0;
+/// Error code of every connection closed when the node shuts its cluster transport.
+const CLOSE_SHUTDOWN: u32 = 3;
 /// Error code of a connection closed because its peer has restarted since.
 const CLOSE_PEER_RESTARTED: u32 = 2;
 
@@ -192,7 +199,12 @@ struct Inner {
     boot: u64,
     /// One dial at a time per peer.
     dials: HashMap<NodeId, tokio::sync::Mutex<()>>,
-    inbound: OnceLock<Arc<dyn Inbound>>,
+    /// Held weakly: the handler reaches back into the cluster (forwarded produce, the metastore's
+    /// peers), and a strong reference here would make a cycle that outlives the node, keeping the
+    /// endpoint, and its bound cluster port, alive after a restart in the same process.
+    inbound: OnceLock<Weak<dyn Inbound>>,
+    /// Set by [`Cluster::close`]; the cluster's own tasks end when it turns true.
+    closed: tokio::sync::watch::Sender<bool>,
     /// Mutual TLS under an operator CA: dials ask for the peer's host as the server name.
     operator_tls: bool,
 }
@@ -240,6 +252,7 @@ impl Cluster {
                 boot: boot_number(options.rng_seed),
                 dials,
                 inbound: OnceLock::new(),
+                closed: tokio::sync::watch::channel(false).0,
                 operator_tls: matches!(identity, TlsIdentity::Operator(_)),
             }),
         };
@@ -248,9 +261,63 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Names the handler of incoming requests (once).
-    pub fn serve(&self, inbound: Arc<dyn Inbound>) {
-        let _ = self.inner.inbound.set(inbound);
+    /// Names the handler of incoming requests (once). The cluster keeps it weakly: the caller owns
+    /// it for as long as requests should be served.
+    pub fn serve(&self, inbound: &Arc<dyn Inbound>) {
+        let _ = self.inner.inbound.set(Arc::downgrade(inbound));
+    }
+
+    /// Closes the cluster transport: every connection and the endpoint close, and the transport's
+    /// own tasks (accepting, serving, heartbeats, raft delivery) end, so once the last handle is
+    /// dropped the cluster port is free for a new start in the same process. Calls after this
+    /// fail at once.
+    pub fn close(&self) {
+        self.inner.closed.send_replace(true);
+        lock(&self.inner.connections).clear();
+        self.inner
+            .endpoint
+            .close(CLOSE_SHUTDOWN.into(), b"shutdown");
+        self.release_port();
+    }
+
+    /// Moves the closed endpoint off the cluster port, so the port is free once the closing
+    /// connections have switched sockets (milliseconds), not when the last handle of the endpoint
+    /// is dropped: a start in the same process (a test, an embedding supervisor) must not wait on
+    /// every clone the node handed out. quinn keeps the socket it replaces for packets still in
+    /// flight, so it moves twice: the second move lets go of the cluster port.
+    #[cfg(not(madsim))]
+    fn release_port(&self) {
+        let Ok(addr) = self.inner.endpoint.local_addr() else {
+            return;
+        };
+        for _ in 0..2 {
+            let moved = std::net::UdpSocket::bind(SocketAddr::new(addr.ip(), 0))
+                .and_then(|socket| self.inner.endpoint.rebind(socket));
+            if let Err(error) = moved {
+                tracing::warn!(%error, "the closed cluster endpoint keeps its port");
+                return;
+            }
+        }
+    }
+
+    /// Under the simulator a process's sockets go with its node (the harness kills it).
+    #[cfg(madsim)]
+    fn release_port(&self) {}
+
+    /// Whether [`Cluster::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        *self.inner.closed.borrow()
+    }
+
+    /// Returns once [`Cluster::close`] is called.
+    pub async fn closed(&self) {
+        let mut closed = self.inner.closed.subscribe();
+        let _ = closed.wait_for(|closed| *closed).await;
+    }
+
+    /// Waits until every connection has told its peer it is closed (bounded by `limit`).
+    pub async fn wait_idle(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.inner.endpoint.wait_idle()).await;
     }
 
     /// This node's id.
@@ -600,7 +667,7 @@ impl Cluster {
                 return;
             }
         };
-        let Some(inbound) = self.inner.inbound.get().cloned() else {
+        let Some(inbound) = self.inner.inbound.get().and_then(Weak::upgrade) else {
             let _ = send.reset(0u32.into());
             return;
         };
@@ -642,6 +709,13 @@ fn transport_config() -> quinn::TransportConfig {
     ));
     transport.max_concurrent_bidi_streams(STREAMS_PER_CONNECTION_MAX.into());
     transport.max_concurrent_uni_streams(0u32.into());
+    // Reordering is not loss. QUIC's defaults (a packet 3 behind, or 9/8 of an RTT late, is lost)
+    // read every reordering as congestion and halve the window each time; on paths with jitter
+    // (ECMP, a busy hypervisor, the simulator's per-packet latency) the window then stays at its
+    // floor and a large commit crawls. A loss is declared only after twice the RTT, or
+    // REORDER_PACKETS_MAX packets behind.
+    transport.packet_threshold(REORDER_PACKETS_MAX);
+    transport.time_threshold(REORDER_RTT_FACTOR);
     transport
 }
 

@@ -2,9 +2,10 @@
 //! tasks are madsim's, and an [`AsyncUdpSocket`] over a madsim [`Endpoint`].
 //!
 //! madsim's endpoint sends and receives with `async` calls only, while quinn's socket is poll-based:
-//! - a send is queued (never `WouldBlock`) and a task of the node hands the queue to madsim in order,
-//!   so datagrams leave in the order quinn wrote them;
-//! - a task of the node receives into a queue that [`AsyncUdpSocket::poll_recv`] drains.
+//! - a send is queued (never `WouldBlock`) and a task of the node hands each datagram to madsim on a
+//!   task of its own (madsim delays every send by at least a millisecond; in turn, they would cap the
+//!   socket's rate);
+//! - [`RECEIVERS`] tasks of the node receive into a queue that [`AsyncUdpSocket::poll_recv`] drains.
 //!
 //! Both tasks are spawned on the current madsim node, so a kill of the node drops them with the rest
 //! of its tasks (and its endpoint's port binding). A datagram is a madsim message with tag 0 holding a
@@ -31,6 +32,9 @@ const DATAGRAM_TAG: u64 = 0;
 /// Datagrams received and not yet read by quinn, at most (more are dropped, as a full socket buffer
 /// drops them).
 const RECEIVED_MAX: usize = 4096;
+/// Receive tasks per socket: each takes a datagram per millisecond at most (madsim's delay floor),
+/// so this many carry about 40 MB/s of 1,200-byte datagrams.
+const RECEIVERS: usize = 32;
 
 /// quinn's runtime under the simulator: madsim's timers and tasks.
 #[derive(Debug, Default)]
@@ -90,26 +94,39 @@ impl SimSocket {
         let sender = endpoint.clone();
         madsim::task::spawn(async move {
             while let Some((to, datagram)) = to_send.recv().await {
-                // A datagram is fire and forget: a send that fails is a lost packet, which QUIC repairs.
-                let _ = sender
-                    .send_to_raw(to, DATAGRAM_TAG, Box::new(datagram))
-                    .await;
+                // Each send on its own task: madsim delays every send and every receive by at
+                // least a millisecond (its `sleep` floor) before the link's latency, so one task
+                // sending in turn would cap a socket at a thousand datagrams a second, about
+                // 1.2 MB/s, and a large commit would crawl for a reason no real network has. A
+                // datagram is fire and forget: a send that fails is a lost packet, which QUIC
+                // repairs; their order is the network's to keep or not, as with any UDP.
+                let sender = sender.clone();
+                madsim::task::spawn(async move {
+                    let _ = sender
+                        .send_to_raw(to, DATAGRAM_TAG, Box::new(datagram))
+                        .await;
+                });
             }
         });
-        madsim::task::spawn(async move {
-            loop {
-                let Ok((payload, from)) = endpoint.recv_from_raw(DATAGRAM_TAG).await else {
-                    return;
-                };
-                let Ok(datagram) = payload.downcast::<Vec<u8>>() else {
-                    continue;
-                };
-                match received.try_send((from, *datagram)) {
-                    Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
-                    Err(mpsc::error::TrySendError::Closed(_)) => return,
+        // Receivers side by side, for the same reason as the sends.
+        for _ in 0..RECEIVERS {
+            let endpoint = endpoint.clone();
+            let received = received.clone();
+            madsim::task::spawn(async move {
+                loop {
+                    let Ok((payload, from)) = endpoint.recv_from_raw(DATAGRAM_TAG).await else {
+                        return;
+                    };
+                    let Ok(datagram) = payload.downcast::<Vec<u8>>() else {
+                        continue;
+                    };
+                    match received.try_send((from, *datagram)) {
+                        Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => {}
+                        Err(mpsc::error::TrySendError::Closed(_)) => return,
+                    }
                 }
-            }
-        });
+            });
+        }
         Ok(Arc::new(SimSocket {
             local,
             outgoing,

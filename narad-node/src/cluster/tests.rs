@@ -1,5 +1,8 @@
 use super::*;
 
+/// The test handler, alive for the whole test process (the cluster holds its handler weakly).
+static ECHO: std::sync::LazyLock<Arc<dyn Inbound>> = std::sync::LazyLock::new(|| Arc::new(Echo));
+
 struct Echo;
 
 impl Inbound for Echo {
@@ -42,7 +45,7 @@ async fn start_with(
     let cluster = Cluster::bind(options, identity, metrics.clone())
         .await
         .unwrap();
-    cluster.serve(Arc::new(Echo));
+    cluster.serve(&ECHO);
     (cluster, metrics)
 }
 

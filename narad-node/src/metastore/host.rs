@@ -195,6 +195,23 @@ pub struct Metastore {
     peers: Option<Arc<dyn MetaPeers>>,
 }
 
+/// Reports raft deliveries to a metastore for as long as it runs ([`Metastore::delivery_reports`]).
+#[derive(Clone, Debug)]
+pub struct DeliveryReports(mpsc::WeakSender<Request>);
+
+impl DeliveryReports {
+    /// As [`Metastore::report`]; nothing once the metastore is gone.
+    pub fn report(&self, peer: NodeId, delivered: bool, snapshot: bool) {
+        if let Some(requests) = self.0.upgrade() {
+            let _ = requests.try_send(Request::Report {
+                peer,
+                delivered,
+                snapshot,
+            });
+        }
+    }
+}
+
 /// Where a proposal's answer goes: the replica's own, so a "not leader" can be forwarded.
 type ProposalReply = oneshot::Sender<Result<Applied, ProposalError>>;
 /// Where a read barrier's answer goes.
@@ -377,6 +394,13 @@ impl Metastore {
             delivered,
             snapshot,
         });
+    }
+
+    /// A handle that reports raft deliveries ([`Metastore::report`]) without keeping the
+    /// metastore alive: the cluster's delivery tasks hold it, and a strong handle there would make
+    /// a cycle (metastore → its peers → the deliveries → metastore) that outlives the node.
+    pub fn delivery_reports(&self) -> DeliveryReports {
+        DeliveryReports(self.requests.downgrade())
     }
 
     /// Whether the host task has stopped (nothing will answer again).

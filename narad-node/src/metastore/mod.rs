@@ -10,6 +10,7 @@ mod slog_bridge;
 pub mod storage;
 
 pub use host::{
-    MetaPeers, MetaView, Metastore, MetastoreOptions, ProposeError, ELECTION_TICKS,
-    HEARTBEAT_TICKS, PROPOSALS_QUEUED_MAX, PROPOSE_TIMEOUT, SNAPSHOT_EVERY_ENTRIES, TICK,
+    DeliveryReports, MetaPeers, MetaView, Metastore, MetastoreOptions, ProposeError,
+    ELECTION_TICKS, HEARTBEAT_TICKS, PROPOSALS_QUEUED_MAX, PROPOSE_TIMEOUT, SNAPSHOT_EVERY_ENTRIES,
+    TICK,
 };

@@ -61,6 +61,8 @@ use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
 
 /// How often a cluster member that is catching up with the metastore asks the leader again.
 const CATCH_UP_RETRY: Duration = Duration::from_millis(100);
+/// How long a shutdown waits for its peers to learn the cluster connections closed.
+const CLUSTER_CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// The ingress WAL's directory (segments and the dispatch checkpoint).
 pub const WAL_DIR: &str = "ingress/produce";
@@ -189,6 +191,8 @@ struct Inner {
     dispatcher: OnceLock<DispatchHost>,
     recovery: watch::Receiver<Recovery>,
     cluster: Option<crate::cluster::Cluster>,
+    /// The cluster's request handler, owned here (the cluster holds it weakly).
+    _inbound: Option<Arc<peers::NodeInbound>>,
 }
 
 /// Starts a node on `options.disk`; see the module documentation. Returns once the metastore is open
@@ -246,7 +250,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         .await
         .map_err(|error| StartError::Metastore(error.to_string()))?;
     let cluster = cluster.map(|(cluster, peers)| {
-        peers.report_to(metastore.clone());
+        peers.report_to(&metastore);
         cluster
     });
     // Before any partition log opens: what its own files lost, the journal still holds.
@@ -320,8 +324,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         )
         .with_auth(config.security.enabled),
     );
-    if let Some(cluster) = &cluster {
-        cluster.serve(Arc::new(peers::NodeInbound {
+    let inbound = cluster.as_ref().map(|cluster| {
+        let inbound = Arc::new(peers::NodeInbound {
             partitions: partitions.clone(),
             metastore: metastore.clone(),
             clock: clock.clone(),
@@ -342,9 +346,12 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             metrics: metrics.clone(),
             plant: hooks.plant,
             consumers: Some(consumers.clone()),
-        }));
+        });
+        let serving: Arc<dyn crate::cluster::Inbound> = inbound.clone();
+        cluster.serve(&serving);
         peers::spawn_heartbeats(cluster.clone());
-    }
+        inbound
+    });
     let gauges = metastore.clone();
     metrics.add_refresh(move |metrics| {
         let view = gauges.view();
@@ -376,6 +383,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         dispatcher: OnceLock::new(),
         recovery,
         cluster,
+        _inbound: inbound,
     });
     let wal_config = wal_config(&config, &hooks);
     let recovering = inner.clone();
@@ -675,13 +683,19 @@ impl Node {
         if let Err(fault) = self.inner.consumers.flush().await {
             tracing::warn!(%fault, "consumer cursors not flushed at shutdown");
         }
-        match self.inner.wal.get() {
+        let stopped = match self.inner.wal.get() {
             Some(wal) => wal
                 .shutdown()
                 .await
                 .map(Some)
                 .map_err(|error| error.to_string()),
             None => Ok(None),
+        };
+        // Last: peers may still be fetching what this node owns while its WAL drains.
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.close();
+            cluster.wait_idle(CLUSTER_CLOSE_WAIT).await;
         }
+        stopped
     }
 }

@@ -50,7 +50,7 @@ use crate::cluster::{Cluster, Inbound, RpcError};
 use crate::http::{
     BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome, TopicKey,
 };
-use crate::metastore::{MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
+use crate::metastore::{DeliveryReports, MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
 use crate::metrics::Metrics;
 
 /// Raft batches queued for one peer before more are dropped (raft sends again).
@@ -66,7 +66,7 @@ pub struct ClusterPeers {
     cluster: Cluster,
     queues: BTreeMap<NodeId, mpsc::Sender<RaftBatch>>,
     /// Where deliveries are reported, once the metastore is open.
-    metastore: Arc<std::sync::OnceLock<Metastore>>,
+    metastore: Arc<std::sync::OnceLock<DeliveryReports>>,
 }
 
 /// Raft messages for one peer, and whether one carries a snapshot.
@@ -91,8 +91,8 @@ impl ClusterPeers {
     }
 
     /// Names the metastore deliveries are reported to (once it is open).
-    pub fn report_to(&self, metastore: Metastore) {
-        let _ = self.metastore.set(metastore);
+    pub fn report_to(&self, metastore: &Metastore) {
+        let _ = self.metastore.set(metastore.delivery_reports());
     }
 }
 
@@ -101,9 +101,16 @@ async fn deliver_raft(
     cluster: Cluster,
     peer: NodeId,
     mut queue: mpsc::Receiver<RaftBatch>,
-    metastore: Arc<std::sync::OnceLock<Metastore>>,
+    metastore: Arc<std::sync::OnceLock<DeliveryReports>>,
 ) {
-    while let Some((mut messages, mut snapshot)) = queue.recv().await {
+    loop {
+        let next = tokio::select! {
+            next = queue.recv() => next,
+            () = cluster.closed() => None,
+        };
+        let Some((mut messages, mut snapshot)) = next else {
+            return;
+        };
         while let Ok((more, more_snapshot)) = queue.try_recv() {
             messages.extend(more);
             snapshot |= more_snapshot;
@@ -160,7 +167,7 @@ impl MetaPeers for ClusterPeers {
     }
 }
 
-/// Sends a heartbeat to every peer each [`HEARTBEAT_INTERVAL`], for as long as the process runs.
+/// Sends a heartbeat to every peer each [`HEARTBEAT_INTERVAL`], until the cluster closes.
 pub fn spawn_heartbeats(cluster: Cluster) {
     tokio::spawn(async move {
         let body = Control::Heartbeat {
@@ -170,7 +177,10 @@ pub fn spawn_heartbeats(cluster: Cluster) {
         let mut interval = tokio::time::interval(HEARTBEAT_INTERVAL);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            interval.tick().await;
+            tokio::select! {
+                _ = interval.tick() => {}
+                () = cluster.closed() => return,
+            }
             for peer in cluster.peers().collect::<Vec<_>>() {
                 let cluster = cluster.clone();
                 let body = body.clone();

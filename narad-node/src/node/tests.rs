@@ -698,3 +698,90 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
     }
     stop(node).await;
 }
+
+/// A free loopback UDP address (bound, read, released).
+fn free_udp_addr() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("a loopback UDP port");
+    socket.local_addr().expect("its address")
+}
+
+/// Member `id` (1-based) of a cluster on `addrs`, on `disk`.
+async fn start_member(id: u32, addrs: &[std::net::SocketAddr], disk: &SimDisk) -> Node {
+    use crate::cluster::tls::{NodeIdentity, TlsIdentity};
+    let mut options = options(disk, u64::from(id));
+    options.config.cluster.node_id = id;
+    options.member_addr = addrs[id as usize - 1].to_string();
+    options.cluster = Some(ClusterSetup {
+        options: crate::cluster::ClusterOptions {
+            node: NodeId(id),
+            bind: addrs[id as usize - 1],
+            peers: (1..=addrs.len() as u32)
+                .map(|peer| (NodeId(peer), addrs[peer as usize - 1].to_string()))
+                .collect(),
+            secret: b"restart-secret".to_vec(),
+            rng_seed: None,
+        },
+        identity: TlsIdentity::SelfSigned(NodeIdentity::generate().expect("an identity")),
+    });
+    start(options).await.expect("the member starts")
+}
+
+/// A cluster member shut down and started again in the same process, on the same addresses and
+/// disk, binds its cluster port and serves: its peers' commits reach it and it reaches theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_restarted_in_process_binds_again_and_serves() {
+    let addrs: Vec<_> = (0..3).map(|_| free_udp_addr()).collect();
+    let disks: Vec<_> = (0..3).map(|index| SimDisk::new(40 + index)).collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3 {
+        nodes.push(start_member(id, &addrs, &disks[id as usize - 1]).await);
+    }
+    for node in &nodes {
+        tokio::time::timeout(WAIT_MAX, node.wait_ready())
+            .await
+            .expect("ready in time")
+            .expect("recovered");
+    }
+    create_topic(&nodes[0], "spread", 3).await;
+    let third = nodes.pop().expect("three members");
+    stop(third).await;
+    let third = start_member(3, &addrs, &disks[2]).await;
+    tokio::time::timeout(WAIT_MAX, third.wait_ready())
+        .await
+        .expect("the restarted member is ready in time")
+        .expect("the restarted member recovered");
+    // Every partition, whoever owns it, produced through the restarted member and read back
+    // through another: its dispatcher reaches remote owners and its inbound side serves them.
+    for partition in 0..3 {
+        produce_to(
+            &third,
+            "spread",
+            partition,
+            &format!("after-restart-{partition}"),
+        )
+        .await;
+    }
+    for partition in 0..3 {
+        let reader = &nodes[0];
+        let waited = tokio::time::timeout(WAIT_MAX, async {
+            loop {
+                let reply = consume_at(reader, "spread", partition, 0).await;
+                if reply.status == 200
+                    && reply.text().contains(&format!("after-restart-{partition}"))
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert!(
+            waited.is_ok(),
+            "partition {partition}: the record produced through the restarted member is not visible"
+        );
+    }
+    stop(third).await;
+    for node in nodes {
+        stop(node).await;
+    }
+}

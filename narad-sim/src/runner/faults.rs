@@ -648,7 +648,7 @@ impl NetFaults {
     }
 
     fn configure(&self) {
-        let mut config = madsim::net::Config::default();
+        let mut config = base_network();
         if !self.episodes.is_empty() {
             let loss = self
                 .episodes
@@ -678,3 +678,18 @@ impl NetFaults {
         }
     }
 }
+
+/// The network between episodes: a datacenter's, with a small jitter (madsim's own default, a
+/// uniform 1 to 10 ms per packet, reorders most packets of every burst, which no link of a
+/// cluster does outside a fault; latency episodes bring that back on purpose).
+pub(super) fn base_network() -> madsim::net::Config {
+    madsim::net::Config {
+        send_latency: BASE_LATENCY_MIN..BASE_LATENCY_MAX,
+        ..madsim::net::Config::default()
+    }
+}
+
+/// The least one-way latency between episodes (madsim adds a millisecond to every send and receive).
+const BASE_LATENCY_MIN: Duration = Duration::from_micros(200);
+/// The greatest one-way latency between episodes.
+const BASE_LATENCY_MAX: Duration = Duration::from_micros(400);

@@ -69,7 +69,10 @@ fn sim_now_ns() -> u64 {
 pub fn run<N: SimNode>(spec: &RunSpec) -> RunOutcome {
     // A fresh OS thread per run: std's hash keys and other per-thread random state are initialized
     // inside the simulation, from its seed (a thread that used them before would replay differently).
-    let spec = spec.clone();
+    let mut spec = spec.clone();
+    if !spec.scenario.topology.node_counts.is_empty() {
+        spec.scenario = std::sync::Arc::new(spec.scenario.for_seed(spec.seed));
+    }
     std::thread::scope(|scope| {
         scope
             .spawn(|| run_here::<N>(&spec))
@@ -85,7 +88,11 @@ pub fn run<N: SimNode>(spec: &RunSpec) -> RunOutcome {
 fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
     let phases = &spec.scenario.phases;
     let budget_ms = phases.safety_ms + phases.liveness_ms + phases.final_settle_ms;
-    let mut runtime = Runtime::with_seed_and_config(spec.seed, madsim::Config::default());
+    let config = madsim::Config {
+        net: faults::base_network(),
+        ..madsim::Config::default()
+    };
+    let mut runtime = Runtime::with_seed_and_config(spec.seed, config);
     runtime
         .set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN + consumer::DRAIN_MAX);
     let spec_inner = spec.clone();
@@ -256,6 +263,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         wal_segment_bytes: knobs.wal_segment_bytes,
         partition_segment_bytes: knobs.partition_segment_bytes,
         journal_segment_bytes: knobs.journal_segment_bytes,
+        wal_prealloc: knobs.wal_prealloc,
     };
     let nodes = scenario.topology.nodes as usize;
     let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();

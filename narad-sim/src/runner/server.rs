@@ -168,6 +168,8 @@ impl<N: SimNode> Server<N> {
                                         ctx.node_id.0, ctx.boot
                                     ),
                                 );
+                                // An exited process's sockets are released (see `process_restart`).
+                                Handle::current().kill(id);
                                 Handle::current().restart(id);
                             }
                         }
@@ -321,13 +323,16 @@ impl<N: SimNode> Server<N> {
     }
 
     /// The process dies and its supervisor starts it again at once: no power loss, the disk keeps
-    /// everything it was given (synced or not).
+    /// everything it was given (synced or not). As the OS does when a process exits, every socket
+    /// it had bound is released first (madsim's `restart` alone keeps them: only `kill` resets the
+    /// node's network), whatever the dead process's memory still referenced.
     pub(super) fn process_restart(&self, why: &str) {
         let mut state = lock(&self.state);
         *lock(&self.slot) = None;
         state.down = false;
         state.paused = false;
         state.generation += 1;
+        Handle::current().kill(self.madsim_id);
         Handle::current().restart(self.madsim_id);
         self.probe.event(
             "fault",
