@@ -53,11 +53,15 @@ pub enum PlantedBug {
     /// The consumer cursor table stores each partition's lowest offset never delivered instead of its
     /// lowest offset not acked: a crash loses every leased record not yet acked.
     CursorPastLeases,
+    /// After an older owner refused a batch's incarnation section, the dispatcher sends it again
+    /// with the section (and keeps sending that owner's batches with it): the owner refuses each
+    /// until the budget runs out and the records reroute.
+    LegacyResendKeepsIds,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 17] = [
+    pub const ALL: [PlantedBug; 18] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -75,6 +79,7 @@ impl PlantedBug {
         PlantedBug::VisibleBeforeJournalSync,
         PlantedBug::TrimJournalAheadOfPartitionSync,
         PlantedBug::CursorPastLeases,
+        PlantedBug::LegacyResendKeepsIds,
     ];
 
     /// The command-line name.
@@ -99,6 +104,7 @@ impl PlantedBug {
             PlantedBug::VisibleBeforeJournalSync => "visible-before-journal-sync",
             PlantedBug::TrimJournalAheadOfPartitionSync => "trim-journal-ahead-of-partition-sync",
             PlantedBug::CursorPastLeases => "cursor-past-leases",
+            PlantedBug::LegacyResendKeepsIds => "legacy-resend-keeps-ids",
         }
     }
 }

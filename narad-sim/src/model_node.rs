@@ -671,7 +671,8 @@ impl SimNode for ModelNode {
             | PlantedBug::OwnerIgnoresTrailingIds
             | PlantedBug::CommitAfterCallerGaveUp
             | PlantedBug::RemoteAckBeforeFsync
-            | PlantedBug::NeverMarkDead => false,
+            | PlantedBug::NeverMarkDead
+            | PlantedBug::LegacyResendKeepsIds => false,
             // Nor an owner journal.
             PlantedBug::VisibleBeforeJournalSync | PlantedBug::TrimJournalAheadOfPartitionSync => {
                 false

@@ -440,13 +440,19 @@ impl Dispatcher {
                 // An older owner: keep its batches id-less for 2 minutes, and send this one again
                 // without ids on what is left of the same budget, unless its incarnation was replaced
                 // meanwhile (an id-less batch commits by name: the check must happen here).
+                let planted = self
+                    .plant
+                    .is(crate::planted::PlantedBug::LegacyResendKeepsIds);
                 if let CommitOwner::Remote(node) = commit.owner {
-                    self.legacy_until.insert(node, now + LEGACY_OWNER_MEMORY);
+                    if !planted {
+                        self.legacy_until.insert(node, now + LEGACY_OWNER_MEMORY);
+                    }
                 }
                 let topic = self.dest(idx).topic;
                 if self.status(topic, commit.topic_id) == Status::Resolved {
                     commit.commit_id = self.new_commit_id();
-                    commit.with_ids = false;
+                    // Planted: the resend carries the section the owner just refused.
+                    commit.with_ids = planted;
                     self.launch(idx, commit);
                 } else {
                     self.stats.commits_failed += 1;

@@ -785,3 +785,57 @@ async fn a_cluster_member_restarted_in_process_binds_again_and_serves() {
         stop(node).await;
     }
 }
+
+/// A WAL written by a binary from before format 2 (records without incarnation ids, the fixture in
+/// `tests/fixtures/wal-format-1`, encoded from the format's description) replays: every record is
+/// dispatched by topic name and becomes visible on the partition it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_format_1_wal_replays_and_dispatches() {
+    use narad_core::disk::Disk;
+    const FIXTURE: &[u8] =
+        include_bytes!("../../tests/fixtures/wal-format-1/00000000000000000000.wal");
+    let segment = format!("{WAL_DIR}/00000000000000000000.wal");
+    let disk = SimDisk::new(61);
+    let node = started(&disk, 61).await;
+    create_topic(&node, "legacy", 3).await;
+    stop(node).await;
+    // The topic exists and the WAL is empty: its first segment becomes the older binary's.
+    assert_eq!(disk.len(&segment), Ok(0), "{:?}", disk.paths());
+    disk.write_at(&segment, 0, FIXTURE)
+        .expect("fixture written");
+    disk.sync_data(&segment).expect("fixture synced");
+    let node = started(&disk, 62).await;
+    for seq in 0..6u64 {
+        let partition = (seq % 3) as u32;
+        let expected = format!("format-1 record {seq}");
+        let waited = tokio::time::timeout(WAIT_MAX, async {
+            loop {
+                for offset in 0..2 {
+                    let reply = consume_at(&node, "legacy", partition, offset).await;
+                    if reply.status == 200 {
+                        let message: serde_json::Value =
+                            serde_json::from_slice(&reply.body).expect("a JSON message");
+                        if message["payload"] == expected.as_str() {
+                            return message;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{expected} is not visible on legacy/{partition}"));
+        // The keyed records keep their key; the keyless ones have none.
+        let key = waited.get("key").and_then(|key| key.as_str());
+        if seq % 2 == 0 {
+            assert_eq!(key, Some(format!("k{seq}").as_str()), "{waited}");
+        } else {
+            assert_ne!(key, Some(""), "{waited}");
+        }
+    }
+    wait_for("the replayed backlog to drain", || {
+        node.status().backlog_records == 0
+    })
+    .await;
+    stop(node).await;
+}

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use madsim::runtime::{Handle, Runtime};
 use narad_core::disk::sim::{FaultRule, SimDisk};
-use narad_core::TopicId;
+use narad_core::{PartitionId, TopicId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -187,6 +187,50 @@ struct World<N: SimNode> {
 
 impl<N: SimNode> World<N> {
     /// A harness error: traced, and it fails the run.
+    /// A legacy owner refuses a batch's incarnation section once, and the sender's id-less resend
+    /// lands: records aimed at a partition of a legacy owner that no fault touched are never
+    /// rerouted (churned topics aside: their owners change with each incarnation).
+    async fn check_legacy_homes(&self, report: &crate::ledger::Report, untouched: &[bool]) {
+        let legacy = &self.spec.scenario.topology.legacy_nodes;
+        let mut owners = std::collections::BTreeMap::new();
+        let homes: Vec<(u64, Arc<str>, PartitionId)> = {
+            let ledger = lock(&self.ledger);
+            report
+                .rerouted
+                .iter()
+                .filter_map(|&id| {
+                    let entry = ledger.record(id)?;
+                    Some((id, entry.topic.clone(), entry.aimed_at?))
+                })
+                .collect()
+        };
+        for (id, topic, partition) in homes {
+            let churned = self
+                .topics
+                .iter()
+                .any(|runtime| runtime.spec.churn && *runtime.spec.name == *topic);
+            if churned {
+                continue;
+            }
+            let key = (topic.clone(), partition);
+            let owner = match owners.get(&key) {
+                Some(&owner) => owner,
+                None => {
+                    let owner = self.owner_of(&topic, partition).await;
+                    owners.insert(key, owner);
+                    owner
+                }
+            };
+            if legacy.contains(&(owner as u32)) && untouched.get(owner).copied().unwrap_or(false) {
+                self.error(format!(
+                    "record {id} aimed at {topic}/{partition} was rerouted, yet its owner (legacy \
+                     node {owner}) never failed"
+                ));
+                return;
+            }
+        }
+    }
+
     fn error(&self, text: String) {
         self.probe.event("harness", format_args!("ERROR {text}"));
         lock(&self.errors).push(text);
@@ -374,6 +418,13 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         let _ = task.await;
     }
 
+    // Which nodes no fault touched (no crash, pause or restart), as the faults heal.
+    let untouched: Vec<bool> = servers
+        .iter()
+        .map(|server| {
+            lock(&server.state).generation == 0 && server.crashes.load(Ordering::Relaxed) == 0
+        })
+        .collect();
     // Liveness phase.
     world.heal();
     world.excuse_stranded_topics().await;
@@ -411,6 +462,9 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     operator.abort();
     watchdog.abort();
     let mut report = lock(&world.ledger).check(&at_deadline, &after_final);
+    if !scenario.topology.legacy_nodes.is_empty() {
+        world.check_legacy_homes(&report, &untouched).await;
+    }
     if consumers > 0 {
         report.consumed = Some(lock(&world.consumption).judge(&after_final));
     }
