@@ -179,7 +179,11 @@ pub fn dispatch_events(lines: &[String], owners: &BTreeMap<String, usize>) -> Di
                 }
             }
         } else if let Some((partition, records)) = rest.split_once(" records=") {
-            let records = records.parse().unwrap_or(0);
+            let records = records
+                .split(' ')
+                .next()
+                .and_then(|count| count.parse().ok())
+                .unwrap_or(0);
             open.insert((node, id), (partition.to_string(), records));
         }
     }

@@ -671,7 +671,17 @@ impl Cluster {
             let _ = send.reset(0u32.into());
             return;
         };
-        let answer = inbound.handle(peer, body).await;
+        // A caller that gave up (its call timed out, its process died) stops reading the answer:
+        // the request is dropped with it, so a commit still queued on an owner's combiner is left
+        // out (appending it would only duplicate what the caller sends again).
+        let caller_gone = send.stopped();
+        let answer = tokio::select! {
+            answer = inbound.handle(peer, body) => answer,
+            _ = caller_gone => {
+                tracing::debug!(%peer, "cluster request dropped: the caller stopped waiting");
+                return;
+            }
+        };
         match frame(&answer) {
             Ok(framed) => {
                 if send.write_all(&framed).await.is_ok() {

@@ -506,6 +506,12 @@ impl DispatchPart {
         let topic = Arc::clone(&commit.topic);
         let partition = commit.partition;
         let count = commit.records.len() as u64;
+        // What the remote byte budget counts: a commit within one record of it was cut there.
+        let encoded: usize = commit
+            .records
+            .iter()
+            .map(|record| record.encoded_len())
+            .sum();
         self.probe.event_fields(
             "dispatch",
             &[
@@ -514,9 +520,10 @@ impl DispatchPart {
                 TraceField::Str(&topic),
                 TraceField::U64(u64::from(partition.0)),
                 TraceField::U64(count),
+                TraceField::U64(encoded as u64),
             ],
             format_args!(
-                "commit #{} {topic}/{partition} records={count}",
+                "commit #{} {topic}/{partition} records={count} bytes={encoded}",
                 commit_id.0
             ),
         );

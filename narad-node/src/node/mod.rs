@@ -61,6 +61,8 @@ use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
 
 /// How often a cluster member that is catching up with the metastore asks the leader again.
 const CATCH_UP_RETRY: Duration = Duration::from_millis(100);
+/// How often a boot that waits (for partition logs whose I/O is retried, for the metastore) says so.
+const BOOT_PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a shutdown waits for its peers to learn the cluster connections closed.
 const CLUSTER_CLOSE_WAIT: Duration = Duration::from_secs(1);
 
@@ -521,6 +523,18 @@ async fn seed_root(metastore: &Metastore, password: Option<String>) -> Result<()
     }
 }
 
+/// Awaits `wait`, calling `still_waiting` (which logs why) every [`BOOT_PROGRESS_INTERVAL`] until
+/// it is done: a boot either fails with an error, or says what it waits for, never waits silently.
+async fn logged_wait<T>(wait: impl std::future::Future<Output = T>, still_waiting: impl Fn()) -> T {
+    let mut wait = std::pin::pin!(wait);
+    loop {
+        match tokio::time::timeout(BOOT_PROGRESS_INTERVAL, &mut wait).await {
+            Ok(done) => return done,
+            Err(_elapsed) => still_waiting(),
+        }
+    }
+}
+
 async fn recover(
     inner: &Inner,
     disk: Arc<dyn Disk>,
@@ -530,11 +544,21 @@ async fn recover(
     clock: Clock,
     hooks: NodeHooks,
 ) -> Result<(), StartError> {
-    inner
-        .metastore
-        .wait_until(|view| view.caught_up && view.state.members().contains_key(&node_id))
-        .await
-        .map_err(|error| StartError::Metastore(error.to_string()))?;
+    logged_wait(
+        inner
+            .metastore
+            .wait_until(|view| view.caught_up && view.state.members().contains_key(&node_id)),
+        || {
+            let view = inner.metastore.view();
+            tracing::warn!(
+                caught_up = view.caught_up,
+                failed = ?view.failed,
+                "boot still waiting for the metastore to catch up and list this member"
+            );
+        },
+    )
+    .await
+    .map_err(|error| StartError::Metastore(error.to_string()))?;
     if inner.cluster.is_some() {
         // A member that was down has a replica from before: it must not accept produces for a
         // topic deleted (or recreated) meanwhile. Ready only once it has applied everything the
@@ -585,11 +609,17 @@ async fn recover(
     });
     sink.attach(wal.clone());
     let _ = inner.wal.set(wal.clone());
-    let partitions = inner
-        .partitions
-        .wait_settled()
-        .await
-        .map_err(|error| StartError::Partitions(error.to_string()))?;
+    let partitions = logged_wait(inner.partitions.wait_settled(), || {
+        let status = inner.partitions.status();
+        tracing::warn!(
+            opening = status.opening,
+            open_failed = status.open_failed,
+            caught_up = status.caught_up,
+            "boot still waiting for partition logs to open (their I/O is retried)"
+        );
+    })
+    .await
+    .map_err(|error| StartError::Partitions(error.to_string()))?;
     if partitions.open_failed > 0 {
         tracing::error!(
             logs = partitions.open_failed,

@@ -206,21 +206,44 @@ impl<N: SimNode> World<N> {
                 return Observation::default();
             }
         }
+        let started_ns = sim_now_ns();
+        let mut backlog_at_start = None;
         loop {
             let mut drained = true;
+            let mut backlog = 0;
             for server in self
                 .servers
                 .iter()
                 .filter(|s| !kept_down.contains(&s.index))
             {
-                drained &= matches!(
-                    server
-                        .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
-                        .await,
-                    Call::Done(status) if status.backlog_records == 0
-                );
+                match server
+                    .call(ADMIN_TIMEOUT, |node| async move { node.status().await })
+                    .await
+                {
+                    Call::Done(status) => {
+                        backlog += status.backlog_records;
+                        drained &= status.backlog_records == 0;
+                    }
+                    _ => drained = false,
+                }
             }
-            if drained || sim_now_ns() >= deadline_ns {
+            let backlog_at_start = *backlog_at_start.get_or_insert(backlog);
+            let now = sim_now_ns();
+            if drained || now >= deadline_ns {
+                // The drain figure: what the dispatchers still held when this phase began, and how
+                // long they took to commit it.
+                self.probe.event(
+                    "harness",
+                    format_args!(
+                        "{what} backlog: {backlog_at_start} records, {} after {:.1} s",
+                        if drained {
+                            "drained".to_string()
+                        } else {
+                            format!("{backlog} left")
+                        },
+                        (now - started_ns) as f64 / 1e9
+                    ),
+                );
                 break;
             }
             tokio::time::sleep(STATUS_POLL).await;
