@@ -523,8 +523,12 @@ impl DispatchPart {
                 TraceField::U64(encoded as u64),
             ],
             format_args!(
-                "commit #{} {topic}/{partition} records={count} bytes={encoded}",
-                commit_id.0
+                "commit #{} {topic}/{partition} records={count} bytes={encoded} to={}",
+                commit_id.0,
+                match commit.owner {
+                    narad_core::dispatcher::CommitOwner::Local => "local".to_string(),
+                    narad_core::dispatcher::CommitOwner::Remote(node) => node.0.to_string(),
+                }
             ),
         );
         let bytes: u64 = commit

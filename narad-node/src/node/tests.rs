@@ -839,3 +839,75 @@ async fn a_format_1_wal_replays_and_dispatches() {
     .await;
     stop(node).await;
 }
+
+/// The disk lost the checkpoint's last write while the segment deletions behind it survived: the
+/// node finds its stored checkpoint below its oldest WAL segment, starts dispatch at that segment
+/// (every record below it was committed before the segment went), and keeps dispatching.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_below_the_oldest_segment_starts_dispatch_at_that_segment() {
+    use narad_core::disk::Disk;
+    let disk = SimDisk::new(71);
+    let small = |seed| {
+        let mut options = options(&disk, seed);
+        options.hooks.sizes.wal_segment_bytes_max = Some(16 * 1024);
+        options
+    };
+    let node = start(small(71)).await.expect("started");
+    node.wait_ready().await.expect("recovered");
+    create_topic(&node, "compacted", 3).await;
+    let payload = "x".repeat(200);
+    for index in 0..400 {
+        produce_to(&node, "compacted", index % 3, &payload).await;
+    }
+    wait_for("the backlog to drain", || {
+        node.status().backlog_records == 0
+    })
+    .await;
+    let first_segment = |disk: &SimDisk| {
+        disk.paths()
+            .iter()
+            .filter_map(|path| path.strip_prefix(&format!("{WAL_DIR}/")))
+            .filter_map(|name| name.strip_suffix(".wal"))
+            .filter_map(|first| first.parse::<u64>().ok())
+            .min()
+    };
+    wait_for("compaction to remove the first segments", || {
+        first_segment(&disk).is_some_and(|first| first > 0)
+    })
+    .await;
+    stop(node).await;
+    let oldest = first_segment(&disk).expect("a segment");
+    let checkpoint = format!("{WAL_DIR}/checkpoint");
+    assert!(disk.len(&checkpoint).is_ok(), "{:?}", disk.paths());
+    // An older value: the write that moved it past the deleted segments is gone.
+    disk.write_at(&checkpoint, 0, &0u64.to_be_bytes())
+        .expect("checkpoint written");
+    disk.sync_data(&checkpoint).expect("checkpoint synced");
+
+    let node = start(small(72)).await.expect("started again");
+    tokio::time::timeout(WAIT_MAX, node.wait_ready())
+        .await
+        .expect("ready in time")
+        .expect("recovered below the oldest segment");
+    let status = node.wal().expect("the WAL is open").status();
+    assert_eq!(status.dispatch_start, Seq(oldest), "{status:?}");
+    // Dispatch goes on: new records become visible and the backlog drains.
+    produce_to(&node, "compacted", 0, "after the lost checkpoint").await;
+    wait_for("the backlog to drain after the restart", || {
+        node.status().backlog_records == 0
+    })
+    .await;
+    let mut offset = 0;
+    let mut last = String::new();
+    loop {
+        let reply = consume_at(&node, "compacted", 0, offset).await;
+        if reply.status != 200 {
+            assert_eq!(reply.status, 204, "{}", reply.text());
+            break;
+        }
+        last = reply.text();
+        offset += 1;
+    }
+    assert!(last.contains("after the lost checkpoint"), "{last}");
+    stop(node).await;
+}

@@ -456,3 +456,54 @@ fn the_timeline_of_a_cluster_run_names_every_node_and_fault() {
     assert!(page.contains("liveness read at"));
     assert!(!page.contains("FAILED"));
 }
+
+/// cluster-heavy reaches the remote commit byte budget: once a cut heals, a remote destination's
+/// queue refills from the records it left in the WAL past 8 MiB, and the dispatcher sends a commit
+/// that the budget cut (within one record of 8 MiB, never past it). The first seed of the scenario
+/// that does it passes, as every seed before it.
+#[test]
+fn cluster_heavy_cuts_remote_commits_at_the_byte_budget() {
+    const BUDGET: u64 = narad_core::dispatcher::REMOTE_COMMIT_BYTES_MAX as u64;
+    // The scenario's largest payload and its record's encoding around it.
+    const RECORD_MAX: u64 = 8192 + 128;
+    const SEEDS_MAX: u64 = 20;
+    let scenario = Scenario::parse(include_str!("../../../scenarios/cluster-heavy.toml"))
+        .expect("cluster-heavy parses");
+    let scenario = Arc::new(scenario);
+    let mut largest = 0;
+    for seed in 1..=SEEDS_MAX {
+        let spec = RunSpec {
+            scenario: scenario.clone(),
+            scenario_path: "scenarios/cluster-heavy.toml".into(),
+            seed,
+            plant_bug: None,
+            trace: true,
+            schedule: None,
+        };
+        let outcome = run::<crate::node_narad::NaradSimNode>(&spec);
+        assert!(!outcome.failed(), "seed {seed}: {}", outcome.reason());
+        let lines = outcome.trace_lines.clone().expect("traced");
+        // Remote commits only (`to=` names the owner node; a local commit has no budget).
+        for line in lines.iter().filter(|line| !line.ends_with(" to=local")) {
+            let Some(bytes) = line
+                .split(" bytes=")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|bytes| bytes.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            assert!(
+                bytes <= BUDGET,
+                "seed {seed}: a remote commit past the budget: {line}"
+            );
+            largest = largest.max(bytes);
+        }
+        if largest > BUDGET - RECORD_MAX {
+            return;
+        }
+    }
+    panic!(
+        "no remote commit reached the byte budget in {SEEDS_MAX} seeds (largest {largest} bytes)"
+    );
+}
