@@ -70,30 +70,6 @@ impl<N: SimNode> World<N> {
                 })
                 .await;
             let batch = match result {
-                // Nothing served below the high watermark: a read that ends here would hide
-                // every record above it; retried like a failed call.
-                Call::Done(Ok(batch))
-                    if batch.records.is_empty() && from < batch.high_watermark =>
-                {
-                    last_failure = format!(
-                        "nothing served below the high watermark {}",
-                        batch.high_watermark
-                    );
-                    failures += 1;
-                    owner = None;
-                    self.probe.event(
-                        "harness",
-                        format_args!("read {name}/{partition} from {from}: {last_failure}"),
-                    );
-                    if failures > 20 {
-                        self.error(format!(
-                            "read {name}/{partition} from {from} keeps failing ({last_failure})"
-                        ));
-                        return;
-                    }
-                    tokio::time::sleep(ADMIN_RETRY).await;
-                    continue;
-                }
                 Call::Done(Ok(batch)) => batch,
                 failed @ (Call::Done(Err(_)) | Call::Refused | Call::Reset | Call::TimedOut) => {
                     last_failure = match failed {
