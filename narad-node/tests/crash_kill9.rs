@@ -69,59 +69,26 @@ fn every_acknowledged_record_survives_kill_9_at_random_moments() {
         &[],
         rounds,
         "every_acknowledged_record_survives_kill_9_at_random_moments",
-        |_| {},
-        |_| {},
     );
 }
 
-/// The same with `storage.ingress_wal_prealloc = true`: appends overwrite prepared (zero-filled,
-/// NWPREP01-trailed) segments, and recovery after each kill takes the prepared-segment path.
+/// The same with `storage.ingress_wal_prealloc = true` on real files. A segment is prepared only
+/// once the active one passes half its 64 MiB, which a dispatcher that keeps up (it rotates a
+/// dispatched segment past 1 MiB) rarely lets happen here: appending into prepared segments and
+/// recovering them after a crash is the simulator's (crash-storm, cluster-disk and cluster-heavy
+/// draw `node.wal_prealloc` per seed, on 16 KiB to 8 MiB segments).
 #[test]
-fn every_acknowledged_record_survives_kill_9_with_prepared_wal_segments() {
+fn every_acknowledged_record_survives_kill_9_with_wal_prealloc_on() {
     let rounds: u32 = env_number("NARAD_CRASH_ROUNDS").unwrap_or(ROUNDS_DEFAULT / 2);
     crash_rounds(
         &[("NARAD_STORAGE_INGRESS_WAL_PREALLOC", "true")],
         rounds,
-        "every_acknowledged_record_survives_kill_9_with_prepared_wal_segments",
-        fill_past_half_a_segment,
-        |data_dir| {
-            // The node took the path: a segment is a prepared one (the NWPREP01 trailer last).
-            let wal_dir = data_dir.join("ingress/produce");
-            let prepared = std::fs::read_dir(&wal_dir)
-                .expect("the WAL directory")
-                .filter_map(Result::ok)
-                .filter(|entry| entry.file_name().to_string_lossy().ends_with(".wal"))
-                .any(|entry| {
-                    let bytes = std::fs::read(entry.path()).unwrap_or_default();
-                    bytes.len() >= 16 && bytes[bytes.len() - 16..].starts_with(b"NWPREP01")
-                });
-            assert!(prepared, "no prepared segment in {}", wal_dir.display());
-        },
+        "every_acknowledged_record_survives_kill_9_with_wal_prealloc_on",
     );
 }
 
-/// Writes 70 MiB through the WAL (to a topic of its own): its first 64 MiB segment passes half full
-/// (the next one is prepared) and rolls into the prepared one, so the crash rounds append into a
-/// prepared segment.
-fn fill_past_half_a_segment(node: &Node) {
-    node.create_topic("bulk", 3);
-    let record = format!(r#"{{"payload":"{}"}}"#, "x".repeat(1000));
-    let body = format!(r#"{{"messages":[{}]}}"#, vec![record; 1000].join(","));
-    for _ in 0..70 {
-        let response = node.post("/v1/topics/bulk/produce/batch", body.as_bytes());
-        assert_eq!(response.status, 202, "{}", response.text());
-    }
-}
-
-/// Runs the crash rounds against a node started with `env` (`before` runs once its topic exists),
-/// then hands its data directory to `after` (the node still running).
-fn crash_rounds(
-    env: &[(&str, &str)],
-    rounds: u32,
-    test: &str,
-    before: impl FnOnce(&Node),
-    after: impl FnOnce(&Path),
-) {
+/// Runs the crash rounds against a node started with `env`.
+fn crash_rounds(env: &[(&str, &str)], rounds: u32, test: &str) {
     let seed: u64 =
         env_number("NARAD_CRASH_SEED").unwrap_or_else(|| ChaCha8Rng::from_os_rng().random());
     let rerun = format!(
@@ -133,7 +100,6 @@ fn crash_rounds(
 
     let mut node = Node::start_with_env(binary(), env);
     node.create_topic(TOPIC, PARTITIONS);
-    before(&node);
     let target = Target::new(node.addr());
     let mut specs = ProducerSpec::all_kinds("a", BATCH_MAX);
     specs.extend(ProducerSpec::all_kinds("b", BATCH_MAX));
@@ -196,7 +162,6 @@ fn crash_rounds(
         !verdict.ambiguous_reasons.contains_key("status 500"),
         "produces answered 500 without any disk fault:\n{verdict}\nseed {seed}, rerun: {rerun}"
     );
-    after(node.data_dir());
 }
 
 /// The check above can fail: a node whose partition log loses committed records (here: its segment
