@@ -77,6 +77,7 @@ fn victim(cluster: &Cluster, role: u64, choices: &mut Choices) -> (u64, &'static
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // The drain figure times real processes: the real clock.
 #[ignore = "needs root and network namespaces: run by ci/chaos"]
 fn members_partitioned_and_killed_lose_no_acknowledged_record() {
     let rounds = env_u64("NARAD_CHAOS_ROUNDS", 20);

@@ -7,6 +7,7 @@
 //! disk heals, its partition takes records again.
 
 #![cfg(feature = "failpoints")]
+#![allow(clippy::disallowed_methods)] // Timing the reroute of real processes needs the real clock.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
