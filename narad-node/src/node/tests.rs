@@ -486,7 +486,9 @@ async fn the_local_transport_answers_with_the_owner_s_typed_outcome() {
 /// the answer's bytes out.
 #[tokio::test]
 async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
-    use narad_core::codec::cluster::{CommitAnswer, CommitProduceBatch, IdSection, WireRecord};
+    use narad_core::codec::cluster::{
+        CommitAnswer, CommitProduce, CommitProduceBatch, IdSection, WireRecord,
+    };
 
     use crate::cluster::Inbound;
     use crate::node::peers::{commit_outcome, NodeInbound};
@@ -543,6 +545,28 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         }
     );
     assert_eq!(refusals(), 1, "a 412 on the wire is counted");
+    // The single-record op (the synchronous produce's) is checked the same way.
+    let single = |topic_id: Option<TopicId>| {
+        CommitProduce {
+            budget_ms: 5_000,
+            topic: "wire".to_string(),
+            partition: PartitionId(1),
+            record: WireRecord {
+                topic_id,
+                key: None,
+                payload: b"single".to_vec(),
+            },
+        }
+        .encode()
+    };
+    assert_eq!(
+        answer(ours.handle(NodeId(2), single(Some(stale))).await),
+        CommitAnswer::IncarnationMismatch {
+            record_topic_id: stale,
+            live_topic_id: Some(live)
+        }
+    );
+    assert_eq!(refusals(), 2, "the single record's 412 is counted");
     // An owner from before the section refuses it as trailing data (400); the sender's transport
     // reads that as "resend without ids", and the id-less frame commits there.
     let legacy = inbound(IdSection::Refuse);
@@ -571,6 +595,15 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         assert!(reply.text().contains(payload), "{}", reply.text());
     }
     assert_eq!(consume_at(&node, "wire", 1, 4).await.status, 204);
+    // Its live incarnation commits, after everything above: the stale one appended nothing.
+    assert!(matches!(
+        answer(ours.handle(NodeId(2), single(Some(live))).await),
+        CommitAnswer::Committed {
+            base: Offset(4),
+            count: 1,
+            ..
+        }
+    ));
     stop(node).await;
 }
 
