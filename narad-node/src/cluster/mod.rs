@@ -267,10 +267,10 @@ impl Cluster {
         let _ = self.inner.inbound.set(Arc::downgrade(inbound));
     }
 
-    /// Closes the cluster transport: every connection and the endpoint close, and the transport's
-    /// own tasks (accepting, serving, heartbeats, raft delivery) end, so once the last handle is
-    /// dropped the cluster port is free for a new start in the same process. Calls after this
-    /// fail at once.
+    /// Closes the cluster transport: every connection and the endpoint close, the transport's own
+    /// tasks (accepting, serving, heartbeats, raft delivery) end, and the endpoint moves off the
+    /// cluster port, which a new start in the same process can then bind. Calls after this fail
+    /// at once.
     pub fn close(&self) {
         self.inner.closed.send_replace(true);
         lock(&self.inner.connections).clear();
@@ -303,11 +303,6 @@ impl Cluster {
     /// Under the simulator a process's sockets go with its node (the harness kills it).
     #[cfg(madsim)]
     fn release_port(&self) {}
-
-    /// Whether [`Cluster::close`] was called.
-    pub fn is_closed(&self) -> bool {
-        *self.inner.closed.borrow()
-    }
 
     /// Returns once [`Cluster::close`] is called.
     pub async fn closed(&self) {
