@@ -506,31 +506,34 @@ impl DispatchPart {
         let topic = Arc::clone(&commit.topic);
         let partition = commit.partition;
         let count = commit.records.len() as u64;
-        // What the remote byte budget counts: a commit within one record of it was cut there.
-        let encoded: usize = commit
-            .records
-            .iter()
-            .map(|record| record.encoded_len())
-            .sum();
-        self.probe.event_fields(
-            "dispatch",
-            &[
-                TraceField::Str("commit"),
-                TraceField::U64(commit_id.0),
-                TraceField::Str(&topic),
-                TraceField::U64(u64::from(partition.0)),
-                TraceField::U64(count),
-                TraceField::U64(encoded as u64),
-            ],
-            format_args!(
-                "commit #{} {topic}/{partition} records={count} bytes={encoded} to={}",
-                commit_id.0,
-                match commit.owner {
-                    narad_core::dispatcher::CommitOwner::Local => "local".to_string(),
-                    narad_core::dispatcher::CommitOwner::Remote(node) => node.0.to_string(),
-                }
-            ),
-        );
+        if self.probe.is_watched() {
+            // What the remote byte budget counts: a commit within one record of it was cut there.
+            // Summed only for a watcher: it walks every record of the commit.
+            let encoded: usize = commit
+                .records
+                .iter()
+                .map(|record| record.encoded_len())
+                .sum();
+            let to = match commit.owner {
+                narad_core::dispatcher::CommitOwner::Local => "local".to_string(),
+                narad_core::dispatcher::CommitOwner::Remote(node) => node.0.to_string(),
+            };
+            self.probe.event_fields(
+                "dispatch",
+                &[
+                    TraceField::Str("commit"),
+                    TraceField::U64(commit_id.0),
+                    TraceField::Str(&topic),
+                    TraceField::U64(u64::from(partition.0)),
+                    TraceField::U64(count),
+                    TraceField::U64(encoded as u64),
+                ],
+                format_args!(
+                    "commit #{} {topic}/{partition} records={count} bytes={encoded} to={to}",
+                    commit_id.0
+                ),
+            );
+        }
         let bytes: u64 = commit
             .records
             .iter()

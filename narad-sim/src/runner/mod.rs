@@ -418,12 +418,11 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         let _ = task.await;
     }
 
-    // Which nodes no fault touched (no crash, pause or restart), as the faults heal.
+    // Which nodes no fault touched, as the faults heal (every crash, pause and restart bumps the
+    // generation).
     let untouched: Vec<bool> = servers
         .iter()
-        .map(|server| {
-            lock(&server.state).generation == 0 && server.crashes.load(Ordering::Relaxed) == 0
-        })
+        .map(|server| lock(&server.state).generation == 0)
         .collect();
     // Liveness phase.
     world.heal();
