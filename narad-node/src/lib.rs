@@ -32,8 +32,11 @@ pub mod cluster;
 pub mod config;
 pub mod failpoints;
 pub mod fs_disk;
+pub mod future;
+pub mod hooks;
 pub mod host;
 pub mod http;
+pub mod ingress;
 pub mod io;
 pub mod logging;
 pub mod mailbox;
@@ -43,4 +46,3 @@ pub mod node;
 pub mod probe;
 #[cfg(not(madsim))]
 pub mod server;
-pub mod wal_host;

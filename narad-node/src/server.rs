@@ -99,9 +99,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         clock: Clock::start(),
         seed: ChaCha8Rng::from_os_rng().random(),
         member_addr: member_addr.unwrap_or_else(|| local_addr.to_string()),
-        hooks: node::NodeHooks {
+        hooks: crate::hooks::NodeHooks {
             metastore_hold_file: metastore_hold_file()?,
-            ..node::NodeHooks::default()
+            ..crate::hooks::NodeHooks::default()
         },
         cluster,
     };

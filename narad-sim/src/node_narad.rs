@@ -36,9 +36,10 @@ use narad_node::clock::Clock;
 use narad_node::cluster::tls::{NodeIdentity, TlsIdentity};
 use narad_node::cluster::ClusterOptions;
 use narad_node::config::Config;
+use narad_node::hooks::{NodeHooks, StorageSizes};
 use narad_node::http::{self, Body, Reply, TopicKey};
 use narad_node::node::partitions::PartitionReadError;
-use narad_node::node::{self, ClusterSetup, Node, NodeHooks, NodeOptions, StorageSizes};
+use narad_node::node::{self, ClusterSetup, Node, NodeOptions};
 use narad_node::probe::{Invariant, NodeProbe};
 
 use crate::seam::{

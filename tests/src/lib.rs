@@ -320,6 +320,17 @@ impl Node {
         }
     }
 
+    /// Sends `signal` (a `kill(1)` name such as `STOP` or `CONT`) to the running node: `STOP` freezes
+    /// every thread of it at once, as a stalled machine does, with its sockets and files held.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the node is running");
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// SIGTERM, then waits (bounded) for the exit status.
     #[allow(clippy::disallowed_methods)] // Bounding a wait on a real process needs the real clock.
     pub fn terminate(&mut self) -> ExitStatus {

@@ -48,7 +48,7 @@ use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 
 use self::auth::{Role, AUTH_LABEL, EXPORTER_BYTES};
 use self::tls::{TlsError, TlsIdentity};
-use crate::http::BoxFuture;
+use crate::future::BoxFuture;
 use crate::metrics::{Metrics, OpLabels};
 
 /// How long a new connection's hellos may take.

@@ -5,14 +5,10 @@
 //!
 //! The methods return boxed futures (not `async fn`) so the traits stay object-safe behind `Arc<dyn _>`.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use narad_core::codec::wal::ProduceRecord;
 use narad_core::ids::{Offset, PartitionId, TopicId};
 
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub use crate::future::BoxFuture;
 
 /// Why an append was not made durable. Every variant means "not acknowledged": the HTTP answer is a 5xx
 /// and the client may retry (possibly duplicating, as the delivery contract allows).

@@ -130,7 +130,7 @@ pub trait MetaPeers: Send + Sync + std::fmt::Debug {
         &self,
         leader: NodeId,
         command: Vec<u8>,
-    ) -> crate::http::BoxFuture<'static, Result<(Applied, u64), ProposeError>>;
+    ) -> crate::future::BoxFuture<'static, Result<(Applied, u64), ProposeError>>;
 }
 
 /// Who this node is in the metastore, its snapshot cadence and its seeds.

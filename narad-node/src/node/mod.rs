@@ -11,7 +11,7 @@
 //!    repair: its reads serve nothing before that); the sink is attached; every partition log of every
 //!    topic finishes opening (a log whose open fails is logged and counted, and does not hold the node
 //!    back); the dispatcher starts, in the ingress host's task, at the recovered checkpoint, reaching
-//!    every owner through the node's one [`transport::CommitTransport`], and replays what is
+//!    every owner through the node's one [`crate::ingress::transport::CommitTransport`], and replays what is
 //!    undispatched. Then the
 //!    node is ready ([`Node::wait_ready`], `/readyz` 200). A failure on the way (a corrupt WAL) is
 //!    reported by [`Node::wait_ready`]: the node never turns ready.
@@ -25,12 +25,11 @@
 //! `checkpoint`); `topics/<topic>/<incarnation id>/p<05 partition>/` (`<20-digit offset>.log` segments).
 
 pub mod consumers;
-pub mod dispatch;
+pub mod local_transport;
 pub mod metered_disk;
 pub mod partitions;
 pub mod peers;
 pub mod sink;
-pub mod transport;
 
 #[cfg(test)]
 mod tests;
@@ -41,23 +40,22 @@ use std::time::Duration;
 use narad_core::disk::Disk;
 use narad_core::ids::NodeId;
 use narad_core::partition::journal::JournalConfig;
-use narad_core::planted::Plant;
 use narad_core::wal::WalConfig;
 use narad_core::Seq;
 use tokio::sync::watch;
 
-use self::dispatch::DispatchHost;
+use self::local_transport::LocalTransport;
 use self::metered_disk::MeteredDisk;
 use self::partitions::PartitionHost;
 use self::sink::WalSink;
-use self::transport::LocalTransport;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::hooks::NodeHooks;
 use crate::http::App;
+use crate::ingress::dispatch::DispatchHost;
+use crate::ingress::{DurableObserver, IngressHost, IngressHostConfig};
 use crate::metastore::{Metastore, MetastoreOptions, ProposeError};
 use crate::metrics::Metrics;
-use crate::probe::Probe;
-use crate::wal_host::{DurableObserver, WalHost, WalHostConfig};
 
 /// How often a cluster member that is catching up with the metastore asks the leader again.
 const CATCH_UP_RETRY: Duration = Duration::from_millis(100);
@@ -94,35 +92,6 @@ pub struct ClusterSetup {
     pub options: crate::cluster::ClusterOptions,
     /// This node's certificate (self-signed, or from an operator CA).
     pub identity: crate::cluster::tls::TlsIdentity,
-}
-
-/// What a test or the simulator plugs into a node: a probe, smaller files, a planted bug.
-#[derive(Clone, Debug, Default)]
-pub struct NodeHooks {
-    /// Where hosts report events and broken invariants ([`Probe::none`] in production).
-    pub probe: Probe,
-    /// File sizes overriding production's, so rolls, rotations and compaction happen within seconds.
-    pub sizes: StorageSizes,
-    /// The bug planted in every actor's configuration (only the simulator can plant one).
-    pub plant: Plant,
-    /// The metastore's hold failpoint ([`MetastoreOptions::hold_file`]).
-    pub metastore_hold_file: Option<std::path::PathBuf>,
-    /// The same hold as a flag ([`MetastoreOptions::hold_flag`]; the simulator's lag fault).
-    pub metastore_hold_flag: Option<Arc<std::sync::atomic::AtomicBool>>,
-    /// Act, as a partition owner, as a release from before the incarnation section: a commit that
-    /// carries one is refused as trailing data (the simulator's legacy-owner scenario).
-    pub legacy_owner: bool,
-}
-
-/// File sizes overriding production's; `None` keeps the default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StorageSizes {
-    /// The ingress WAL's segment size (its largest record and its rotation size follow: half of it).
-    pub wal_segment_bytes_max: Option<u64>,
-    /// A partition log's segment size.
-    pub partition_segment_bytes_max: Option<u64>,
-    /// The owner journal's segment size (trims, partition syncs and replays then happen often).
-    pub journal_segment_bytes_max: Option<u64>,
 }
 
 impl std::fmt::Debug for NodeOptions {
@@ -189,7 +158,7 @@ struct Inner {
     partitions: PartitionHost,
     consumers: consumers::Consumers,
     metrics: Arc<Metrics>,
-    wal: OnceLock<WalHost>,
+    wal: OnceLock<IngressHost>,
     dispatcher: OnceLock<DispatchHost>,
     recovery: watch::Receiver<Recovery>,
     cluster: Option<crate::cluster::Cluster>,
@@ -416,7 +385,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     Ok(Node { inner })
 }
 
-fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
+fn wal_config(config: &Config, hooks: &NodeHooks) -> IngressHostConfig {
     let mut wal = WalConfig {
         dir: WAL_DIR.to_string(),
         sync_interval_ms: config.storage.ingress_wal_sync_interval_ms,
@@ -434,7 +403,7 @@ fn wal_config(config: &Config, hooks: &NodeHooks) -> WalHostConfig {
         wal.rotate_dispatched_active_after_bytes = half;
         wal.prepared_write_run_bytes_max = wal.prepared_write_run_bytes_max.min(half);
     }
-    let mut host = WalHostConfig::new(wal);
+    let mut host = IngressHostConfig::new(wal);
     host.probe = hooks.probe.clone();
     host
 }
@@ -538,7 +507,7 @@ async fn logged_wait<T>(wait: impl std::future::Future<Output = T>, still_waitin
 async fn recover(
     inner: &Inner,
     disk: Arc<dyn Disk>,
-    wal_config: WalHostConfig,
+    wal_config: IngressHostConfig,
     sink: Arc<WalSink>,
     node_id: NodeId,
     clock: Clock,
@@ -581,7 +550,7 @@ async fn recover(
             .ingress_wal_group_commit_records
             .observe(records as f64);
     });
-    let (wal, report) = WalHost::open_observed(disk, wal_config, clock.clone(), Some(observer))
+    let (wal, report) = IngressHost::open_observed(disk, wal_config, clock.clone(), Some(observer))
         .await
         .map_err(|error| StartError::Wal(error.to_string()))?;
     let status = wal.status();
@@ -627,7 +596,7 @@ async fn recover(
         );
     }
     let local = LocalTransport::new(inner.partitions.clone());
-    let transport: Arc<dyn transport::CommitTransport> = match &inner.cluster {
+    let transport: Arc<dyn crate::ingress::transport::CommitTransport> = match &inner.cluster {
         Some(cluster) => Arc::new(peers::RemoteTransport::new(
             local,
             cluster.clone(),
@@ -666,7 +635,7 @@ impl Node {
     }
 
     /// The ingress WAL host, once recovery opened it.
-    pub fn wal(&self) -> Option<&WalHost> {
+    pub fn wal(&self) -> Option<&IngressHost> {
         self.inner.wal.get()
     }
 
@@ -696,8 +665,8 @@ impl Node {
         let wal = self.inner.wal.get();
         NodeStatus {
             ready: self.inner.app.is_ready(),
-            backlog_records: wal.map_or(0, WalHost::backlog_records),
-            wal_failed: wal.is_some_and(WalHost::is_latched),
+            backlog_records: wal.map_or(0, IngressHost::backlog_records),
+            wal_failed: wal.is_some_and(IngressHost::is_latched),
             metastore_failed: self.inner.metastore.view().failed.is_some(),
             partitions_restart_needed: self.inner.partitions.status().restart_needed,
         }

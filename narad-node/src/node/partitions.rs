@@ -7,7 +7,7 @@
 //! - **Replica.** The owner is fed the replica's state at start and after every change; before handling
 //!   any command the host feeds a pending change first, so the owner's views are never older than the
 //!   replica state the caller looked at.
-//! - **Commits** arrive from the dispatcher through [`super::transport::LocalTransport`] (and, in a
+//! - **Commits** arrive from the dispatcher through [`super::local_transport::LocalTransport`] (and, in a
 //!   cluster, from peers); dropping a commit's future before its answer tells the owner the caller
 //!   gave up.
 //! - **Log events** become log lines and counters (damage found by recovery is an error an operator
@@ -39,8 +39,8 @@ use narad_core::partition::{
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::NodeHooks;
 use crate::clock::Clock;
+use crate::hooks::NodeHooks;
 use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, TopicKey};
 use crate::io::{ActorKey, IoExecutor};

@@ -43,13 +43,14 @@ use narad_core::planted::{Plant, PlantedBug};
 use narad_core::routing::{PartitionChoice, PartitionPicker, PickError};
 use tokio::sync::mpsc;
 
+use super::local_transport::LocalTransport;
 use super::partitions::{PartitionCommitError, PartitionHost};
-use super::transport::{CommitOutcome, CommitTransport, LocalTransport};
 use crate::clock::Clock;
 use crate::cluster::{Cluster, Inbound, RpcError};
 use crate::http::{
     BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome, TopicKey,
 };
+use crate::ingress::transport::{CommitOutcome, CommitTransport};
 use crate::metastore::{DeliveryReports, MetaPeers, Metastore, ProposeError, PROPOSE_TIMEOUT};
 use crate::metrics::Metrics;
 

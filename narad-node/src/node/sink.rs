@@ -14,12 +14,12 @@ use narad_core::codec::wal::ProduceRecord;
 use narad_core::wal::AppendError as WalAppendError;
 
 use crate::http::{AppendError, BoxFuture, ProduceSink};
-use crate::wal_host::{WalError, WalHost};
+use crate::ingress::{IngressHost, WalError};
 
 /// The ingress WAL as the HTTP layer's produce sink; see the module documentation.
 #[derive(Debug, Default)]
 pub struct WalSink {
-    wal: OnceLock<WalHost>,
+    wal: OnceLock<IngressHost>,
 }
 
 impl WalSink {
@@ -29,11 +29,11 @@ impl WalSink {
     }
 
     /// Attaches the opened WAL; later calls are ignored (the first WAL stays).
-    pub fn attach(&self, wal: WalHost) {
+    pub fn attach(&self, wal: IngressHost) {
         let _ = self.wal.set(wal);
     }
 
-    fn wal(&self) -> Result<&WalHost, AppendError> {
+    fn wal(&self) -> Result<&IngressHost, AppendError> {
         self.wal.get().ok_or(AppendError::Unavailable)
     }
 }

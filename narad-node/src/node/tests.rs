@@ -11,9 +11,10 @@ use narad_core::dispatcher::{
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
 use narad_core::Seq;
 
-use super::transport::{CommitTransport, LocalTransport};
+use super::local_transport::LocalTransport;
 use super::*;
 use crate::http::{consume, produce, topics, Body, Reply};
+use crate::ingress::transport::CommitTransport;
 
 const WAIT_MAX: Duration = Duration::from_secs(20);
 

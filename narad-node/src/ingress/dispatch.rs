@@ -1,5 +1,5 @@
 //! The dispatcher's part of the ingress host: the [`Dispatcher`] runs in the WAL's task (see
-//! `crate::wal_host`), which hands it `Durable`, its reads and its checkpoint stores directly, with no
+//! `crate::ingress`), which hands it `Durable`, its reads and its checkpoint stores directly, with no
 //! channel round trip. This part carries out the dispatcher's outputs and decides nothing:
 //!
 //! - `ReadWal` → a read of the WAL it shares the task with ([`WalPort::read`]), answered `WalFrames` /
@@ -48,26 +48,26 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 
 use super::transport::CommitTransport;
-use super::NodeHooks;
 use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
+use crate::hooks::NodeHooks;
 use crate::host::Turn;
+use crate::ingress::{IngressHost, WalStatus};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
 use crate::probe::{Invariant, Probe, TraceField};
-use crate::wal_host::{WalHost, WalStatus};
 
 /// A handle on the dispatcher, which runs inside the WAL host's task.
 #[derive(Debug)]
 pub struct DispatchHost {
-    wal: WalHost,
+    wal: IngressHost,
 }
 
 impl DispatchHost {
     /// Starts the dispatcher at the WAL's recovered checkpoint and durable end, in the WAL host's task.
     pub async fn start(
         node: NodeId,
-        wal: WalHost,
+        wal: IngressHost,
         transport: Arc<dyn CommitTransport>,
         metastore: Metastore,
         clock: Clock,

@@ -244,7 +244,7 @@ impl Runner {
     pub(super) fn store_checkpoint_now(&mut self, now: Instant, seq: Seq) {
         self.checkpointer.handle(now, CheckpointInput::Store(seq));
         let stored = self.checkpointer.stored();
-        // Silent (see `WalHost::subscribe`): one store per dispatched batch would wake every
+        // Silent (see `IngressHost::subscribe`): one store per dispatched batch would wake every
         // subscriber for a value none of them follows.
         self.status.send_if_modified(|status| {
             status.checkpoint_stored = stored;
@@ -332,7 +332,7 @@ impl Runner {
         }
         let written = self.checkpointer.written();
         if self.status.borrow().checkpoint_written != written {
-            // Silent, like the stored value (see `WalHost::subscribe`).
+            // Silent, like the stored value (see `IngressHost::subscribe`).
             self.status.send_if_modified(|status| {
                 status.checkpoint_written = written;
                 false

@@ -1,17 +1,17 @@
 //! The ingress host: runs the [`IngressWal`], the [`Checkpointer`] and (once recovery starts it) the
-//! dispatcher (`crate::node::dispatch`) in one task on the generic [`crate::host`], over a [`Disk`], so
+//! dispatcher (`crate::ingress::dispatch`) in one task on the generic [`crate::host`], over a [`Disk`], so
 //! async callers can append records and await their durable outcome, and the dispatcher gets its
 //! `Durable`, its reads and its checkpoint stores without a channel round trip.
 //!
 //! # What it does (and decides nothing)
-//! - **Open** ([`WalHost::open`]): reads `<checkpoint dir>/checkpoint`, opens the checkpointer and runs its
+//! - **Open** ([`IngressHost::open`]): reads `<checkpoint dir>/checkpoint`, opens the checkpointer and runs its
 //!   startup I/O to completion, so the recovered checkpoint is synced *before the WAL exists* and so before
 //!   anything can compact behind it; then recovers the WAL ([`narad_core::wal::driver::open_wal`]: list the
 //!   directory, read every segment, run the pure recovery) and starts one actor task. The WAL's first
 //!   output is its repair request, which the task runs like any other; `open` returns once it ran
 //!   (the WAL then reports its durable frontier) or failed (the WAL latches).
 //! - **The task** owns the actors. Its inputs come from a bounded command mailbox
-//!   ([`WalHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
+//!   ([`IngressHostConfig::mailbox_capacity`]; callers wait when it is full), from the two I/O executors
 //!   (one per actor, [`crate::io::IoExecutor`]), from the dispatcher's answers on their way, and from one
 //!   timer set to the earliest of the actors' `poll_timeout`s. The appends a turn hands over reach the
 //!   WAL as one [`WalInput::Batch`] (one group commit for all of them, even when no flush was running).
@@ -23,9 +23,9 @@
 //!   Only then is the dispatcher fed what the WAL answered it (`Durable`, its read, its store), and the
 //!   WAL what the dispatcher asked, until neither has more.
 //! - **Accept instants**: each group commit's durable frontier and the instant its callers are
-//!   answered go to [`AcceptTimes`] ([`WalHost::accept_times`]), forgotten once below the written
+//!   answered go to [`AcceptTimes`] ([`IngressHost::accept_times`]), forgotten once below the written
 //!   checkpoint; the dispatcher reads them for `narad_accept_to_visible_seconds`.
-//! - **Shutdown** ([`WalHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
+//! - **Shutdown** ([`IngressHost::shutdown`], or every handle dropped): stops taking commands, lets appends in
 //!   flight finish, flushes the checkpoint (one sync now), waits for every request either actor has
 //!   running (a segment preparation, a compaction) and ends the task.
 //!
@@ -56,22 +56,22 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::accept_times::AcceptTimes;
 use crate::clock::Clock;
 use crate::host::{self, HostConfig, Hosted, Turn};
+use crate::ingress::dispatch::{DispatchEvent, DispatchPart, WalPort};
 use crate::io::IoExecutor;
-use crate::node::dispatch::{DispatchEvent, DispatchPart, WalPort};
 use crate::probe::{Invariant, Probe, TraceField};
-use ingress::Ingress;
+use hosted::Ingress;
 use runner::{Runner, WalAudit};
 
 /// Commands the mailbox holds before callers wait.
 pub const MAILBOX_CAPACITY: usize = 4096;
 /// Completions each actor's executor may queue for the task.
 pub const COMPLETIONS_CAPACITY: usize = 256;
-/// Checkpointer I/O rounds [`WalHost::open`] runs before it gives up on the startup sync.
+/// Checkpointer I/O rounds [`IngressHost::open`] runs before it gives up on the startup sync.
 pub const STARTUP_CHECKPOINT_ROUNDS_MAX: usize = 16;
 
 /// The host's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WalHostConfig {
+pub struct IngressHostConfig {
     /// The WAL's settings (its directory, segment size, preallocation, ...).
     pub wal: WalConfig,
     /// The checkpointer's settings (by default its file lives in the WAL's directory).
@@ -82,11 +82,11 @@ pub struct WalHostConfig {
     pub probe: Probe,
 }
 
-impl WalHostConfig {
+impl IngressHostConfig {
     /// Production settings around `wal`, with the checkpoint beside the segments.
     pub fn new(wal: WalConfig) -> Self {
         let checkpoint = CheckpointerConfig::new(wal.dir.clone());
-        WalHostConfig {
+        IngressHostConfig {
             wal,
             checkpoint,
             mailbox_capacity: MAILBOX_CAPACITY,
@@ -117,7 +117,7 @@ pub enum WalReadError {
     Stopped,
 }
 
-/// Why [`WalHost::open`] failed.
+/// Why [`IngressHost::open`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum WalHostOpenError {
     /// Reading the checkpoint file failed.
@@ -137,7 +137,7 @@ pub enum WalHostOpenError {
     Task(String),
 }
 
-/// Why [`WalHost::shutdown`] did not confirm a synced checkpoint.
+/// Why [`IngressHost::shutdown`] did not confirm a synced checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShutdownError {
     /// The final checkpoint sync failed.
@@ -152,7 +152,7 @@ pub enum ShutdownError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WalStatus {
     /// The WAL's open-time repair finished: reads are served and the durable frontier is current.
-    /// [`WalHost::open`] returns only once it is set (or the WAL latched).
+    /// [`IngressHost::open`] returns only once it is set (or the WAL latched).
     pub repaired: bool,
     /// Every record below this is durable (the dispatcher reads up to it).
     pub durable_next_seq: Seq,
@@ -216,7 +216,7 @@ type StoreReply = oneshot::Sender<Result<(), CheckpointFailure>>;
 /// Called with the number of records each group commit made durable (for the group-commit histogram).
 pub type DurableObserver = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// Why [`WalHost::store_checkpoint_written`] did not confirm the store.
+/// Why [`IngressHost::store_checkpoint_written`] did not confirm the store.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The checkpointer's write (or a sync) failed; it retries on its own after its retry delay.
@@ -243,30 +243,30 @@ impl From<DispatchEvent> for Event {
 
 /// A handle on the running WAL host; clones share it.
 #[derive(Clone, Debug)]
-pub struct WalHost {
+pub struct IngressHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<WalStatus>,
 }
 
-impl WalHost {
+impl IngressHost {
     /// Opens (recovers) the WAL and its checkpoint on `disk` and starts the actor task; the actors read
     /// time from `clock` (the node's).
     /// Returns the host and what recovery found.
     pub async fn open(
         disk: Arc<dyn Disk>,
-        config: WalHostConfig,
+        config: IngressHostConfig,
         clock: Clock,
-    ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
-        WalHost::open_observed(disk, config, clock, None).await
+    ) -> Result<(IngressHost, RecoveryReport), WalHostOpenError> {
+        IngressHost::open_observed(disk, config, clock, None).await
     }
 
-    /// [`WalHost::open`], calling `observer` with the records of every group commit.
+    /// [`IngressHost::open`], calling `observer` with the records of every group commit.
     pub async fn open_observed(
         disk: Arc<dyn Disk>,
-        config: WalHostConfig,
+        config: IngressHostConfig,
         clock: Clock,
         observer: Option<DurableObserver>,
-    ) -> Result<(WalHost, RecoveryReport), WalHostOpenError> {
+    ) -> Result<(IngressHost, RecoveryReport), WalHostOpenError> {
         let checkpointer =
             open_checkpointer(&disk, config.checkpoint.clone(), clock.clone()).await?;
         let recovered = checkpointer.recovered();
@@ -347,7 +347,7 @@ impl WalHost {
             .wait_for(|status| status.repaired || status.latched.is_some())
             .await
             .map_err(|_| WalHostOpenError::Task("the WAL task ended during open".to_string()))?;
-        let host = WalHost {
+        let host = IngressHost {
             commands: command_sender,
             status,
         };
@@ -425,7 +425,7 @@ impl WalHost {
             .map_err(|_| WalError::Stopped)
     }
 
-    /// Stores the checkpoint like [`WalHost::store_checkpoint`] and answers once its in-place write
+    /// Stores the checkpoint like [`IngressHost::store_checkpoint`] and answers once its in-place write
     /// completed (a process crash keeps it from then on), or with the checkpointer's next failure.
     pub async fn store_checkpoint_written(&self, seq: Seq) -> Result<(), StoreError> {
         let result = self
@@ -451,7 +451,7 @@ impl WalHost {
 
     /// A receiver that wakes when the repair finishes, the durable frontier moves, the WAL latches, or
     /// the synced checkpoint or its failure changes. The stored and written checkpoint values change
-    /// with every dispatched batch and wake nobody: read them with `borrow` (or [`WalHost::status`]).
+    /// with every dispatched batch and wake nobody: read them with `borrow` (or [`IngressHost::status`]).
     pub fn subscribe(&self) -> watch::Receiver<WalStatus> {
         self.status.clone()
     }
@@ -546,7 +546,9 @@ async fn open_checkpointer(
     ))
 }
 
-mod ingress;
+pub mod dispatch;
+mod hosted;
 mod runner;
 #[cfg(test)]
 mod tests;
+pub mod transport;

@@ -1,6 +1,6 @@
 //! WAL host throughput against a minimal group-commit baseline, side by side in one process.
 //!
-//! `cargo bench -p narad-node --bench wal_host` runs, for prealloc off and on and for 1 / 8 / 64 / 256
+//! `cargo bench -p narad-node --bench ingress_host` runs, for prealloc off and on and for 1 / 8 / 64 / 256
 //! concurrent appenders of 1 KiB records, the WAL host over `FsDisk` and a baseline (one flusher thread:
 //! one `pwrite` + one `fdatasync` of whatever is staged, in the same file mode) on the same directory,
 //! alternating, and prints the medians: acks/s (with the range over the runs), records per fsync (the
@@ -27,7 +27,7 @@ use narad_core::wal::WalConfig;
 use narad_core::IoFault;
 use narad_node::clock::Clock;
 use narad_node::fs_disk::FsDisk;
-use narad_node::wal_host::{WalHost, WalHostConfig};
+use narad_node::ingress::{IngressHost, IngressHostConfig};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -154,12 +154,12 @@ async fn run_host(dir: &Path, appenders: usize, prealloc: bool, run: Duration) -
         inner: FsDisk::new(dir).expect("bench dir"),
         segment_syncs: AtomicU64::new(0),
     });
-    let config = WalHostConfig::new(WalConfig {
+    let config = IngressHostConfig::new(WalConfig {
         dir: WAL_DIR.to_string(),
         prealloc,
         ..WalConfig::default()
     });
-    let (host, _) = WalHost::open(disk.clone(), config, Clock::start())
+    let (host, _) = IngressHost::open(disk.clone(), config, Clock::start())
         .await
         .expect("open the WAL");
     if prealloc {

@@ -46,8 +46,8 @@ fn failing_disk(
     Arc::new(FsDisk::with_failpoints(dir.path(), failpoints).unwrap())
 }
 
-fn config() -> WalHostConfig {
-    WalHostConfig::new(WalConfig {
+fn config() -> IngressHostConfig {
+    IngressHostConfig::new(WalConfig {
         dir: DIR.to_string(),
         ..WalConfig::default()
     })
@@ -64,7 +64,7 @@ fn record(index: u64) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_take_dense_seqs_and_are_durable_when_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, report) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     assert_eq!(report.next_seq, Seq(0));
@@ -91,7 +91,7 @@ async fn concurrent_appends_share_fsyncs() {
         inner: FsDisk::new(dir.path()).unwrap(),
         segment_syncs: AtomicU64::new(0),
     });
-    let (host, _) = WalHost::open(disk.clone(), config(), Clock::start())
+    let (host, _) = IngressHost::open(disk.clone(), config(), Clock::start())
         .await
         .unwrap();
     let before = disk.segment_syncs.load(Ordering::Relaxed);
@@ -149,7 +149,7 @@ async fn a_record_s_accept_instant_is_its_answer_after_the_fsync_and_recovered_o
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::start();
     {
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), clock.clone())
+        let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), clock.clone())
             .await
             .unwrap();
         host.append(record(0)).await.unwrap();
@@ -160,7 +160,7 @@ async fn a_record_s_accept_instant_is_its_answer_after_the_fsync_and_recovered_o
         clock: clock.clone(),
         synced_at: std::sync::Mutex::new(Vec::new()),
     });
-    let (host, _) = WalHost::open(disk.clone(), config(), clock.clone())
+    let (host, _) = IngressHost::open(disk.clone(), config(), clock.clone())
         .await
         .unwrap();
     let accepted_at = |seq| {
@@ -197,7 +197,7 @@ async fn a_record_s_accept_instant_is_its_answer_after_the_fsync_and_recovered_o
 async fn a_restart_recovers_every_acknowledged_record() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+        let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
             .await
             .unwrap();
         for index in 0..10 {
@@ -208,7 +208,7 @@ async fn a_restart_recovers_every_acknowledged_record() {
             .unwrap();
         host.shutdown().await.unwrap();
     }
-    let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, report) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     assert_eq!(report.next_seq, Seq(12));
@@ -228,7 +228,7 @@ async fn a_restart_recovers_every_acknowledged_record() {
 async fn the_checkpoint_round_trips_through_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+        let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
             .await
             .unwrap();
         for index in 0..8 {
@@ -239,7 +239,7 @@ async fn the_checkpoint_round_trips_through_a_restart() {
     }
     let bytes = std::fs::read(dir.path().join(DIR).join("checkpoint")).unwrap();
     assert_eq!(bytes, 5u64.to_be_bytes());
-    let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     let status = host.status();
@@ -256,7 +256,7 @@ async fn the_synced_checkpoint_compacts_segments_behind_it() {
     config.wal.segment_bytes_max = 64 * 1024;
     config.wal.record_bytes_max = 1024;
     config.wal.rotate_dispatched_active_after_bytes = 1024;
-    let (host, _) = WalHost::open(fs_disk(dir.path()), config, Clock::start())
+    let (host, _) = IngressHost::open(fs_disk(dir.path()), config, Clock::start())
         .await
         .unwrap();
     let payload = vec![7u8; 1000];
@@ -307,7 +307,9 @@ async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     // Segment names start with a digit: the checkpoint file is spared.
     let disk = failing_disk(&dir, "0", FaultKind::Eio, Counter::Syncs, 3);
-    let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
+    let (host, _) = IngressHost::open(disk, config(), Clock::start())
+        .await
+        .unwrap();
     let mut acked = 0u64;
     let mut failure = None;
     for index in 0..10 {
@@ -335,7 +337,7 @@ async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
 async fn a_checkpoint_that_cannot_be_created_fails_the_open() {
     let dir = tempfile::tempdir().unwrap();
     let disk = failing_disk(&dir, "checkpoint", FaultKind::NoSpace, Counter::Bytes, 0);
-    let error = WalHost::open(disk, config(), Clock::start())
+    let error = IngressHost::open(disk, config(), Clock::start())
         .await
         .expect_err("no space");
     assert!(
@@ -353,7 +355,7 @@ async fn a_checkpoint_that_cannot_be_created_fails_the_open() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmed_store_is_answered_once_written_and_sets_the_backlog() {
     let dir = tempfile::tempdir().unwrap();
-    let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     for index in 0..5 {
@@ -371,7 +373,9 @@ async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
     let dir = tempfile::tempdir().unwrap();
     // The creation at open writes 8 bytes; the first store's in-place write is the next.
     let disk = failing_disk(&dir, "checkpoint", FaultKind::Eio, Counter::Bytes, 8);
-    let (host, _) = WalHost::open(disk, config(), Clock::start()).await.unwrap();
+    let (host, _) = IngressHost::open(disk, config(), Clock::start())
+        .await
+        .unwrap();
     host.append(record(0)).await.unwrap();
     let failure = CheckpointFailure {
         op: CheckpointOp::Write,
@@ -388,7 +392,7 @@ async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handles_fail_with_stopped_after_shutdown() {
     let dir = tempfile::tempdir().unwrap();
-    let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     host.shutdown().await.unwrap();
@@ -401,7 +405,7 @@ async fn handles_fail_with_stopped_after_shutdown() {
 async fn over_simdisk_every_acknowledged_record_survives_a_power_loss() {
     use narad_core::disk::sim::SimDisk;
     let disk = SimDisk::new(7);
-    let (host, _) = WalHost::open(Arc::new(disk.clone()), config(), Clock::start())
+    let (host, _) = IngressHost::open(Arc::new(disk.clone()), config(), Clock::start())
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -425,7 +429,7 @@ async fn over_simdisk_every_acknowledged_record_survives_a_power_loss() {
     host.store_checkpoint(Seq(40)).await.unwrap();
     assert_eq!(host.shutdown().await, Ok(Seq(40)));
     disk.crash();
-    let (host, report) = WalHost::open(Arc::new(disk.clone()), config(), Clock::start())
+    let (host, report) = IngressHost::open(Arc::new(disk.clone()), config(), Clock::start())
         .await
         .unwrap();
     assert_eq!(report.next_seq, Seq(80));
@@ -443,7 +447,7 @@ async fn over_simdisk_every_acknowledged_record_survives_a_power_loss() {
 async fn open_truncates_a_torn_tail_and_appends_after_it() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let (host, _) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+        let (host, _) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
             .await
             .unwrap();
         for index in 0..5 {
@@ -456,7 +460,7 @@ async fn open_truncates_a_torn_tail_and_appends_after_it() {
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes.extend_from_slice(&[0xAB; 37]);
     std::fs::write(&segment, &bytes).unwrap();
-    let (host, report) = WalHost::open(fs_disk(dir.path()), config(), Clock::start())
+    let (host, report) = IngressHost::open(fs_disk(dir.path()), config(), Clock::start())
         .await
         .unwrap();
     let torn = report.torn_tail.expect("a torn tail");
