@@ -27,7 +27,7 @@ pub enum Command {
     /// Run a node.
     Serve(ServeArgs),
     /// Load a running node with produces and report throughput, latency and fsyncs per record.
-    Bench(crate::bench::BenchArgs),
+    Bench(narad_load::BenchArgs),
     /// The client subcommands, at the top level as Narad's CLI has them.
     #[command(flatten)]
     Client(ClientCommand),

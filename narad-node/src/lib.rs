@@ -7,23 +7,22 @@
 //! - [`metrics`]: every Prometheus metric of the node.
 //! - [`clock`]: the node's only clock reads.
 //! - [`fs_disk`], [`failpoints`], [`io`]: real files behind the `Disk` seam and the per-lane I/O executor.
-//! - [`wal_host`]: the ingress host (the WAL, the checkpointer and the dispatcher in one task);
+//! - [`ingress`]: the ingress host (the WAL, the checkpointer and the dispatcher in one task) and
+//!   the [`ingress::transport::CommitTransport`] seam its dispatcher commits through;
 //!   [`accept_times`]: when each record earned its 202 (for the accept→visible histogram).
+//! - [`hooks`]: what a test or the simulator plugs into a node; [`future`]: the seams' boxed future.
 //! - [`host`]: the one generic host loop every actor runs on; [`mailbox`]: sending into a host's
 //!   bounded mailbox.
 //! - [`node`]: every host wired into one node over one disk ([`node::start`]), without HTTP; the
-//!   partition (owner) host, the dispatcher's part of the ingress host and the commit transport live
-//!   there.
+//!   partition (owner) host and the local commit transport live there.
 //! - [`cluster`]: the QUIC transport between nodes (on madsim's network under the simulator), with
 //!   the peers' authentication; [`node::peers`] serves it and carries the node's calls over it.
 //! - `server` (not under madsim): wires it all to a real listener.
-//! - [`bench`]: `narad bench`, the HTTP load generator.
 //! - `client` (not under madsim): `narad pub|sub|replay|topic|cluster`, the client subcommands.
 
 #![forbid(unsafe_code)]
 
 pub mod accept_times;
-pub mod bench;
 pub mod cli;
 #[cfg(not(madsim))]
 pub mod client;

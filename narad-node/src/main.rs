@@ -66,7 +66,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Command::Serve(args) => args,
-        Command::Bench(args) => return narad_node::bench::main(args),
+        Command::Bench(args) => return narad_load::main(args),
         Command::Client(command) => return narad_node::client::main(command),
     };
     let names: Vec<String> = std::env::vars_os()

@@ -463,6 +463,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_load_generators_scrape_reads_this_exposition() {
+        let metrics = Metrics::new();
+        metrics.accept_to_visible_seconds.observe(0.003);
+        metrics.ingress_accepted_records.inc_by(7);
+        let scrape = narad_load::scrape::Scrape::parse(&metrics.encode());
+        assert_eq!(scrape.skipped_lines, 0);
+        assert_eq!(
+            scrape.value("narad_ingress_accepted_records_total"),
+            Some(7.0)
+        );
+        assert_eq!(
+            scrape.value("narad_ingress_dispatch_backlog_records"),
+            Some(0.0)
+        );
+        let histogram = scrape.histogram("narad_accept_to_visible_seconds").unwrap();
+        assert_eq!(histogram.count(), 1.0);
+        assert_eq!(histogram.quantile_bound(0.99), Some(0.003));
+    }
+
+    #[test]
     fn accept_to_visible_has_fine_buckets_from_half_a_millisecond_to_fifty() {
         let metrics = Metrics::new();
         metrics.accept_to_visible_seconds.observe(0.009);

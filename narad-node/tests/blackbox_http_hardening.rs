@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use narad_node::bench::http1;
+use narad_load::http1;
 use narad_tests::conn::Conn;
 use narad_tests::observe::{metric, metrics_text, wait_until};
 use narad_tests::raw::{self, End};

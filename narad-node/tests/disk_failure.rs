@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use narad_node::bench::scrape::Scrape;
+use narad_load::scrape::Scrape;
 use narad_tests::ledger::{judge, SharedLedger};
 use narad_tests::load::{replay_all, ProducerSpec, Producers, Target};
 use narad_tests::observe::wait_backlog_drained;

@@ -1,7 +1,7 @@
 //! A blocking keep-alive HTTP/1.1 connection, for tests that send thousands of requests (producers,
 //! replay scans), and under [`crate::http`]'s one request per connection.
 //!
-//! The wire format is `narad bench`'s ([`narad_node::bench::http1`]): this connection only moves bytes
+//! The wire format is `narad bench`'s ([`narad_load::http1`]): this connection only moves bytes
 //! between a socket and that codec. One request in flight at a time; bodies framed by
 //! `Content-Length`, chunked encoding, nothing (204, 304, 1xx) or the end of the connection, every
 //! size bounded by the codec's limits. Every failure drops the socket, so the next request connects
@@ -11,7 +11,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use narad_node::bench::http1::{self, Framing, ProtocolError};
+use narad_load::http1::{self, Framing, ProtocolError};
 
 use crate::{Response, HTTP_TIMEOUT};
 

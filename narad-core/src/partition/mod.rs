@@ -21,6 +21,15 @@ pub mod segment;
 #[cfg(test)]
 mod crash_tests;
 
+/// Names one hosted combiner for as long as it lives; its I/O lanes are ordered by it. The owner
+/// hands out the keys and the owner journal names the logs its entries belong to by them, so the key
+/// lives here, below both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogKey(pub u64);
+
+/// The key of the owner journal's requests (combiners' keys start at 1).
+pub const JOURNAL_KEY: LogKey = LogKey(0);
+
 pub use combiner::{
     BatchId, BatchRecord, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch,
     CommitError, CommittedRange, LiveTopic, QueryId, TopicView,

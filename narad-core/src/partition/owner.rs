@@ -42,6 +42,7 @@ use super::log::{
     LogStatus, PartitionStats, ReadBatch, ReadError, ReadId, ReadRequest, RecoveryError,
     RecoveryReport,
 };
+use super::{LogKey, JOURNAL_KEY};
 use crate::actor::Actor;
 use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
@@ -55,8 +56,6 @@ pub const TOPICS_DIR: &str = "topics";
 pub const PARKED_READS_MAX: usize = 1024;
 /// Io ids at and above this are the owner's own (removing retired logs), never a log's.
 const JANITOR_IO_BASE: u64 = 1 << 63;
-/// The key of the owner journal's requests (combiners' keys start at 1).
-pub const JOURNAL_KEY: LogKey = LogKey(0);
 
 /// The directory of one partition's log: the incarnation is part of it, so a recreated topic starts
 /// empty.
@@ -111,10 +110,6 @@ pub struct OwnerConfig {
     /// The owner journal's settings; `None` runs every log on its own fsyncs (one per commit).
     pub journal: Option<JournalConfig>,
 }
-
-/// Names one hosted combiner for as long as it lives; its I/O lanes are ordered by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LogKey(pub u64);
 
 /// A replay read.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -242,7 +242,7 @@ pub fn topic_path(name: &str) -> String {
     format!("/v1/topics/{}", segment(name))
 }
 
-pub use crate::http::auth::basic_authorization;
+pub use narad_load::http1::basic_authorization;
 
 #[cfg(test)]
 mod tests {

@@ -109,13 +109,6 @@ pub fn verify_password(hash: &str, password: &str) -> bool {
 
 pub use super::offload;
 
-/// The `Authorization` value for `user` and `password` (RFC 7617).
-pub fn basic_authorization(user: &str, password: &str) -> String {
-    let credentials =
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    format!("Basic {credentials}")
-}
-
 /// Whether a password is acceptable for a user.
 pub fn check_new_password(password: &str) -> Result<(), String> {
     if (PASSWORD_BYTES_MIN..=PASSWORD_BYTES_MAX).contains(&password.len()) {

@@ -30,11 +30,11 @@ use narad_core::partition::journal::replay::{
 use narad_core::partition::journal::{JournalConfig, JournalEvent, JOURNAL_DIR};
 pub use narad_core::partition::owner::{partition_dir, PARKED_READS_MAX, TOPICS_DIR};
 use narad_core::partition::owner::{
-    LogEvent, LogKey, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead, OwnerReadError,
+    LogEvent, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead, OwnerReadError,
 };
 use narad_core::partition::{
-    BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, ReadBatch,
-    ReadError, ReadId,
+    BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, LogKey,
+    ReadBatch, ReadError, ReadId,
 };
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};

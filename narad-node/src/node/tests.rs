@@ -241,7 +241,7 @@ async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was
 
 /// Observations in `narad_accept_to_visible_seconds`.
 fn accept_to_visible_count(node: &Node) -> f64 {
-    crate::bench::scrape::Scrape::parse(&node.metrics().encode())
+    narad_load::scrape::Scrape::parse(&node.metrics().encode())
         .histogram("narad_accept_to_visible_seconds")
         .map_or(0.0, |histogram| histogram.count())
 }

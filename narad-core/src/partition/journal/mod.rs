@@ -59,7 +59,7 @@ use std::time::Duration;
 
 use self::entry::{encode_entry, entry_len};
 use super::log::{JournalRun, LogCommitId};
-use super::owner::LogKey;
+use super::LogKey;
 use crate::actor::Actor;
 use crate::cohort::CohortWait;
 use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};

@@ -1,4 +1,5 @@
-//! `narad bench`: a load generator for a running node's produce path, over HTTP/1.1 keep-alive.
+//! The load generator behind `narad bench`, and the HTTP/1.1 client codec ([`http1`]) the black-box
+//! tests share with it. `narad bench`: a load generator for a running node's produce path, over HTTP/1.1 keep-alive.
 //!
 //! W workers (tasks on a small tokio runtime, one connection each) send single produces
 //! (`POST /v1/topics/{t}/produce`, raw body of S bytes) or batches (`POST .../produce/batch`, N
@@ -19,13 +20,17 @@
 //! with several topics they are summed over them.
 //!
 //! Layout: [`http1`] (request bytes, response parsing; pure), [`scrape`] (reading `/metrics`; pure),
-//! [`workload`] (the plan from the flags, bodies, latency summaries, the report; pure), and, outside
-//! madsim, `client` (one tokio connection) and `run` (the workers).
+//! [`workload`] (the plan from the flags, bodies; pure), [`report`] (latency summaries, the node's
+//! figures, the report; pure), [`consume`] (stamped payloads and, outside madsim, the consumer
+//! workers), and, outside madsim, `client` (one tokio connection) and `run` (the workers).
+
+#![forbid(unsafe_code)]
 
 #[cfg(not(madsim))]
 mod client;
 pub mod consume;
 pub mod http1;
+pub mod report;
 #[cfg(not(madsim))]
 mod run;
 pub mod scrape;
@@ -35,9 +40,10 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
+pub use report::{LatencySummary, Report};
 #[cfg(not(madsim))]
 pub use run::main;
-pub use workload::{LatencySummary, Plan, PlanError, Report};
+pub use workload::{Plan, PlanError};
 
 /// How the report is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -129,3 +129,32 @@ impl Connection {
 fn invalid(error: http1::ProtocolError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
 }
+
+/// Between a failed connect and the next request's.
+const RECONNECT_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// One exchange on the worker's connection (opened first if needed): the response, or the kind of
+/// failure. A failed connection is dropped so the next request opens a new one.
+pub(crate) async fn exchange(
+    connection: &mut Option<Connection>,
+    addr: SocketAddr,
+    request: &[u8],
+) -> Result<Response, String> {
+    if connection.as_ref().is_none_or(Connection::is_closed) {
+        match Connection::connect(addr).await {
+            Ok(fresh) => *connection = Some(fresh),
+            Err(error) => {
+                tokio::time::sleep(RECONNECT_DELAY).await;
+                return Err(format!("connect: {}", error.kind()));
+            }
+        }
+    }
+    let open = connection.as_mut().expect("connected above");
+    match open.exchange(request).await {
+        Ok(response) => Ok(response),
+        Err(error) => {
+            *connection = None;
+            Err(format!("io: {}", error.kind()))
+        }
+    }
+}

@@ -17,17 +17,13 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use tokio::time::Instant;
 
-use super::client::Connection;
+use super::client::{exchange, Connection};
 use super::http1;
+use super::report::{LatencySummary, NodeFigures, Report};
 use super::scrape::Scrape;
-use super::workload::{
-    batch_body, payload, LatencySummary, NodeFigures, Plan, Report, Stop, TopicPicker,
-    LATENCY_SAMPLES_MAX,
-};
+use super::workload::{batch_body, payload, Plan, Stop, TopicPicker, LATENCY_SAMPLES_MAX};
 use super::BenchArgs;
 
-/// How long a worker waits before connecting again after a failed connect.
-const RECONNECT_DELAY: Duration = Duration::from_millis(10);
 /// How often the backlog gauge is read while waiting for it to drain.
 const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Topic creations in flight at once (one connection each).
@@ -321,32 +317,6 @@ async fn worker(shared: Arc<Shared>, index: usize, samples_max: usize) -> Tally 
 fn claim(left: &AtomicU64) -> bool {
     left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
         .is_ok()
-}
-
-/// One exchange on the worker's connection (opened first if needed): the response, or the kind of
-/// failure. A failed connection is dropped so the next request opens a new one.
-pub(super) async fn exchange(
-    connection: &mut Option<Connection>,
-    addr: SocketAddr,
-    request: &[u8],
-) -> Result<super::client::Response, String> {
-    if connection.as_ref().is_none_or(Connection::is_closed) {
-        match Connection::connect(addr).await {
-            Ok(fresh) => *connection = Some(fresh),
-            Err(error) => {
-                tokio::time::sleep(RECONNECT_DELAY).await;
-                return Err(format!("connect: {}", error.kind()));
-            }
-        }
-    }
-    let open = connection.as_mut().expect("connected above");
-    match open.exchange(request).await {
-        Ok(response) => Ok(response),
-        Err(error) => {
-            *connection = None;
-            Err(format!("io: {}", error.kind()))
-        }
-    }
 }
 
 fn resolve(authority: &str) -> anyhow::Result<SocketAddr> {

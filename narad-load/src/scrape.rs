@@ -324,24 +324,4 @@ broken line
         };
         assert_eq!(empty.quantile(0.5), None);
     }
-
-    #[test]
-    fn the_nodes_own_exposition_parses() {
-        let metrics = crate::metrics::Metrics::new();
-        metrics.accept_to_visible_seconds.observe(0.003);
-        metrics.ingress_accepted_records.inc_by(7);
-        let scrape = Scrape::parse(&metrics.encode());
-        assert_eq!(scrape.skipped_lines, 0);
-        assert_eq!(
-            scrape.value("narad_ingress_accepted_records_total"),
-            Some(7.0)
-        );
-        assert_eq!(
-            scrape.value("narad_ingress_dispatch_backlog_records"),
-            Some(0.0)
-        );
-        let histogram = scrape.histogram("narad_accept_to_visible_seconds").unwrap();
-        assert_eq!(histogram.count(), 1.0);
-        assert_eq!(histogram.quantile_bound(0.99), Some(0.003));
-    }
 }

@@ -5,10 +5,6 @@
 //! started>,"bench":"x…"}`), so each delivery gives a send → delivered latency: an upper bound of
 //! accept → delivered by the produce's own latency (reported beside it).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-use super::workload::LatencySummary;
 #[cfg(not(madsim))]
 pub use driver::run;
 
@@ -29,77 +25,6 @@ fn stamp_of(message: &serde_json::Value) -> Option<u64> {
     message["payload"]["t"].as_u64()
 }
 
-/// What the consumers did.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ConsumeFigures {
-    /// Workers.
-    pub workers: usize,
-    /// Messages delivered (200s), redeliveries included.
-    pub delivered: u64,
-    /// Acks answered 204.
-    pub acked: u64,
-    /// From the first consume to the last delivery, seconds.
-    pub elapsed_s: f64,
-    /// Failed consumes and acks by kind.
-    pub errors: BTreeMap<String, u64>,
-    /// Send → delivered latency of the stamped deliveries.
-    pub latency: Option<LatencySummary>,
-}
-
-impl ConsumeFigures {
-    /// Deliveries per second.
-    pub fn msgs_per_s(&self) -> f64 {
-        if self.elapsed_s > 0.0 {
-            self.delivered as f64 / self.elapsed_s
-        } else {
-            0.0
-        }
-    }
-
-    /// The report's lines.
-    pub fn text(&self, out: &mut String) {
-        let errors: u64 = self.errors.values().sum();
-        let _ = writeln!(
-            out,
-            "  consume     {} delivered, {} acked, {errors} failed by {} workers in {:.2} s: {:.1} msgs/s",
-            self.delivered,
-            self.acked,
-            self.workers,
-            self.elapsed_s,
-            self.msgs_per_s()
-        );
-        if let Some(latency) = &self.latency {
-            let _ = writeln!(
-                out,
-                "  delivered   send→delivered p50 {:.3} ms  p95 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
-                latency.p50_s * 1e3,
-                latency.p95_s * 1e3,
-                latency.p99_s * 1e3,
-                latency.max_s * 1e3
-            );
-        }
-    }
-
-    /// The JSON object.
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "workers": self.workers,
-            "delivered": self.delivered,
-            "acked": self.acked,
-            "elapsed_s": self.elapsed_s,
-            "msgs_per_s": self.msgs_per_s(),
-            "errors": self.errors,
-            "send_to_delivered": self.latency.map(|latency| serde_json::json!({
-                "p50_ms": latency.p50_s * 1e3,
-                "p95_ms": latency.p95_s * 1e3,
-                "p99_ms": latency.p99_s * 1e3,
-                "max_ms": latency.max_s * 1e3,
-                "timed": latency.count,
-            })),
-        })
-    }
-}
-
 /// The consumer workers (outside madsim, as the producers' are).
 #[cfg(not(madsim))]
 mod driver {
@@ -111,11 +36,11 @@ mod driver {
 
     use tokio::time::Instant;
 
-    use super::super::client::Connection;
+    use super::super::client::{exchange, Connection};
     use super::super::http1;
-    use super::super::run::exchange;
-    use super::super::workload::{LatencySummary, Plan, LATENCY_SAMPLES_MAX};
-    use super::{stamp_of, ConsumeFigures};
+    use super::super::report::{ConsumeFigures, LatencySummary};
+    use super::super::workload::{Plan, LATENCY_SAMPLES_MAX};
+    use super::stamp_of;
 
     /// How long one consume waits for a message.
     const POLL_WAIT: &str = "2s";

@@ -9,6 +9,8 @@
 //! a body to the end of the connection stops past [`BODY_BYTES_MAX`] with
 //! [`ProtocolError::BodyTooLarge`].
 
+use base64::Engine as _;
+
 /// The longest response head accepted.
 pub const HEAD_BYTES_MAX: usize = 64 * 1024;
 /// The longest response body accepted.
@@ -212,6 +214,13 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack
         .windows(needle.len())
         .position(|window| window == needle)
+}
+
+/// The `Authorization` value for `user` and `password` (RFC 7617).
+pub fn basic_authorization(user: &str, password: &str) -> String {
+    let credentials =
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {credentials}")
 }
 
 #[cfg(test)]
