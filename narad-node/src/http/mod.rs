@@ -159,6 +159,22 @@ impl App {
             .pick_for_accept(now, topic, partitions, choice)
     }
 
+    /// The partition of a synchronous produce (the node RPC's `Produce` op): the accept-time choice
+    /// of the same picker, then forward past partitions `is_dead` names (a pinned partition is kept).
+    pub fn pick_sync_partition(
+        &self,
+        topic: &str,
+        partitions: u32,
+        choice: PartitionChoice<'_>,
+        is_dead: impl Fn(PartitionId) -> bool,
+    ) -> Result<PartitionId, PickError> {
+        let now = self.clock.now();
+        self.picker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pick_for_sync_produce(now, topic, partitions, choice, is_dead)
+    }
+
     /// Marks recovery done (`/readyz` answers 200 from now on).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);

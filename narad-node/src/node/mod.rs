@@ -309,10 +309,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
                 node: node_id,
                 app: app.clone(),
                 cluster: Some(cluster.clone()),
-                // Its own rotation, apart from the HTTP accept path's.
-                picker: std::sync::Mutex::new(narad_core::routing::PartitionPicker::new(
-                    seed ^ 0x7379_6e63_7072_6f64,
-                )),
             })),
             metrics: metrics.clone(),
             plant: hooks.plant,

@@ -615,7 +615,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
 async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_offset() {
     use narad_core::codec::cluster::{Control, ControlAnswer, IdSection};
     use narad_core::metastore::Command;
-    use narad_core::routing::{partition_for_key, PartitionPicker};
+    use narad_core::routing::partition_for_key;
 
     use crate::cluster::Inbound;
     use crate::node::peers::{NodeInbound, SyncProduce};
@@ -650,7 +650,6 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
             node: NodeId(1),
             app: node.app().clone(),
             cluster: None,
-            picker: std::sync::Mutex::new(PartitionPicker::new(1)),
         })),
         metrics: node.metrics().clone(),
         plant: narad_core::planted::Plant::NONE,
