@@ -38,6 +38,8 @@ const ENOSPC: i32 = 28;
 const EIO: i32 = 5;
 
 /// Converts an `std::io::Error` into the seam's [`IoFault`].
+// `io::ErrorKind` is non-exhaustive: every kind without a fault of its own is one with its text.
+#[allow(clippy::wildcard_enum_match_arm)]
 pub fn io_fault(error: &io::Error) -> IoFault {
     match error.raw_os_error() {
         Some(ENOSPC) => return IoFault::NoSpace,

@@ -21,6 +21,10 @@
 //! - `client` (not under madsim): `narad pub|sub|replay|topic|cluster`, the client subcommands.
 
 #![forbid(unsafe_code)]
+// Every actor output, input and phase is matched by name, so a new variant cannot slip past a host.
+#![deny(clippy::wildcard_enum_match_arm)]
+// Tests pick one kind of output out of many; the production build above is what the rule guards.
+#![cfg_attr(test, allow(clippy::wildcard_enum_match_arm))]
 
 pub mod accept_times;
 pub mod cli;

@@ -581,6 +581,10 @@ impl Actor for Checkpointer {
             None => self.sync_wake(),
         }
     }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
+    }
 }
 
 /// Lets [`crate::disk::driver::SyncDriver`] run the checkpointer (tests, the simulator).

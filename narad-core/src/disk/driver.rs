@@ -72,7 +72,7 @@ impl<'d, A: IoActor> SyncDriver<'d, A> {
 
     /// Feeds one input at the current time and drains the outputs.
     pub fn handle(&mut self, input: A::Input) {
-        self.actor.handle(self.now, input);
+        crate::feed(&mut self.actor, self.now, input);
         self.drain();
     }
 
@@ -287,7 +287,7 @@ pub fn run_to_idle<A: IoActor>(
             }
         };
         let completion = run_request(disk, &request, hook).ok_or(Crashed)?;
-        actor.handle(now, A::io_done(request, completion));
+        crate::feed(actor, now, A::io_done(request, completion));
     }
     Ok(others)
 }

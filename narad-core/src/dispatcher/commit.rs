@@ -433,7 +433,9 @@ impl Dispatcher {
             {
                 FailureReaction::Failing
             }
-            reaction => reaction,
+            reaction @ (FailureReaction::Refused { .. }
+            | FailureReaction::ResendWithoutIds
+            | FailureReaction::Failing) => reaction,
         };
         match reaction {
             FailureReaction::ResendWithoutIds if commit.with_ids && now < commit.deadline => {

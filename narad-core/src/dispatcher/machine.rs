@@ -748,6 +748,10 @@ impl Actor for Dispatcher {
     fn poll_timeout(&self) -> Option<Instant> {
         self.next_wake
     }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
+    }
 }
 
 /// A record that does not decode stops the reader (spec: a binary that cannot decode a record stops in

@@ -187,13 +187,15 @@ pub fn normalize_grants(grants: &[Grant]) -> Result<Vec<Grant>, TopicError> {
                 ))
             }
             Action::Admin => {}
-            action if grant.patterns.is_empty() => {
+            action @ (Action::Produce | Action::Consume | Action::Create)
+                if grant.patterns.is_empty() =>
+            {
                 return Err(TopicError::GrantInvalid(format!(
                     "the {} grant needs at least one pattern",
                     action.as_str()
                 )))
             }
-            _ => {}
+            Action::Produce | Action::Consume | Action::Create => {}
         }
         for pattern in &grant.patterns {
             validate_pattern(pattern)?;

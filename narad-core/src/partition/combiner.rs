@@ -572,7 +572,7 @@ impl Combiner {
 
     fn feed_log(&mut self, now: Instant, input: LogInput) {
         if let Some(slot) = self.slot.as_mut() {
-            slot.log.handle(now, input);
+            crate::feed(&mut slot.log, now, input);
             self.drain_log(now);
         }
     }
@@ -960,6 +960,10 @@ impl Actor for Combiner {
 
     fn poll_timeout(&self) -> Option<Instant> {
         None
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }
 

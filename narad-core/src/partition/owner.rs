@@ -530,7 +530,7 @@ impl Owner {
         let Some(slot) = self.slots.get_mut(&key) else {
             return;
         };
-        slot.combiner.handle(self.now, input);
+        crate::feed(&mut slot.combiner, self.now, input);
         self.drain(key);
         self.drop_if_idle(key);
         self.pump_journal();
@@ -547,7 +547,7 @@ impl Owner {
             let Some(journal) = self.journal.as_mut() else {
                 break;
             };
-            journal.handle(self.now, input);
+            crate::feed(journal, self.now, input);
             let mut outputs = Vec::new();
             while let Some(output) = journal.poll_output() {
                 outputs.push(output);
@@ -838,6 +838,10 @@ impl Actor for Owner {
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.journal.as_ref().and_then(Actor::poll_timeout)
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }
 

@@ -580,7 +580,12 @@ impl Actor for IngressWal {
                 self.batching = false;
                 self.start_next(now);
             }
-            input => self.handle_one(now, input),
+            input @ (WalInput::Append { .. }
+            | WalInput::AppendMany { .. }
+            | WalInput::IoDone { .. }
+            | WalInput::Read { .. }
+            | WalInput::CheckpointSynced { .. }
+            | WalInput::Tick) => self.handle_one(now, input),
         }
         self.rearm_backstop(now);
         self.check_invariants();
@@ -595,6 +600,10 @@ impl Actor for IngressWal {
             (Some(backstop), Some(cohort)) => Some(backstop.min(cohort)),
             (backstop, cohort) => backstop.or(cohort),
         }
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }
 

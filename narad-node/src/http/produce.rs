@@ -187,7 +187,13 @@ fn record(
 fn invalid(error: &MessageError) -> Reply {
     let prefix = match error {
         MessageError::PayloadRequired => "",
-        _ => "invalid argument: ",
+        MessageError::KeyTooLong
+        | MessageError::PartitionMalformed
+        | MessageError::PayloadTooLarge
+        | MessageError::PayloadEncoding(_)
+        | MessageError::PayloadNotBase64
+        | MessageError::Schema(_)
+        | MessageError::PartitionOutOfRange => "invalid argument: ",
     };
     Reply::error(400, &format!("{prefix}{error}"))
 }

@@ -186,6 +186,8 @@ pub fn load_tls(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, Tl
     Ok(Arc::new(config))
 }
 
+// `pem::Error` is non-exhaustive: every other error says itself.
+#[allow(clippy::wildcard_enum_match_arm)]
 fn pem_reason(error: rustls::pki_types::pem::Error, wanted: &str) -> String {
     match error {
         rustls::pki_types::pem::Error::NoItemsFound => format!("no {wanted} block"),

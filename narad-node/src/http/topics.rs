@@ -140,7 +140,22 @@ pub fn topic_error(error: &TopicError) -> Reply {
         TopicError::RootExists | TopicError::RootUndeletable | TopicError::RootGrantsFixed => {
             return Reply::error(403, &format!("forbidden: {error}"))
         }
-        _ => 400,
+        TopicError::NameRequired
+        | TopicError::NameInvalid
+        | TopicError::NameReserved
+        | TopicError::PartitionsOutOfRange
+        | TopicError::PartitionsNotIncreased { .. }
+        | TopicError::RetentionTooShort
+        | TopicError::SchemaTooLarge
+        | TopicError::NothingToChange
+        | TopicError::TooManyTopics
+        | TopicError::PartitionOutOfRange
+        | TopicError::UnknownMember(_)
+        | TopicError::MemberRefused
+        | TopicError::UsernameInvalid
+        | TopicError::GrantInvalid(_)
+        | TopicError::TooManyUsers
+        | TopicError::PasswordHashInvalid => 400,
     };
     Reply::error(status, &error.to_string())
 }

@@ -305,7 +305,15 @@ impl DispatchPart {
                     "dispatch",
                     format_args!("commit #{} failed: {failure:?}", commit_id.0),
                 ),
-                _ => {}
+                DispatcherInput::Tick
+                | DispatcherInput::Durable { .. }
+                | DispatcherInput::WalFrames { .. }
+                | DispatcherInput::WalReadFailed { .. }
+                | DispatcherInput::CheckpointStored { .. }
+                | DispatcherInput::CheckpointStoreFailed { .. }
+                | DispatcherInput::Member { .. }
+                | DispatcherInput::Topic { .. }
+                | DispatcherInput::TopicGoneAnswer { .. } => {}
             }
         }
         if let DispatcherInput::CommitDone { commit_id }
@@ -313,7 +321,7 @@ impl DispatchPart {
         {
             self.deadlines.answered(*commit_id);
         }
-        self.dispatcher.handle(turn.now(), input);
+        narad_core::feed(&mut self.dispatcher, turn.now(), input);
         while let Some(output) = self.dispatcher.poll_output() {
             match output {
                 DispatcherOutput::ReadWal(read) => wal.read(read),

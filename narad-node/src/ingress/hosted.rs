@@ -72,7 +72,10 @@ impl Hosted for Ingress {
                     }
                     let _ = reply.send(());
                 }
-                other => {
+                other @ (Command::Read { .. }
+                | Command::StoreCheckpoint { .. }
+                | Command::Shutdown { .. }
+                | Command::AcceptTime { .. }) => {
                     self.runner.feed_appends();
                     self.settle(turn);
                     self.runner.on_command(other);
@@ -95,7 +98,7 @@ impl Hosted for Ingress {
                     dispatch.on_event(turn, &mut self.runner, event);
                 }
             }
-            io => self.runner.on_io(io),
+            io @ (Event::Wal(..) | Event::Checkpoint(_)) => self.runner.on_io(io),
         }
         self.settle(turn);
     }

@@ -538,7 +538,11 @@ async fn open_checkpointer(
         }
         for request in requests {
             let (_, completion) = crate::io::run_request(Arc::clone(disk), request).await;
-            checkpointer.handle(clock.now(), CheckpointInput::Io(completion));
+            narad_core::feed(
+                &mut checkpointer,
+                clock.now(),
+                CheckpointInput::Io(completion),
+            );
         }
     }
     Err(WalHostOpenError::Task(

@@ -124,7 +124,18 @@ impl WalAudit {
         }
         let removes_segment = request.ops.iter().any(|op| match op {
             IoOp::Remove { path } => path.ends_with(".wal"),
-            _ => false,
+            IoOp::Create { .. }
+            | IoOp::CreateDirAll { .. }
+            | IoOp::WriteAt { .. }
+            | IoOp::WriteZeros { .. }
+            | IoOp::ReadAt { .. }
+            | IoOp::ReadCrc { .. }
+            | IoOp::Len { .. }
+            | IoOp::SetLen { .. }
+            | IoOp::SyncData { .. }
+            | IoOp::SyncDir { .. }
+            | IoOp::Rename { .. }
+            | IoOp::List { .. } => false,
         });
         if removes_segment && synced.is_none_or(|synced| oldest_kept > synced) {
             self.probe.violation(
@@ -163,7 +174,7 @@ impl Runner {
             max_records,
             max_bytes,
         };
-        self.wal.handle(now, input);
+        narad_core::feed(&mut self.wal, now, input);
     }
 
     /// Stages an append for the batch [`Runner::feed_appends`] hands the WAL.
@@ -180,7 +191,12 @@ impl Runner {
                 self.appending
                     .push(WalInput::AppendMany { id, sizes, fill });
             }
-            other => self.on_command(other),
+            other @ (Command::Read { .. }
+            | Command::StoreCheckpoint { .. }
+            | Command::Shutdown { .. }
+            | Command::StartDispatch { .. }
+            | Command::StopDispatch { .. }
+            | Command::AcceptTime { .. }) => self.on_command(other),
         }
     }
 
@@ -190,11 +206,11 @@ impl Runner {
             0 => {}
             1 => {
                 let input = self.appending.pop().expect("one");
-                self.wal.handle(self.clock.now(), input);
+                narad_core::feed(&mut self.wal, self.clock.now(), input);
             }
             _ => {
                 let inputs = std::mem::take(&mut self.appending);
-                self.wal.handle(self.clock.now(), WalInput::Batch(inputs));
+                narad_core::feed(&mut self.wal, self.clock.now(), WalInput::Batch(inputs));
             }
         }
     }
@@ -242,7 +258,7 @@ impl Runner {
     }
 
     pub(super) fn store_checkpoint_now(&mut self, now: Instant, seq: Seq) {
-        self.checkpointer.handle(now, CheckpointInput::Store(seq));
+        narad_core::feed(&mut self.checkpointer, now, CheckpointInput::Store(seq));
         let stored = self.checkpointer.stored();
         // Silent (see `IngressHost::subscribe`): one store per dispatched batch would wake every
         // subscriber for a value none of them follows.
@@ -275,8 +291,11 @@ impl Runner {
     pub(super) fn begin_stop(&mut self) {
         if !self.stopping {
             self.stopping = true;
-            self.checkpointer
-                .handle(self.clock.now(), CheckpointInput::Flush);
+            narad_core::feed(
+                &mut self.checkpointer,
+                self.clock.now(),
+                CheckpointInput::Flush,
+            );
         }
     }
 
@@ -287,7 +306,8 @@ impl Runner {
             Event::Dispatch(_) => unreachable!("the ingress host hands these to the dispatcher"),
             Event::Wal(request, completion) => {
                 self.audit.on_completed(&request, &completion);
-                self.wal.handle(
+                narad_core::feed(
+                    &mut self.wal,
                     now,
                     WalInput::IoDone {
                         request,
@@ -295,9 +315,9 @@ impl Runner {
                     },
                 )
             }
-            Event::Checkpoint(completion) => self
-                .checkpointer
-                .handle(now, CheckpointInput::Io(completion)),
+            Event::Checkpoint(completion) => {
+                narad_core::feed(&mut self.checkpointer, now, CheckpointInput::Io(completion))
+            }
         }
     }
 
@@ -305,10 +325,10 @@ impl Runner {
     pub(super) fn on_tick(&mut self) {
         let now = self.clock.now();
         if self.wal.poll_timeout().is_some_and(|at| at <= now) {
-            self.wal.handle(now, WalInput::Tick);
+            narad_core::feed(&mut self.wal, now, WalInput::Tick);
         }
         if self.checkpointer.poll_timeout().is_some_and(|at| at <= now) {
-            self.checkpointer.handle(now, CheckpointInput::Tick);
+            narad_core::feed(&mut self.checkpointer, now, CheckpointInput::Tick);
         }
     }
 
@@ -470,8 +490,11 @@ impl Runner {
                     status.checkpoint_synced = seq;
                     status.checkpoint_failure = None;
                 });
-                self.wal
-                    .handle(self.clock.now(), WalInput::CheckpointSynced { seq });
+                narad_core::feed(
+                    &mut self.wal,
+                    self.clock.now(),
+                    WalInput::CheckpointSynced { seq },
+                );
             }
             CheckpointOutput::Failed(failure) => {
                 tracing::warn!(op = ?failure.op, fault = %failure.fault, "ingress dispatch checkpoint store failed");

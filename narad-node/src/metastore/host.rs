@@ -643,7 +643,7 @@ impl MetaHost {
 
     /// Feeds one input and carries out what the replica emits.
     fn handle(&mut self, turn: &mut Turn<'_, Persisted>, input: ReplicaInput) {
-        self.replica.handle(turn.now(), input);
+        narad_core::feed(&mut self.replica, turn.now(), input);
         self.drain(turn);
     }
 

@@ -284,6 +284,10 @@ impl Actor for MetaReplica {
             None => Some(self.next_tick_at),
         }
     }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
+    }
 }
 
 // Inputs.

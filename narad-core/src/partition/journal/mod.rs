@@ -517,7 +517,10 @@ impl OwnerJournal {
                     }
                 }
             }
-            phase => self.phase = phase,
+            phase @ (Phase::Ready
+            | Phase::Flushing(_)
+            | Phase::Repairing { .. }
+            | Phase::Latched { .. }) => self.phase = phase,
         }
     }
 
@@ -877,5 +880,9 @@ impl Actor for OwnerJournal {
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.cohort_deadline()
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }

@@ -221,7 +221,16 @@ impl JournalReplay {
                 let report = std::mem::take(&mut self.report);
                 self.outputs.push_back(ReplayOutput::Done(report));
             }
-            phase => self.phase = phase,
+            phase @ (Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Reading(..)
+            | Phase::ListingLog(_)
+            | Phase::Cutting(_)
+            | Phase::Copying(..)
+            | Phase::Writing(..)
+            | Phase::Syncing(_)
+            | Phase::Emptying(_)
+            | Phase::Finished) => self.phase = phase,
         }
     }
 
@@ -589,6 +598,10 @@ impl Actor for JournalReplay {
 
     fn poll_timeout(&self) -> Option<Instant> {
         None
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }
 

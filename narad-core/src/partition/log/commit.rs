@@ -256,7 +256,17 @@ impl PartitionLog {
     pub(super) fn on_journal_done(&mut self, id: LogCommitId, result: Result<(), IoFault>) {
         let pending = match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Journaling(pending) if pending.id == id => pending,
-            phase => {
+            phase @ (Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Rewriting(..)
+            | Phase::Finalizing(..)
+            | Phase::Ready
+            | Phase::Committing(_)
+            | Phase::Journaling(_)
+            | Phase::Repairing(..)
+            | Phase::Latched(..)
+            | Phase::OpenFailed(_)) => {
                 // An answer for a commit this log no longer waits for (the planted bug's).
                 self.phase = phase;
                 return;
@@ -548,7 +558,16 @@ impl PartitionLog {
                 self.repair(target);
                 true
             }
-            _ => false,
+            Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Rewriting(..)
+            | Phase::Finalizing(..)
+            | Phase::Ready
+            | Phase::Committing(_)
+            | Phase::Journaling(_)
+            | Phase::Repairing(..)
+            | Phase::OpenFailed(_) => false,
         }
     }
 

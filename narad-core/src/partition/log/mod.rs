@@ -844,7 +844,16 @@ impl PartitionLog {
     pub fn latched_fault(&self) -> Option<&IoFault> {
         match &self.phase {
             Phase::Latched(fault, _) => Some(fault),
-            _ => None,
+            Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Rewriting(..)
+            | Phase::Finalizing(..)
+            | Phase::Ready
+            | Phase::Committing(_)
+            | Phase::Journaling(_)
+            | Phase::Repairing(..)
+            | Phase::OpenFailed(_) => None,
         }
     }
 
@@ -857,7 +866,16 @@ impl PartitionLog {
     pub fn open_error(&self) -> Option<&RecoveryError> {
         match &self.phase {
             Phase::OpenFailed(error) => Some(error),
-            _ => None,
+            Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Rewriting(..)
+            | Phase::Finalizing(..)
+            | Phase::Ready
+            | Phase::Committing(_)
+            | Phase::Journaling(_)
+            | Phase::Repairing(..)
+            | Phase::Latched(..) => None,
         }
     }
 
@@ -934,7 +952,15 @@ impl PartitionLog {
         match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Committing(pending) => self.on_commit_io(*pending, completion),
             Phase::Repairing(_, target) => self.on_repair_io(target, completion),
-            phase => {
+            phase @ (Phase::Listing(_)
+            | Phase::Measuring(..)
+            | Phase::Scanning(..)
+            | Phase::Rewriting(..)
+            | Phase::Finalizing(..)
+            | Phase::Ready
+            | Phase::Journaling(_)
+            | Phase::Latched(..)
+            | Phase::OpenFailed(_)) => {
                 self.phase = phase;
                 self.on_recovery_io(completion);
             }
@@ -988,6 +1014,10 @@ impl Actor for PartitionLog {
 
     fn poll_timeout(&self) -> Option<Instant> {
         None
+    }
+
+    fn has_output(&self) -> bool {
+        !self.outputs.is_empty()
     }
 }
 

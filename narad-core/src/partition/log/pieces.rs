@@ -120,7 +120,7 @@ impl PieceScan {
                     let held = held_from(&self.window, self.window_start, at);
                     match search.feed(held, self.file_len - at) {
                         SearchStep::Need(need) => Some((search.position(), need)),
-                        step => {
+                        step @ (SearchStep::Found(..) | SearchStep::Zeros | SearchStep::Torn) => {
                             self.search_done(step);
                             None
                         }

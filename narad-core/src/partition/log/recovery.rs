@@ -23,7 +23,12 @@ impl PartitionLog {
                 self.phase = Phase::Ready;
                 self.outputs.push_back(LogOutput::Opened(report));
             }
-            other => unreachable!("recovery completion in phase {other:?}"),
+            other @ (Phase::Ready
+            | Phase::Committing(_)
+            | Phase::Journaling(_)
+            | Phase::Repairing(..)
+            | Phase::Latched(..)
+            | Phase::OpenFailed(_)) => unreachable!("recovery completion in phase {other:?}"),
         }
     }
 
@@ -54,7 +59,9 @@ impl PartitionLog {
         for reply in &replies {
             match reply {
                 IoReply::Len(len) => lens.push(*len),
-                _ => return self.fail_open(RecoveryError::Io(bad_reply("len"))),
+                IoReply::Done | IoReply::Data(_) | IoReply::Crc(..) | IoReply::Names(_) => {
+                    return self.fail_open(RecoveryError::Io(bad_reply("len")))
+                }
             }
         }
         if lens.len() != bases.len() {
@@ -337,6 +344,14 @@ fn writes_run(phase: &Phase) -> bool {
     match phase {
         Phase::Finalizing(..) => true,
         Phase::Rewriting(_, reread) => reread.wrote,
-        _ => false,
+        Phase::Listing(_)
+        | Phase::Measuring(..)
+        | Phase::Scanning(..)
+        | Phase::Ready
+        | Phase::Committing(_)
+        | Phase::Journaling(_)
+        | Phase::Repairing(..)
+        | Phase::Latched(..)
+        | Phase::OpenFailed(_) => false,
     }
 }
