@@ -8,7 +8,7 @@
 //! the freeze. The produce-path target: a backlog drains at no less than half the produce rate.
 //! `DRAIN_ASSERT=1` asserts it; every acknowledged record is checked visible either way.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use narad_tests::cluster::{Cluster, MEMBER_TIMEOUT};
@@ -30,8 +30,11 @@ const FREEZE: Duration = Duration::from_millis(2_500);
 const BACKLOG: &str = "narad_ingress_dispatch_backlog_records";
 const REROUTES: &str = "narad_ingress_dispatch_reroutes_total";
 
-fn binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_narad"))
+/// The node under test: this build's, or `NARAD_DRAIN_BINARY` (another build of `narad`, for a
+/// before/after figure on the same harness).
+fn binary() -> PathBuf {
+    std::env::var_os("NARAD_DRAIN_BINARY")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_narad")), PathBuf::from)
 }
 
 /// The high watermarks and sizes, summed, of the partitions `owners` gives member [`FROZEN`], as
@@ -62,7 +65,7 @@ fn frozen_stats(cluster: &Cluster, owners: &[u64]) -> (u64, u64) {
 #[allow(clippy::disallowed_methods)] // The drain figure times real processes: the real clock.
 #[ignore = "a benchmark: run by ci/bench-drain"]
 fn a_frozen_owners_backlog_drains_at_no_less_than_half_the_produce_rate() {
-    let cluster = Cluster::start(binary(), MEMBERS as usize, SECRET);
+    let cluster = Cluster::start(&binary(), MEMBERS as usize, SECRET);
     cluster.node(1).create_topic(TOPIC, PARTITIONS);
     let owners = cluster.wait_topic(TOPIC, PARTITIONS);
     let frozen_partitions = owners.iter().filter(|&&owner| owner == FROZEN).count();

@@ -128,7 +128,7 @@ pub(crate) enum DispatchEvent {
     /// An output's answer (a leader confirmation).
     Answer(DispatcherInput),
     /// A commit's answer, with what its metrics need.
-    Committed(Box<CommitAnswer>),
+    Committed(Box<CommitReturn>),
     /// The metastore replica changed (`open`), or the metastore stopped.
     Meta {
         receiver: watch::Receiver<Arc<MetaView>>,
@@ -136,8 +136,9 @@ pub(crate) enum DispatchEvent {
     },
 }
 
-/// A commit's answer: `records` are kept only when it landed (for the accept→visible observation).
-pub(crate) struct CommitAnswer {
+/// A commit come back to the dispatcher: `records` are kept only when it landed (for the
+/// accept→visible observation).
+pub(crate) struct CommitReturn {
     commit_id: CommitId,
     topic: Arc<str>,
     partition: PartitionId,
@@ -342,9 +343,9 @@ impl DispatchPart {
         &mut self,
         turn: &mut Turn<'_, C>,
         wal: &mut impl WalPort,
-        answer: CommitAnswer,
+        answer: CommitReturn,
     ) {
-        let CommitAnswer {
+        let CommitReturn {
             commit_id,
             topic,
             partition,
@@ -564,7 +565,7 @@ impl DispatchPart {
             };
             // A failed commit's records go back to the dispatcher without a copy: this share is gone
             // (dropped with `outcome`'s error arm) before the answer.
-            C::from(DispatchEvent::Committed(Box::new(CommitAnswer {
+            C::from(DispatchEvent::Committed(Box::new(CommitReturn {
                 commit_id,
                 topic,
                 partition,

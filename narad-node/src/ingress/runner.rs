@@ -122,21 +122,10 @@ impl WalAudit {
         if !self.probe.is_watched() {
             return;
         }
-        let removes_segment = request.ops.iter().any(|op| match op {
-            IoOp::Remove { path } => path.ends_with(".wal"),
-            IoOp::Create { .. }
-            | IoOp::CreateDirAll { .. }
-            | IoOp::WriteAt { .. }
-            | IoOp::WriteZeros { .. }
-            | IoOp::ReadAt { .. }
-            | IoOp::ReadCrc { .. }
-            | IoOp::Len { .. }
-            | IoOp::SetLen { .. }
-            | IoOp::SyncData { .. }
-            | IoOp::SyncDir { .. }
-            | IoOp::Rename { .. }
-            | IoOp::List { .. } => false,
-        });
+        let removes_segment = request
+            .ops
+            .iter()
+            .any(|op| matches!(op, IoOp::Remove { path } if path.ends_with(".wal")));
         if removes_segment && synced.is_none_or(|synced| oldest_kept > synced) {
             self.probe.violation(
                 Invariant::CompactionAheadOfSyncedCheckpoint,

@@ -553,22 +553,11 @@ impl PartitionLog {
     /// latched log is repaired this way rather than reopened (a reopen would re-scan the page cache
     /// and could adopt frames whose fsync failed, then build acknowledged commits on top of them).
     pub fn retry_repair(&mut self) -> bool {
-        match self.phase {
-            Phase::Latched(_, target) => {
-                self.repair(target);
-                true
-            }
-            Phase::Listing(_)
-            | Phase::Measuring(..)
-            | Phase::Scanning(..)
-            | Phase::Rewriting(..)
-            | Phase::Finalizing(..)
-            | Phase::Ready
-            | Phase::Committing(_)
-            | Phase::Journaling(_)
-            | Phase::Repairing(..)
-            | Phase::OpenFailed(_) => false,
-        }
+        let Phase::Latched(_, target) = self.phase else {
+            return false;
+        };
+        self.repair(target);
+        true
     }
 
     pub(super) fn on_repair_io(&mut self, target: RepairTarget, completion: IoCompletion) {

@@ -842,18 +842,10 @@ impl PartitionLog {
 
     /// The fault that latched the log, while latched.
     pub fn latched_fault(&self) -> Option<&IoFault> {
-        match &self.phase {
-            Phase::Latched(fault, _) => Some(fault),
-            Phase::Listing(_)
-            | Phase::Measuring(..)
-            | Phase::Scanning(..)
-            | Phase::Rewriting(..)
-            | Phase::Finalizing(..)
-            | Phase::Ready
-            | Phase::Committing(_)
-            | Phase::Journaling(_)
-            | Phase::Repairing(..)
-            | Phase::OpenFailed(_) => None,
+        if let Phase::Latched(fault, _) = &self.phase {
+            Some(fault)
+        } else {
+            None
         }
     }
 
@@ -864,18 +856,10 @@ impl PartitionLog {
 
     /// Why the open failed, while failed.
     pub fn open_error(&self) -> Option<&RecoveryError> {
-        match &self.phase {
-            Phase::OpenFailed(error) => Some(error),
-            Phase::Listing(_)
-            | Phase::Measuring(..)
-            | Phase::Scanning(..)
-            | Phase::Rewriting(..)
-            | Phase::Finalizing(..)
-            | Phase::Ready
-            | Phase::Committing(_)
-            | Phase::Journaling(_)
-            | Phase::Repairing(..)
-            | Phase::Latched(..) => None,
+        if let Phase::OpenFailed(error) = &self.phase {
+            Some(error)
+        } else {
+            None
         }
     }
 
