@@ -1,4 +1,3 @@
-
 #[cfg(not(madsim))]
 use std::sync::Barrier;
 #[cfg(not(madsim))]

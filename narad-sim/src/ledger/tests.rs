@@ -1,4 +1,3 @@
-
 use super::*;
 
 const ORDERS: TopicId = TopicId(1);

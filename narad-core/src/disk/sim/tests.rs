@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn disk_with_dir(seed: u64) -> SimDisk {
