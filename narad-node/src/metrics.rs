@@ -230,185 +230,218 @@ impl Metrics {
             registry: Registry::with_prefix("narad"),
             refreshers: Mutex::new(Vec::new()),
         };
-        let r = &mut m.registry;
+        m.register_ingress();
+        m.register_consume();
+        m.register_produce();
+        m.register_http();
+        m.register_cluster();
+        m.error("http", "5xx");
+        m
+    }
+
+    /// Registers the ingress WAL's and the dispatcher's metrics.
+    fn register_ingress(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "ingress_dispatch_backlog_records",
             "Records a restart would replay: durable next WAL seq minus the stored checkpoint",
-            m.ingress_dispatch_backlog_records.clone(),
+            self.ingress_dispatch_backlog_records.clone(),
         );
         r.register(
             "ingress_dispatch_backlog_bytes",
             "Bytes of the undispatched WAL records",
-            m.ingress_dispatch_backlog_bytes.clone(),
+            self.ingress_dispatch_backlog_bytes.clone(),
         );
         r.register(
             "ingress_dispatch_oldest_record_age_seconds",
             "Age of the oldest undispatched WAL record",
-            m.ingress_dispatch_oldest_record_age_seconds.clone(),
+            self.ingress_dispatch_oldest_record_age_seconds.clone(),
         );
         r.register(
             "ingress_wal_failed",
             "1 once the ingress WAL latched a write or fsync failure (until restart)",
-            m.ingress_wal_failed.clone(),
+            self.ingress_wal_failed.clone(),
         );
         r.register(
             "ingress_accepted_records",
             "Records acknowledged with 202 (fsynced in the ingress WAL)",
-            m.ingress_accepted_records.clone(),
+            self.ingress_accepted_records.clone(),
         );
         r.register(
             "ingress_wal_fsync_duration_seconds",
             "Ingress WAL fdatasync latency",
-            m.ingress_wal_fsync_duration_seconds.clone(),
+            self.ingress_wal_fsync_duration_seconds.clone(),
         );
         r.register(
             "owner_fsyncs",
             "fdatasync calls on owner files: the owner journal and the partition logs",
-            m.owner_fsyncs.clone(),
+            self.owner_fsyncs.clone(),
         );
         r.register(
             "ingress_wal_group_commit_records",
             "Records made durable by one ingress WAL group commit",
-            m.ingress_wal_group_commit_records.clone(),
+            self.ingress_wal_group_commit_records.clone(),
         );
         r.register(
             "ingress_dispatch_commit_duration_seconds",
             "Dispatcher commit latency, send to answer",
-            m.ingress_dispatch_commit_duration_seconds.clone(),
+            self.ingress_dispatch_commit_duration_seconds.clone(),
         );
         r.register(
             "ingress_dispatch_reroutes",
             "Records rerouted to a sibling partition",
-            m.ingress_dispatch_reroutes.clone(),
+            self.ingress_dispatch_reroutes.clone(),
         );
         r.register(
             "ingress_dispatch_incarnation_mismatches",
             "Commits refused for records of another topic incarnation (a remote owner's 412, or the local check)",
-            m.ingress_dispatch_incarnation_mismatches.clone(),
+            self.ingress_dispatch_incarnation_mismatches.clone(),
         );
         r.register(
             "accept_to_visible_seconds",
             "Latency from the 202 to the record becoming visible",
-            m.accept_to_visible_seconds.clone(),
+            self.accept_to_visible_seconds.clone(),
         );
+    }
+
+    /// Registers queue-mode deliveries and acknowledgements.
+    fn register_consume(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "consume_delivered",
             "Queue-mode deliveries, redeliveries included",
-            m.consume_delivered.clone(),
+            self.consume_delivered.clone(),
         );
         r.register(
             "consume_redelivered",
             "Queue-mode deliveries of a record delivered before",
-            m.consume_redelivered.clone(),
+            self.consume_redelivered.clone(),
         );
         r.register(
             "ack_acked",
             "Queue-mode leases acked",
-            m.consume_acked.clone(),
+            self.consume_acked.clone(),
         );
         r.register(
             "ack_nacked",
             "Queue-mode leases nacked",
-            m.consume_nacked.clone(),
+            self.consume_nacked.clone(),
         );
-        r.register("errors", "Errors by component and kind", m.errors.clone());
+    }
+
+    /// Registers errors and what partitions committed or refused.
+    fn register_produce(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "errors",
+            "Errors by component and kind",
+            self.errors.clone(),
+        );
         r.register(
             "messages_produced",
             "Records committed to a partition",
-            m.messages_produced.clone(),
+            self.messages_produced.clone(),
         );
         r.register(
             "bytes_produced",
             "Payload bytes committed to a partition",
-            m.bytes_produced.clone(),
+            self.bytes_produced.clone(),
         );
         r.register(
             "produce_rejections",
             "Produces refused by validation",
-            m.produce_rejections.clone(),
+            self.produce_rejections.clone(),
         );
+    }
+
+    /// Registers the HTTP server's metrics.
+    fn register_http(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "http_requests",
             "HTTP requests answered",
-            m.http_requests.clone(),
+            self.http_requests.clone(),
         );
         r.register(
             "http_request_duration_seconds",
             "HTTP request latency",
-            m.http_request_duration_seconds.clone(),
+            self.http_request_duration_seconds.clone(),
         );
         r.register(
             "http_request_bytes_in",
             "HTTP request body bytes",
-            m.http_request_bytes_in.clone(),
+            self.http_request_bytes_in.clone(),
         );
         r.register(
             "http_response_bytes_out",
             "HTTP response body bytes",
-            m.http_response_bytes_out.clone(),
+            self.http_response_bytes_out.clone(),
         );
         r.register(
             "http_requests_in_flight",
             "HTTP requests being served",
-            m.http_requests_in_flight.clone(),
+            self.http_requests_in_flight.clone(),
         );
         r.register(
             "http_connections_open",
             "HTTP connections being served",
-            m.http_connections_open.clone(),
+            self.http_connections_open.clone(),
         );
         r.register(
             "http_connections_refused",
             "HTTP connections refused (503) past http.max_connections",
-            m.http_connections_refused.clone(),
+            self.http_connections_refused.clone(),
         );
         r.register(
             "http_timeouts",
             "HTTP connections or requests cut by a timeout, by kind (head, body, write, idle)",
-            m.http_timeouts.clone(),
+            self.http_timeouts.clone(),
         );
+    }
+
+    /// Registers the peer RPCs' and the metastore replica's metrics.
+    fn register_cluster(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "cluster_rpc_duration_seconds",
             "Peer RPC latency, request sent to answer read, by op",
-            m.cluster_rpc_duration_seconds.clone(),
+            self.cluster_rpc_duration_seconds.clone(),
         );
         r.register(
             "cluster_frames_refused",
             "Cluster frames refused for their size (before sending, or on receipt)",
-            m.cluster_frames_refused.clone(),
+            self.cluster_frames_refused.clone(),
         );
         r.register(
             "cluster_auth_failures",
             "Peer connections closed for a wrong or missing proof of the cluster secret",
-            m.cluster_auth_failures.clone(),
+            self.cluster_auth_failures.clone(),
         );
         r.register(
             "cluster_incarnation_refusals",
             "Remote commits answered 412: their records carry another topic incarnation than this owner's",
-            m.cluster_incarnation_refusals.clone(),
+            self.cluster_incarnation_refusals.clone(),
         );
         r.register(
             "cluster_members_alive",
             "Members the metastore lists alive",
-            m.cluster_members_alive.clone(),
+            self.cluster_members_alive.clone(),
         );
         r.register(
             "cluster_raft_term",
             "The metastore replica's raft term",
-            m.cluster_raft_term.clone(),
+            self.cluster_raft_term.clone(),
         );
         r.register(
             "cluster_raft_leader",
             "The raft leader this replica knows (0: none)",
-            m.cluster_raft_leader.clone(),
+            self.cluster_raft_leader.clone(),
         );
         r.register(
             "cluster_raft_commit_index",
             "The metastore replica's raft commit index",
-            m.cluster_raft_commit_index.clone(),
+            self.cluster_raft_commit_index.clone(),
         );
-        m.error("http", "5xx");
-        m
     }
 
     /// The counter `errors_total{component, kind}`.

@@ -7,6 +7,7 @@
 //! test waits the surface's 10/30/60 s. Every wait is bounded.
 
 #![allow(clippy::disallowed_methods)] // Timing a real process needs the real clock and short pauses.
+#![allow(clippy::too_many_lines)] // A scenario on a real process reads best as one script.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};

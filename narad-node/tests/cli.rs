@@ -5,6 +5,8 @@
 //! Every CLI run is bounded ([`RUN_TIMEOUT`]) and killed past it, so a client that polls forever
 //! fails its test instead of hanging it.
 
+#![allow(clippy::too_many_lines)] // A session of the binary reads best as one script.
+
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};

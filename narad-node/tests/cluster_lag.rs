@@ -14,6 +14,7 @@
 //! incarnation is visible in it, and every 202 is.
 
 #![cfg(feature = "failpoints")]
+#![allow(clippy::too_many_lines)] // A scenario on real processes reads best as one script.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

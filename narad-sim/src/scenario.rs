@@ -487,6 +487,28 @@ impl Scenario {
 
     /// Checks every limit and relation the harness relies on.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_topology()?;
+        self.validate_topics()?;
+        self.validate_workload()?;
+        self.disk.op_us.check("disk.op_us", 0, 10_000_000)?;
+        self.disk.sync_us.check("disk.sync_us", 0, 10_000_000)?;
+        self.validate_faults()?;
+        self.validate_phases()?;
+        self.validate_node()?;
+        if self.faults.warmup_ms >= self.phases.safety_ms {
+            return Err("faults.warmup_ms must be below phases.safety_ms".into());
+        }
+        self.validate_schedule()?;
+        if let Some(regression) = &self.regression {
+            regression
+                .planted()
+                .map_err(|e| format!("regression: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The node count, the counts a seed may draw and the legacy nodes.
+    fn validate_topology(&self) -> Result<(), String> {
         if self.topology.nodes == 0 || self.topology.nodes > NODES_MAX {
             return Err(format!(
                 "topology.nodes = {}: between 1 and {NODES_MAX} are supported",
@@ -519,6 +541,11 @@ impl Scenario {
                 "topology.legacy_nodes: node {node} is not one of the nodes"
             ));
         }
+        Ok(())
+    }
+
+    /// Topic names (valid and distinct) and partition counts.
+    fn validate_topics(&self) -> Result<(), String> {
         if self.topics.is_empty() || self.topics.len() > TOPICS_MAX {
             return Err(format!("topics: between 1 and {TOPICS_MAX} are needed"));
         }
@@ -541,6 +568,11 @@ impl Scenario {
                 return Err(format!("topics[{index}]: duplicate name {:?}", topic.name));
             }
         }
+        Ok(())
+    }
+
+    /// The workload's rates, mixes, sizes and timeout.
+    fn validate_workload(&self) -> Result<(), String> {
         let w = &self.workload;
         w.rate_per_s.check("workload.rate_per_s", 1, 1_000_000)?;
         w.producers.check("workload.producers", 1, 1024)?;
@@ -569,8 +601,11 @@ impl Scenario {
         if w.timeout_ms == 0 || w.timeout_ms > PHASE_MS_MAX {
             return Err("workload.timeout_ms must be 1..=3600000".into());
         }
-        self.disk.op_us.check("disk.op_us", 0, 10_000_000)?;
-        self.disk.sync_us.check("disk.sync_us", 0, 10_000_000)?;
+        Ok(())
+    }
+
+    /// The fault mix and each kind's spans; network faults need a cluster.
+    fn validate_faults(&self) -> Result<(), String> {
         let f = &self.faults;
         f.per_minute.check("faults.per_minute", 0, 60_000)?;
         for (name, span) in self.fault_weight_spans() {
@@ -602,6 +637,11 @@ impl Scenario {
         if f.disk_targets.is_empty() || f.disk_targets.len() > 3 {
             return Err("faults.disk_targets must name 1 to 3 targets".into());
         }
+        Ok(())
+    }
+
+    /// The phases' lengths and the final crash.
+    fn validate_phases(&self) -> Result<(), String> {
         let p = &self.phases;
         if p.safety_ms == 0 || p.safety_ms > PHASE_MS_MAX {
             return Err("phases.safety_ms must be 1..=3600000".into());
@@ -615,6 +655,12 @@ impl Scenario {
         if p.final_settle_ms > PHASE_MS_MAX {
             return Err("phases.final_settle_ms must be at most 3600000".into());
         }
+        Ok(())
+    }
+
+    /// The node's segment sizes: the default alone or at least the minimum, and room for payloads.
+    fn validate_node(&self) -> Result<(), String> {
+        let w = &self.workload;
         let n = &self.node;
         n.wal_prealloc.check("node.wal_prealloc", 0, 1)?;
         for (name, span, min) in [
@@ -647,82 +693,80 @@ impl Scenario {
         if n.wal_segment_bytes.lo() != 0 && n.wal_segment_bytes.lo() < 4 * w.payload_bytes.hi() {
             return Err("node.wal_segment_bytes must hold 4 of the largest payloads".into());
         }
-        if f.warmup_ms >= p.safety_ms {
-            return Err("faults.warmup_ms must be below phases.safety_ms".into());
-        }
-        if let Some(schedule) = &self.schedule {
-            for (index, event) in schedule.iter().enumerate() {
-                if event.node().is_some_and(|node| node >= self.topology.nodes) {
-                    return Err(format!(
-                        "schedule[{index}]: node {} is not one of the {} nodes",
-                        event.node().unwrap_or(0),
-                        self.topology.nodes
-                    ));
-                }
-                match event {
-                    FaultEvent::Partition { node, peer, .. } => {
-                        if self.topology.nodes == 1 {
-                            return Err(format!("schedule[{index}]: a partition needs a cluster"));
-                        }
-                        if let Some(peer) = *peer {
-                            if peer >= self.topology.nodes || *node == Some(peer) {
-                                return Err(format!(
-                                    "schedule[{index}]: peer {peer} is not another of the {} nodes",
-                                    self.topology.nodes
-                                ));
-                            }
-                        }
-                    }
-                    FaultEvent::Lag {
-                        duration_ms,
-                        cut_ms,
-                        ..
-                    } => {
-                        if self.topology.nodes == 1 {
-                            return Err(format!("schedule[{index}]: a lag needs a cluster"));
-                        }
-                        if *duration_ms == 0 || cut_ms > duration_ms {
-                            return Err(format!(
-                                "schedule[{index}]: a lag lasts at least 1 ms and its cut no longer"
-                            ));
-                        }
-                    }
-                    FaultEvent::Net {
-                        loss_ppm,
-                        latency_min_us,
-                        latency_max_us,
-                        ..
-                    } => {
-                        if self.topology.nodes == 1 {
-                            return Err(format!(
-                                "schedule[{index}]: a network episode needs a cluster"
-                            ));
-                        }
-                        if *loss_ppm > 1_000_000 || latency_min_us >= latency_max_us {
-                            return Err(format!(
-                                "schedule[{index}]: loss_ppm must be at most 1000000 and \
-                                 latency_min_us below latency_max_us"
-                            ));
-                        }
-                    }
-                    _ => {}
-                }
-                if event.at_us() >= p.safety_ms * 1000 {
-                    return Err(format!(
-                        "schedule[{index}]: at_us {} is past the safety phase",
-                        event.at_us()
-                    ));
-                }
-            }
-        }
-        if let Some(regression) = &self.regression {
-            regression
-                .planted()
-                .map_err(|e| format!("regression: {e}"))?;
-        }
         Ok(())
     }
 
+    /// An explicit schedule: its nodes exist, its network faults have a cluster, it fits the safety phase.
+    fn validate_schedule(&self) -> Result<(), String> {
+        let Some(schedule) = &self.schedule else {
+            return Ok(());
+        };
+        let safety_ms = self.phases.safety_ms;
+        for (index, event) in schedule.iter().enumerate() {
+            if event.node().is_some_and(|node| node >= self.topology.nodes) {
+                return Err(format!(
+                    "schedule[{index}]: node {} is not one of the {} nodes",
+                    event.node().unwrap_or(0),
+                    self.topology.nodes
+                ));
+            }
+            match event {
+                FaultEvent::Partition { node, peer, .. } => {
+                    if self.topology.nodes == 1 {
+                        return Err(format!("schedule[{index}]: a partition needs a cluster"));
+                    }
+                    if let Some(peer) = *peer {
+                        if peer >= self.topology.nodes || *node == Some(peer) {
+                            return Err(format!(
+                                "schedule[{index}]: peer {peer} is not another of the {} nodes",
+                                self.topology.nodes
+                            ));
+                        }
+                    }
+                }
+                FaultEvent::Lag {
+                    duration_ms,
+                    cut_ms,
+                    ..
+                } => {
+                    if self.topology.nodes == 1 {
+                        return Err(format!("schedule[{index}]: a lag needs a cluster"));
+                    }
+                    if *duration_ms == 0 || cut_ms > duration_ms {
+                        return Err(format!(
+                            "schedule[{index}]: a lag lasts at least 1 ms and its cut no longer"
+                        ));
+                    }
+                }
+                FaultEvent::Net {
+                    loss_ppm,
+                    latency_min_us,
+                    latency_max_us,
+                    ..
+                } => {
+                    if self.topology.nodes == 1 {
+                        return Err(format!(
+                            "schedule[{index}]: a network episode needs a cluster"
+                        ));
+                    }
+                    if *loss_ppm > 1_000_000 || latency_min_us >= latency_max_us {
+                        return Err(format!(
+                            "schedule[{index}]: loss_ppm must be at most 1000000 and \
+                             latency_min_us below latency_max_us"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            if event.at_us() >= safety_ms * 1000 {
+                return Err(format!(
+                    "schedule[{index}]: at_us {} is past the safety phase",
+                    event.at_us()
+                ));
+            }
+        }
+        Ok(())
+    }
     fn fault_weight_spans(&self) -> [(&'static str, Span); FAULT_KINDS] {
         let f = &self.faults;
         [

@@ -336,257 +336,351 @@ fn escape(text: &str) -> String {
 
 /// The page.
 pub fn render(data: &TimelineData, dispatch: &DispatchEvents) -> String {
-    let nodes = data.nodes.max(1);
-    let end_ns = data.end_ns.max(1);
-    let plot = WIDTH - LEFT - RIGHT;
-    let x = |ns: u64| LEFT + plot * (ns.min(end_ns) as f64 / end_ns as f64);
-    let lane_top = |node: usize| TOP + LANE * node as f64;
-    let lane_mid = |node: usize| lane_top(node) + LANE / 2.0;
-    let height = TOP + LANE * nodes as f64 + 70.0;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = write!(
-        svg,
-        r##"<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>"##
-    );
-    if let Some(reason) = &data.failure {
-        let _ = write!(
-            svg,
-            r##"<rect x="1" y="1" width="{}" height="{}" fill="none" stroke="#d62728" stroke-width="4"/><text x="{LEFT}" y="24" fill="#d62728" font-size="16" font-weight="bold">FAILED: {}</text>"##,
-            WIDTH - 2.0,
-            height - 2.0,
-            escape(reason)
-        );
-    } else {
-        let _ = write!(
-            svg,
-            r##"<text x="{LEFT}" y="24" fill="#2ca02c" font-size="16" font-weight="bold">passed</text>"##
-        );
-    }
-    let _ = write!(
-        svg,
-        r##"<text x="{LEFT}" y="44">{}</text>"##,
-        escape(&data.verdict)
-    );
-    // Lanes and the time axis.
-    for node in 0..nodes {
-        let fill = if node % 2 == 0 { "#f7f7f7" } else { "#efefef" };
-        let _ = write!(
-            svg,
-            r##"<rect x="{LEFT}" y="{}" width="{plot}" height="{LANE}" fill="{fill}"/><text x="8" y="{}" font-weight="bold">node {node}</text>"##,
-            lane_top(node),
-            lane_mid(node) + 4.0
-        );
-    }
-    let axis_y = TOP + LANE * nodes as f64;
-    let step_s = ((end_ns as f64 / 1e9) / 15.0).ceil().max(1.0) as u64;
-    let mut second = 0;
-    while second * 1_000_000_000 <= end_ns {
-        let at = x(second * 1_000_000_000);
-        let _ = write!(
-            svg,
-            r##"<line x1="{at}" y1="{TOP}" x2="{at}" y2="{}" stroke="#ccc"/><text x="{at}" y="{}" text-anchor="middle">{second} s</text>"##,
-            axis_y + 4.0,
-            axis_y + 18.0
-        );
-        second += step_s;
-    }
-    let heal = x(data.safety_end_ns);
-    let _ = write!(
-        svg,
-        r##"<line x1="{heal}" y1="{}" x2="{heal}" y2="{}" stroke="#2ca02c" stroke-width="2" stroke-dasharray="6 3"/><text x="{heal}" y="{}" fill="#2ca02c" text-anchor="middle">heal: liveness phase</text>"##,
-        TOP - 10.0,
-        axis_y,
-        TOP - 14.0
-    );
-    // Faults.
-    for band in &data.faults {
-        let x0 = x(band.start_ns);
-        let w = (x(band.end_ns) - x0).max(2.0);
-        let color = fault_color(band.kind);
-        let title = escape(&format!(
-            "{} ({:.3}-{:.3} s)",
-            band.label,
-            band.start_ns as f64 / 1e9,
-            band.end_ns as f64 / 1e9
-        ));
-        let lanes: Vec<usize> = match (band.node, band.peer) {
-            (None, _) => (0..nodes).collect(),
-            (Some(node), None) => vec![node],
-            (Some(node), Some(Some(peer))) => vec![node, peer],
-            (Some(node), Some(None)) => vec![node],
-        };
-        for lane in lanes {
-            if lane >= nodes {
-                continue;
-            }
-            let _ = write!(
-                svg,
-                r##"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="{color}" fill-opacity="0.35" stroke="{color}"><title>{title}</title></rect><text x="{}" y="{}" fill="{color}" font-size="11">{}</text>"##,
-                lane_top(lane) + 2.0,
-                LANE - 4.0,
-                x0 + 2.0,
-                lane_top(lane) + 13.0,
-                escape(band.kind)
-            );
-        }
-    }
-    // Produce calls, summed per column: 202s up from the lane's middle, the rest down.
-    let bin_ns = (end_ns / CALL_BINS).max(1);
-    let mut bins: BTreeMap<(usize, u64), [u64; 3]> = BTreeMap::new();
-    for call in &data.calls {
-        let slot = match call.outcome {
-            "202" => 0,
-            "pending" | "refused" => 2,
-            _ => 1,
-        };
-        bins.entry((call.node, call.at_ns / bin_ns)).or_default()[slot] += call.records;
-    }
-    let peak = bins
-        .values()
-        .map(|counts| counts.iter().copied().max().unwrap_or(0))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let column = (plot / CALL_BINS as f64).max(1.0);
-    for ((node, bin), counts) in &bins {
-        if *node >= nodes {
-            continue;
-        }
-        let x0 = x(bin * bin_ns);
-        let scale = (LANE / 2.0 - 16.0) / peak;
-        let mid = lane_mid(*node);
-        if counts[0] > 0 {
-            let h = (counts[0] as f64 * scale).max(1.0);
-            let _ = write!(
-                svg,
-                r##"<rect x="{x0}" y="{}" width="{column}" height="{h}" fill="#2ca02c"><title>{} records 202</title></rect>"##,
-                mid - h,
-                counts[0]
-            );
-        }
-        let mut below = mid;
-        for (slot, color, what) in [
-            (1, "#ff7f0e", "failed or timed out"),
-            (2, "#7f7f7f", "refused or pending"),
-        ] {
-            if counts[slot] > 0 {
-                let h = (counts[slot] as f64 * scale).max(1.0);
-                let _ = write!(
-                    svg,
-                    r##"<rect x="{x0}" y="{below}" width="{column}" height="{h}" fill="{color}"><title>{} records {what}</title></rect>"##,
-                    counts[slot]
-                );
-                below += h;
-            }
-        }
-    }
-    for call in data.calls.iter().filter(|call| call.failed_record) {
-        if call.node >= nodes {
-            continue;
-        }
-        let _ = write!(
-            svg,
-            r##"<circle cx="{}" cy="{}" r="4" fill="#d62728"><title>a record of this call ({}, {} records at {:.3} s) was lost or unseen</title></circle>"##,
-            x(call.at_ns),
-            lane_top(call.node) + LANE - 8.0,
-            call.outcome,
-            call.records,
-            call.at_ns as f64 / 1e9
-        );
-    }
-    // Visible commits: a tick on the owner's lane, just above its bottom.
-    let mut visible: BTreeMap<(usize, u64), u64> = BTreeMap::new();
-    for &(owner, at_ns, records) in &dispatch.visible {
-        *visible.entry((owner, at_ns / bin_ns)).or_default() += records;
-    }
-    for ((owner, bin), records) in &visible {
-        if *owner >= nodes {
-            continue;
-        }
-        let _ = write!(
-            svg,
-            r##"<rect x="{}" y="{}" width="{column}" height="4" fill="#1f77b4"><title>{records} records visible</title></rect>"##,
-            x(bin * bin_ns),
-            lane_top(*owner) + LANE - 18.0
-        );
-    }
-    // Arrows.
-    let arrow_bin = (end_ns / 60).max(1);
-    for (arrows, color, what) in [
-        (bin_arrows(&data.reroutes, arrow_bin), "#6a3d9a", "rerouted"),
-        (bin_arrows(&dispatch.stale, arrow_bin), "#e31a1c", "412"),
-    ] {
-        for arrow in arrows {
-            if arrow.from >= nodes || arrow.to >= nodes || arrow.from == arrow.to {
-                continue;
-            }
-            let at = x(arrow.at_ns);
-            let width = 1.0 + (arrow.count as f64).log10().max(0.0);
-            let _ = write!(
-                svg,
-                r##"<line x1="{at}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="{width:.1}" marker-end="url(#head)"><title>{} {what}: node {} to node {}</title></line>"##,
-                lane_mid(arrow.from),
-                at + 6.0,
-                lane_mid(arrow.to),
-                arrow.count,
-                arrow.from,
-                arrow.to
-            );
-        }
-    }
-    // The harness's reads.
-    for (index, read) in data.reads.iter().enumerate() {
-        let at = x(read.at_ns);
-        // Reads sit close together at the end: stagger their labels, and keep them on the page.
-        let label_y = TOP - 30.0 - 14.0 * (index % 2) as f64;
-        let anchor = if at > WIDTH - 120.0 { "end" } else { "middle" };
-        let color = if read.missing > 0 {
-            "#d62728"
-        } else {
-            "#1f77b4"
-        };
-        let _ = write!(
-            svg,
-            r##"<path d="M{at},{y0} l6,6 l-6,6 l-6,-6 z" fill="{color}"><title>{} read at {:.3} s: {} served, {} missing</title></path><text x="{at}" y="{label_y}" text-anchor="{anchor}" fill="{color}">{} read</text>"##,
-            escape(&read.what),
-            read.at_ns as f64 / 1e9,
-            read.served,
-            read.missing,
-            escape(&read.what),
-            y0 = TOP - 26.0,
-        );
-    }
-    // Legend.
-    let legend_y = axis_y + 40.0;
-    let mut lx = LEFT;
-    for (color, what) in [
-        ("#2ca02c", "202'd records"),
-        ("#ff7f0e", "failed / timed out"),
-        ("#1f77b4", "visible at owner"),
-        ("#6a3d9a", "reroute arrow"),
-        ("#e31a1c", "412 arrow"),
-        ("#d62728", "crash / lost or unseen"),
-        ("#9467bd", "pause"),
-        ("#ff7f0e", "partition"),
-        ("#bcbd22", "net loss/latency"),
-        ("#17becf", "slow disk"),
-        ("#e377c2", "disk errors"),
-        ("#7f7f7f", "view held (lag)"),
-    ] {
-        let _ = write!(
-            svg,
-            r##"<rect x="{lx}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{legend_y}">{what}</text>"##,
-            legend_y - 10.0,
-            lx + 16.0
-        );
-        lx += 16.0 + 6.5 * what.len() as f64 + 14.0;
-    }
-    svg.push_str("</svg>");
+    let mut plot = Plot::new(data.nodes, data.end_ns);
+    plot.draw_verdict(data);
+    plot.draw_lanes_and_axis(data.safety_end_ns);
+    plot.draw_faults(&data.faults);
+    plot.draw_calls(&data.calls);
+    plot.draw_failed_records(&data.calls);
+    plot.draw_visible(&dispatch.visible);
+    plot.draw_arrows(&data.reroutes, &dispatch.stale);
+    plot.draw_reads(&data.reads);
+    plot.draw_legend();
+    html_page(data, &plot.finish())
+}
 
+/// The SVG being drawn and its geometry: nodes are lanes, `[0, end_ns]` spans the plot's width.
+struct Plot {
+    svg: String,
+    nodes: usize,
+    end_ns: u64,
+    /// The plot's width between the margins.
+    width: f64,
+}
+
+impl Plot {
+    /// An SVG with its arrowhead defined, for `nodes` lanes over `end_ns` of simulated time.
+    fn new(nodes: usize, end_ns: u64) -> Plot {
+        let mut plot = Plot {
+            svg: String::new(),
+            nodes: nodes.max(1),
+            end_ns: end_ns.max(1),
+            width: WIDTH - LEFT - RIGHT,
+        };
+        let height = plot.height();
+        let _ = write!(
+            plot.svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = write!(
+            plot.svg,
+            r##"<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>"##
+        );
+        plot
+    }
+
+    fn x(&self, ns: u64) -> f64 {
+        LEFT + self.width * (ns.min(self.end_ns) as f64 / self.end_ns as f64)
+    }
+
+    fn lane_top(&self, node: usize) -> f64 {
+        TOP + LANE * node as f64
+    }
+
+    fn lane_mid(&self, node: usize) -> f64 {
+        self.lane_top(node) + LANE / 2.0
+    }
+
+    fn axis_y(&self) -> f64 {
+        TOP + LANE * self.nodes as f64
+    }
+
+    fn height(&self) -> f64 {
+        self.axis_y() + 70.0
+    }
+
+    /// The time one column of calls (and of visible commits) sums.
+    fn bin_ns(&self) -> u64 {
+        (self.end_ns / CALL_BINS).max(1)
+    }
+
+    /// One column's width.
+    fn column(&self) -> f64 {
+        (self.width / CALL_BINS as f64).max(1.0)
+    }
+
+    /// Passed, or the page outlined in red with the failure; then the verdict.
+    fn draw_verdict(&mut self, data: &TimelineData) {
+        if let Some(reason) = &data.failure {
+            let _ = write!(
+                self.svg,
+                r##"<rect x="1" y="1" width="{}" height="{}" fill="none" stroke="#d62728" stroke-width="4"/><text x="{LEFT}" y="24" fill="#d62728" font-size="16" font-weight="bold">FAILED: {}</text>"##,
+                WIDTH - 2.0,
+                self.height() - 2.0,
+                escape(reason)
+            );
+        } else {
+            let _ = write!(
+                self.svg,
+                r##"<text x="{LEFT}" y="24" fill="#2ca02c" font-size="16" font-weight="bold">passed</text>"##
+            );
+        }
+        let _ = write!(
+            self.svg,
+            r##"<text x="{LEFT}" y="44">{}</text>"##,
+            escape(&data.verdict)
+        );
+    }
+
+    /// The lanes, the time axis and the line where faults heal.
+    fn draw_lanes_and_axis(&mut self, safety_end_ns: u64) {
+        let plot = self.width;
+        for node in 0..self.nodes {
+            let fill = if node % 2 == 0 { "#f7f7f7" } else { "#efefef" };
+            let _ = write!(
+                self.svg,
+                r##"<rect x="{LEFT}" y="{}" width="{plot}" height="{LANE}" fill="{fill}"/><text x="8" y="{}" font-weight="bold">node {node}</text>"##,
+                self.lane_top(node),
+                self.lane_mid(node) + 4.0
+            );
+        }
+        let axis_y = self.axis_y();
+        let step_s = ((self.end_ns as f64 / 1e9) / 15.0).ceil().max(1.0) as u64;
+        let mut second = 0;
+        while second * 1_000_000_000 <= self.end_ns {
+            let at = self.x(second * 1_000_000_000);
+            let _ = write!(
+                self.svg,
+                r##"<line x1="{at}" y1="{TOP}" x2="{at}" y2="{}" stroke="#ccc"/><text x="{at}" y="{}" text-anchor="middle">{second} s</text>"##,
+                axis_y + 4.0,
+                axis_y + 18.0
+            );
+            second += step_s;
+        }
+        let heal = self.x(safety_end_ns);
+        let _ = write!(
+            self.svg,
+            r##"<line x1="{heal}" y1="{}" x2="{heal}" y2="{}" stroke="#2ca02c" stroke-width="2" stroke-dasharray="6 3"/><text x="{heal}" y="{}" fill="#2ca02c" text-anchor="middle">heal: liveness phase</text>"##,
+            TOP - 10.0,
+            axis_y,
+            TOP - 14.0
+        );
+    }
+
+    /// A band per fault on each lane it struck.
+    fn draw_faults(&mut self, faults: &[FaultBand]) {
+        for band in faults {
+            let x0 = self.x(band.start_ns);
+            let w = (self.x(band.end_ns) - x0).max(2.0);
+            let color = fault_color(band.kind);
+            let title = escape(&format!(
+                "{} ({:.3}-{:.3} s)",
+                band.label,
+                band.start_ns as f64 / 1e9,
+                band.end_ns as f64 / 1e9
+            ));
+            let lanes: Vec<usize> = match (band.node, band.peer) {
+                (None, _) => (0..self.nodes).collect(),
+                (Some(node), None) => vec![node],
+                (Some(node), Some(Some(peer))) => vec![node, peer],
+                (Some(node), Some(None)) => vec![node],
+            };
+            for lane in lanes {
+                if lane >= self.nodes {
+                    continue;
+                }
+                let _ = write!(
+                    self.svg,
+                    r##"<rect x="{x0}" y="{}" width="{w}" height="{}" fill="{color}" fill-opacity="0.35" stroke="{color}"><title>{title}</title></rect><text x="{}" y="{}" fill="{color}" font-size="11">{}</text>"##,
+                    self.lane_top(lane) + 2.0,
+                    LANE - 4.0,
+                    x0 + 2.0,
+                    self.lane_top(lane) + 13.0,
+                    escape(band.kind)
+                );
+            }
+        }
+    }
+
+    /// Produce calls, summed per column: 202s up from the lane's middle, the rest down.
+    fn draw_calls(&mut self, calls: &[CallMark]) {
+        let bin_ns = self.bin_ns();
+        let mut bins: BTreeMap<(usize, u64), [u64; 3]> = BTreeMap::new();
+        for call in calls {
+            let slot = match call.outcome {
+                "202" => 0,
+                "pending" | "refused" => 2,
+                _ => 1,
+            };
+            bins.entry((call.node, call.at_ns / bin_ns)).or_default()[slot] += call.records;
+        }
+        let peak = bins
+            .values()
+            .map(|counts| counts.iter().copied().max().unwrap_or(0))
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let column = self.column();
+        for ((node, bin), counts) in &bins {
+            if *node >= self.nodes {
+                continue;
+            }
+            let x0 = self.x(bin * bin_ns);
+            let scale = (LANE / 2.0 - 16.0) / peak;
+            let mid = self.lane_mid(*node);
+            if counts[0] > 0 {
+                let h = (counts[0] as f64 * scale).max(1.0);
+                let _ = write!(
+                    self.svg,
+                    r##"<rect x="{x0}" y="{}" width="{column}" height="{h}" fill="#2ca02c"><title>{} records 202</title></rect>"##,
+                    mid - h,
+                    counts[0]
+                );
+            }
+            let mut below = mid;
+            for (slot, color, what) in [
+                (1, "#ff7f0e", "failed or timed out"),
+                (2, "#7f7f7f", "refused or pending"),
+            ] {
+                if counts[slot] > 0 {
+                    let h = (counts[slot] as f64 * scale).max(1.0);
+                    let _ = write!(
+                        self.svg,
+                        r##"<rect x="{x0}" y="{below}" width="{column}" height="{h}" fill="{color}"><title>{} records {what}</title></rect>"##,
+                        counts[slot]
+                    );
+                    below += h;
+                }
+            }
+        }
+    }
+
+    /// A red mark under each call one of whose records was lost or unseen.
+    fn draw_failed_records(&mut self, calls: &[CallMark]) {
+        for call in calls.iter().filter(|call| call.failed_record) {
+            if call.node >= self.nodes {
+                continue;
+            }
+            let _ = write!(
+                self.svg,
+                r##"<circle cx="{}" cy="{}" r="4" fill="#d62728"><title>a record of this call ({}, {} records at {:.3} s) was lost or unseen</title></circle>"##,
+                self.x(call.at_ns),
+                self.lane_top(call.node) + LANE - 8.0,
+                call.outcome,
+                call.records,
+                call.at_ns as f64 / 1e9
+            );
+        }
+    }
+
+    /// Visible commits: a tick on the owner's lane, just above its bottom.
+    fn draw_visible(&mut self, commits: &[(usize, u64, u64)]) {
+        let bin_ns = self.bin_ns();
+        let column = self.column();
+        let mut visible: BTreeMap<(usize, u64), u64> = BTreeMap::new();
+        for &(owner, at_ns, records) in commits {
+            *visible.entry((owner, at_ns / bin_ns)).or_default() += records;
+        }
+        for ((owner, bin), records) in &visible {
+            if *owner >= self.nodes {
+                continue;
+            }
+            let _ = write!(
+                self.svg,
+                r##"<rect x="{}" y="{}" width="{column}" height="4" fill="#1f77b4"><title>{records} records visible</title></rect>"##,
+                self.x(bin * bin_ns),
+                self.lane_top(*owner) + LANE - 18.0
+            );
+        }
+    }
+
+    /// Reroutes and 412s, binned, as arrows from the sender's lane to the owner's.
+    fn draw_arrows(&mut self, reroutes: &[Arrow], stale: &[Arrow]) {
+        let arrow_bin = (self.end_ns / 60).max(1);
+        for (arrows, color, what) in [
+            (bin_arrows(reroutes, arrow_bin), "#6a3d9a", "rerouted"),
+            (bin_arrows(stale, arrow_bin), "#e31a1c", "412"),
+        ] {
+            for arrow in arrows {
+                if arrow.from >= self.nodes || arrow.to >= self.nodes || arrow.from == arrow.to {
+                    continue;
+                }
+                let at = self.x(arrow.at_ns);
+                let width = 1.0 + (arrow.count as f64).log10().max(0.0);
+                let _ = write!(
+                    self.svg,
+                    r##"<line x1="{at}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="{width:.1}" marker-end="url(#head)"><title>{} {what}: node {} to node {}</title></line>"##,
+                    self.lane_mid(arrow.from),
+                    at + 6.0,
+                    self.lane_mid(arrow.to),
+                    arrow.count,
+                    arrow.from,
+                    arrow.to
+                );
+            }
+        }
+    }
+
+    /// The harness's reads: diamonds above the lanes, red when they missed records.
+    fn draw_reads(&mut self, reads: &[ReadMark]) {
+        for (index, read) in reads.iter().enumerate() {
+            let at = self.x(read.at_ns);
+            // Reads sit close together at the end: stagger their labels, and keep them on the page.
+            let label_y = TOP - 30.0 - 14.0 * (index % 2) as f64;
+            let anchor = if at > WIDTH - 120.0 { "end" } else { "middle" };
+            let color = if read.missing > 0 {
+                "#d62728"
+            } else {
+                "#1f77b4"
+            };
+            let _ = write!(
+                self.svg,
+                r##"<path d="M{at},{y0} l6,6 l-6,6 l-6,-6 z" fill="{color}"><title>{} read at {:.3} s: {} served, {} missing</title></path><text x="{at}" y="{label_y}" text-anchor="{anchor}" fill="{color}">{} read</text>"##,
+                escape(&read.what),
+                read.at_ns as f64 / 1e9,
+                read.served,
+                read.missing,
+                escape(&read.what),
+                y0 = TOP - 26.0,
+            );
+        }
+    }
+
+    fn draw_legend(&mut self) {
+        let legend_y = self.axis_y() + 40.0;
+        let mut lx = LEFT;
+        for (color, what) in [
+            ("#2ca02c", "202'd records"),
+            ("#ff7f0e", "failed / timed out"),
+            ("#1f77b4", "visible at owner"),
+            ("#6a3d9a", "reroute arrow"),
+            ("#e31a1c", "412 arrow"),
+            ("#d62728", "crash / lost or unseen"),
+            ("#9467bd", "pause"),
+            ("#ff7f0e", "partition"),
+            ("#bcbd22", "net loss/latency"),
+            ("#17becf", "slow disk"),
+            ("#e377c2", "disk errors"),
+            ("#7f7f7f", "view held (lag)"),
+        ] {
+            let _ = write!(
+                self.svg,
+                r##"<rect x="{lx}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{legend_y}">{what}</text>"##,
+                legend_y - 10.0,
+                lx + 16.0
+            );
+            lx += 16.0 + 6.5 * what.len() as f64 + 14.0;
+        }
+    }
+
+    fn finish(mut self) -> String {
+        self.svg.push_str("</svg>");
+        self.svg
+    }
+}
+
+/// The HTML page around the SVG, with a table of the faults.
+fn html_page(data: &TimelineData, svg: &str) -> String {
     let title = format!(
         "narad-sim {} seed {}{}",
         data.scenario,

@@ -538,100 +538,19 @@ impl Dispatcher {
         self.check_invariants();
         let (held, skipped) = self.strip.recount();
         assert_eq!((held, skipped), (self.strip.held(), self.strip.skipped()));
-        let mut held_in_dests = 0;
-        let mut hung_records = 0;
-        let mut counted = 0;
-        let mut held_home: BTreeMap<DestIdx, u32> = BTreeMap::new();
+        let mut tally = DeepTally::default();
         for (index, dest) in self.dests.iter() {
-            let idx = DestIdx(index);
-            held_in_dests += dest.held();
-            for &slot in &dest.queue {
-                let queued = self.queued.get(slot.0);
-                assert_eq!(
-                    self.strip.get(queued.record.seq()),
-                    Some(super::strip::Mark::Held)
-                );
-                *held_home.entry(queued.home).or_default() += 1;
-            }
-            if let Some(commit) = &dest.in_flight {
-                assert_eq!(
-                    self.commits.get(&commit.commit_id),
-                    Some(&idx),
-                    "≤ 1 commit in flight"
-                );
-                assert!(commit.records.len() == commit.homes.len() && !commit.records.is_empty());
-                for (record, home) in commit.records.iter().zip(&commit.homes) {
-                    assert_eq!(self.strip.get(record.seq()), Some(super::strip::Mark::Held));
-                    *held_home.entry(*home).or_default() += 1;
-                }
-                if commit.hung {
-                    hung_records += commit.records.len();
-                    assert!(
-                        dest.queue.is_empty(),
-                        "a hung destination takes nothing new"
-                    );
-                } else {
-                    counted += 1;
-                }
-            }
-            if let Some(failing) = &dest.failing {
-                assert!(self.failing_dests.contains(&idx));
-                assert!(
-                    dest.queue.is_empty(),
-                    "a failing destination holds only its probe"
-                );
-                let probe_in_flight = dest.in_flight.as_ref().is_some_and(|c| c.probe);
-                let waiting = dest.post_failure.is_some();
-                assert_eq!(
-                    usize::from(failing.probe.is_some()) + usize::from(probe_in_flight) + usize::from(waiting),
-                    1,
-                    "a failing destination has its probe waiting, in flight, or under a post-failure check"
-                );
-                if let Some(probe) = &failing.probe {
-                    *held_home.entry(probe.home).or_default() += 1;
-                }
-            } else {
-                assert!(!self.failing_dests.contains(&idx));
-            }
-            if let Some(post) = &dest.post_failure {
-                assert!(dest.queue.is_empty() && dest.in_flight.is_none());
-                for queued in &post.records {
-                    *held_home.entry(queued.home).or_default() += 1;
-                }
-            }
-            let eligible = !dest.queue.is_empty()
-                && dest.in_flight.is_none()
-                && dest.failing.is_none()
-                && dest.post_failure.is_none();
-            let key = eligible
-                .then(|| {
-                    dest.queue
-                        .front()
-                        .map(|&slot| self.queued.get(slot.0).placed_at)
-                })
-                .flatten();
-            assert_eq!(dest.candidate_key, key, "candidate key of {idx:?}");
-            if let Some(key) = key {
-                assert!(self.candidates.contains(&(key, idx)));
-            }
-            assert_eq!(dest.refused, self.refused_dests.contains(&idx));
-            assert_eq!(!dest.skipped.is_empty(), self.skipped_homes.contains(&idx));
-            for &seq in &dest.skipped {
-                assert_eq!(
-                    self.strip.get(seq),
-                    Some(super::strip::Mark::SkippedBlocked(idx))
-                );
-            }
+            self.check_dest_deep(DestIdx(index), dest, &mut tally);
         }
         for (index, dest) in self.dests.iter() {
             assert_eq!(
                 dest.held_home,
-                held_home.get(&DestIdx(index)).copied().unwrap_or(0),
+                tally.held_home.get(&DestIdx(index)).copied().unwrap_or(0),
                 "held-home count of {index}"
             );
         }
         assert_eq!(
-            held_in_dests,
+            tally.held_in_dests,
             self.strip.held(),
             "every held record is in a destination"
         );
@@ -641,8 +560,8 @@ impl Dispatcher {
             self.queued.len(),
             "every queued record is in one queue"
         );
-        assert_eq!(hung_records, self.held_hung);
-        assert_eq!(counted, self.counted_in_flight);
+        assert_eq!(tally.hung_records, self.held_hung);
+        assert_eq!(tally.counted, self.counted_in_flight);
         assert_eq!(
             self.candidates.len(),
             self.dests
@@ -650,6 +569,93 @@ impl Dispatcher {
                 .filter(|(_, d)| d.candidate_key.is_some())
                 .count()
         );
+        self.check_skipped_deep();
+    }
+
+    /// One destination's invariants; adds what it holds to `tally`.
+    fn check_dest_deep(&self, idx: DestIdx, dest: &Dest, tally: &mut DeepTally) {
+        tally.held_in_dests += dest.held();
+        for &slot in &dest.queue {
+            let queued = self.queued.get(slot.0);
+            assert_eq!(
+                self.strip.get(queued.record.seq()),
+                Some(super::strip::Mark::Held)
+            );
+            *tally.held_home.entry(queued.home).or_default() += 1;
+        }
+        if let Some(commit) = &dest.in_flight {
+            assert_eq!(
+                self.commits.get(&commit.commit_id),
+                Some(&idx),
+                "≤ 1 commit in flight"
+            );
+            assert!(commit.records.len() == commit.homes.len() && !commit.records.is_empty());
+            for (record, home) in commit.records.iter().zip(&commit.homes) {
+                assert_eq!(self.strip.get(record.seq()), Some(super::strip::Mark::Held));
+                *tally.held_home.entry(*home).or_default() += 1;
+            }
+            if commit.hung {
+                tally.hung_records += commit.records.len();
+                assert!(
+                    dest.queue.is_empty(),
+                    "a hung destination takes nothing new"
+                );
+            } else {
+                tally.counted += 1;
+            }
+        }
+        if let Some(failing) = &dest.failing {
+            assert!(self.failing_dests.contains(&idx));
+            assert!(
+                dest.queue.is_empty(),
+                "a failing destination holds only its probe"
+            );
+            let probe_in_flight = dest.in_flight.as_ref().is_some_and(|c| c.probe);
+            let waiting = dest.post_failure.is_some();
+            assert_eq!(
+                usize::from(failing.probe.is_some()) + usize::from(probe_in_flight) + usize::from(waiting),
+                1,
+                "a failing destination has its probe waiting, in flight, or under a post-failure check"
+            );
+            if let Some(probe) = &failing.probe {
+                *tally.held_home.entry(probe.home).or_default() += 1;
+            }
+        } else {
+            assert!(!self.failing_dests.contains(&idx));
+        }
+        if let Some(post) = &dest.post_failure {
+            assert!(dest.queue.is_empty() && dest.in_flight.is_none());
+            for queued in &post.records {
+                *tally.held_home.entry(queued.home).or_default() += 1;
+            }
+        }
+        let eligible = !dest.queue.is_empty()
+            && dest.in_flight.is_none()
+            && dest.failing.is_none()
+            && dest.post_failure.is_none();
+        let key = eligible
+            .then(|| {
+                dest.queue
+                    .front()
+                    .map(|&slot| self.queued.get(slot.0).placed_at)
+            })
+            .flatten();
+        assert_eq!(dest.candidate_key, key, "candidate key of {idx:?}");
+        if let Some(key) = key {
+            assert!(self.candidates.contains(&(key, idx)));
+        }
+        assert_eq!(dest.refused, self.refused_dests.contains(&idx));
+        assert_eq!(!dest.skipped.is_empty(), self.skipped_homes.contains(&idx));
+        for &seq in &dest.skipped {
+            assert_eq!(
+                self.strip.get(seq),
+                Some(super::strip::Mark::SkippedBlocked(idx))
+            );
+        }
+    }
+
+    /// Every skipped record is in its destination's or its topic's skip set, and only there.
+    fn check_skipped_deep(&self) {
         let mut confirm_skipped = 0;
         for (index, topic) in self.topics.iter() {
             confirm_skipped += topic.confirm_skipped.len();
@@ -677,6 +683,19 @@ impl Dispatcher {
         let blocked_skipped: usize = self.dests.iter().map(|(_, d)| d.skipped.len()).sum();
         assert_eq!(blocked_skipped + confirm_skipped, self.strip.skipped());
     }
+}
+
+/// What [`Dispatcher::check_invariants_deep`] counts over the destinations, to compare with the totals.
+#[derive(Default)]
+struct DeepTally {
+    /// Records held by destinations.
+    held_in_dests: usize,
+    /// Records of hung commits.
+    hung_records: usize,
+    /// Commits in flight that count against the limit (not hung).
+    counted: usize,
+    /// Records held, by their home destination.
+    held_home: BTreeMap<DestIdx, u32>,
 }
 
 impl Actor for Dispatcher {

@@ -186,35 +186,9 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         clock.clone(),
         metrics.clone(),
     ));
-    let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
-    // One stream per component: the boot nonce and the election jitter from the node's seed, each
-    // mixed with its own constant so neither is the seed.
-    metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
-    metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
-    metastore_options.clock = Some(clock.clone());
-    metastore_options.hold_file = hooks.metastore_hold_file.clone();
-    metastore_options.hold_flag = hooks.metastore_hold_flag.clone();
-    metastore_options.plant = hooks.plant;
+    let mut metastore_options = metastore_options(node_id, member_addr, seed, &clock, &hooks);
     let cluster = match cluster {
-        Some(setup) => {
-            let members = setup
-                .options
-                .peers
-                .keys()
-                .copied()
-                .chain(std::iter::once(node_id));
-            let (voters, learners) = narad_core::metastore::voters_and_learners(members);
-            let cluster =
-                crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
-                    .await
-                    .map_err(|error| StartError::Cluster(error.to_string()))?;
-            tracing::info!(voters = ?voters, learners = ?learners, addr = ?cluster.local_addr().ok(), "cluster transport listening");
-            metastore_options.voters = voters;
-            metastore_options.learners = learners;
-            let peers = peers::ClusterPeers::new(cluster.clone());
-            metastore_options.peers = Some(peers.clone());
-            Some((cluster, peers))
-        }
+        Some(setup) => Some(bind_cluster(setup, node_id, &metrics, &mut metastore_options).await?),
         None => None,
     };
     let metastore = Metastore::open(Arc::clone(&disk), metastore_options)
@@ -228,16 +202,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     let replayed = partitions::replay_owner_journal(Arc::clone(&disk), &clock)
         .await
         .map_err(|fault| StartError::Partitions(format!("owner journal replay: {fault}")))?;
-    let journal = config.storage.owner_journal.then(|| {
-        let mut journal = JournalConfig::new();
-        journal.first_seq = replayed.next_seq;
-        journal.cohort.delay_us_max = config.storage.owner_journal_commit_delay_us;
-        journal.plant = hooks.plant;
-        if let Some(segment_bytes_max) = hooks.sizes.journal_segment_bytes_max {
-            journal.segment_bytes_max = segment_bytes_max;
-        }
-        journal
-    });
     let partitions = PartitionHost::spawn(
         Arc::clone(&disk),
         &metastore,
@@ -246,23 +210,12 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         metrics.clone(),
         partitions::OwnerStorage {
             prealloc_bytes: config.storage.partition_prealloc_bytes,
-            journal,
+            journal: owner_journal_config(&config, &hooks, replayed.next_seq),
         },
         &hooks,
     );
     let sink = WalSink::new();
-    let partitions_seam = Arc::new(partitions.clone());
-    let mut reader: Arc<dyn crate::http::PartitionReader> = partitions_seam.clone();
-    let mut stats: Arc<dyn crate::http::PartitionStats> = partitions_seam.clone();
-    if let Some(cluster) = &cluster {
-        let forwarding = Arc::new(peers::Forwarding {
-            local: partitions.clone(),
-            cluster: cluster.clone(),
-            metastore: metastore.clone(),
-        });
-        reader = forwarding.clone();
-        stats = forwarding;
-    }
+    let (reader, stats) = read_seams(&partitions, cluster.as_ref(), &metastore);
     let consumers = consumers::Consumers::open(consumers::ConsumersSetup {
         disk: Arc::clone(&disk),
         partitions: partitions.clone(),
@@ -275,14 +228,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     })
     .await
     .map_err(|error| StartError::Partitions(error.to_string()))?;
-    let queue: Arc<dyn crate::http::QueueConsumer> = match &cluster {
-        Some(cluster) => Arc::new(peers::QueueForwarding {
-            local: consumers.clone(),
-            cluster: cluster.clone(),
-            metastore: metastore.clone(),
-        }),
-        None => Arc::new(consumers.clone()),
-    };
+    let queue = queue_seam(&consumers, cluster.as_ref(), &metastore);
     let app = Arc::new(
         App::new(
             metastore.clone(),
@@ -296,49 +242,25 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         .with_auth(config.security.enabled),
     );
     let inbound = cluster.as_ref().map(|cluster| {
-        let inbound = Arc::new(peers::NodeInbound {
-            partitions: partitions.clone(),
-            metastore: metastore.clone(),
-            clock: clock.clone(),
-            ids: if hooks.legacy_owner {
-                narad_core::codec::cluster::IdSection::Refuse
-            } else {
-                narad_core::codec::cluster::IdSection::Accept
+        serve_peers(
+            cluster,
+            peers::NodeInbound {
+                partitions: partitions.clone(),
+                metastore: metastore.clone(),
+                clock: clock.clone(),
+                ids: if hooks.legacy_owner {
+                    narad_core::codec::cluster::IdSection::Refuse
+                } else {
+                    narad_core::codec::cluster::IdSection::Accept
+                },
+                sync: Some(sync_produce(node_id, &app, cluster)),
+                metrics: metrics.clone(),
+                plant: hooks.plant,
+                consumers: Some(consumers.clone()),
             },
-            sync: Some(Arc::new(peers::SyncProduce {
-                node: node_id,
-                app: app.clone(),
-                cluster: Some(cluster.clone()),
-            })),
-            metrics: metrics.clone(),
-            plant: hooks.plant,
-            consumers: Some(consumers.clone()),
-        });
-        let serving: Arc<dyn crate::cluster::Inbound> = inbound.clone();
-        cluster.serve(&serving);
-        peers::spawn_heartbeats(cluster.clone());
-        inbound
+        )
     });
-    let gauges = metastore.clone();
-    metrics.add_refresh(move |metrics| {
-        let view = gauges.view();
-        let alive = view
-            .state
-            .members()
-            .keys()
-            .filter(|node| view.state.is_alive(**node))
-            .count();
-        metrics.cluster_members_alive.set(alive as i64);
-        metrics
-            .cluster_raft_term
-            .set(i64::try_from(view.term).unwrap_or(i64::MAX));
-        metrics
-            .cluster_raft_leader
-            .set(view.leader.map_or(0, |leader| i64::from(leader.0)));
-        metrics
-            .cluster_raft_commit_index
-            .set(i64::try_from(view.commit_index).unwrap_or(i64::MAX));
-    });
+    refresh_cluster_gauges(&metrics, metastore.clone());
     let (recovery_tx, recovery) = watch::channel(Recovery::Running);
     let inner = Arc::new(Inner {
         app,
@@ -358,17 +280,181 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         .security
         .enabled
         .then(|| config.security.admin_password.clone());
-    tokio::spawn(async move {
-        let outcome = async {
-            if let Some(password) = root_seed {
-                seed_root(&recovering.metastore, password).await?;
-            }
-            recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await
+    spawn_recovery(inner.clone(), recovery_tx, async move {
+        if let Some(password) = root_seed {
+            seed_root(&recovering.metastore, password).await?;
         }
-        .await;
-        let state = match outcome {
+        recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await
+    });
+    Ok(Node { inner })
+}
+
+/// The metastore's options before the cluster adds its voters and peers.
+fn metastore_options(
+    node_id: NodeId,
+    member_addr: String,
+    seed: u64,
+    clock: &Clock,
+    hooks: &NodeHooks,
+) -> MetastoreOptions {
+    let mut metastore_options = MetastoreOptions::new(node_id, member_addr);
+    // One stream per component: the boot nonce and the election jitter from the node's seed, each
+    // mixed with its own constant so neither is the seed.
+    metastore_options.boot_nonce = Some(seed ^ 0x6d65_7461_7374_6f72);
+    metastore_options.seed = seed ^ 0x656c_6563_7469_6f6e;
+    metastore_options.clock = Some(clock.clone());
+    metastore_options.hold_file = hooks.metastore_hold_file.clone();
+    metastore_options.hold_flag = hooks.metastore_hold_flag.clone();
+    metastore_options.plant = hooks.plant;
+    metastore_options
+}
+
+/// Binds a cluster member's transport and gives the metastore its voters, learners and peers.
+async fn bind_cluster(
+    setup: ClusterSetup,
+    node_id: NodeId,
+    metrics: &Arc<Metrics>,
+    metastore_options: &mut MetastoreOptions,
+) -> Result<(crate::cluster::Cluster, Arc<peers::ClusterPeers>), StartError> {
+    let members = setup
+        .options
+        .peers
+        .keys()
+        .copied()
+        .chain(std::iter::once(node_id));
+    let (voters, learners) = narad_core::metastore::voters_and_learners(members);
+    let cluster = crate::cluster::Cluster::bind(setup.options, &setup.identity, metrics.clone())
+        .await
+        .map_err(|error| StartError::Cluster(error.to_string()))?;
+    tracing::info!(voters = ?voters, learners = ?learners, addr = ?cluster.local_addr().ok(), "cluster transport listening");
+    metastore_options.voters = voters;
+    metastore_options.learners = learners;
+    let peers = peers::ClusterPeers::new(cluster.clone());
+    metastore_options.peers = Some(peers.clone());
+    Ok((cluster, peers))
+}
+
+/// The owner journal's configuration (`None`: the node runs without one); its sequence numbers go
+/// on from the replayed journal's.
+fn owner_journal_config(
+    config: &Config,
+    hooks: &NodeHooks,
+    first_seq: u64,
+) -> Option<JournalConfig> {
+    config.storage.owner_journal.then(|| {
+        let mut journal = JournalConfig::new();
+        journal.first_seq = first_seq;
+        journal.cohort.delay_us_max = config.storage.owner_journal_commit_delay_us;
+        journal.plant = hooks.plant;
+        if let Some(segment_bytes_max) = hooks.sizes.journal_segment_bytes_max {
+            journal.segment_bytes_max = segment_bytes_max;
+        }
+        journal
+    })
+}
+
+/// The HTTP layer's partition reads and statistics: the local partitions, or, in a cluster, the
+/// partitions forwarded to their owners.
+fn read_seams(
+    partitions: &PartitionHost,
+    cluster: Option<&crate::cluster::Cluster>,
+    metastore: &Metastore,
+) -> (
+    Arc<dyn crate::http::PartitionReader>,
+    Arc<dyn crate::http::PartitionStats>,
+) {
+    match cluster {
+        Some(cluster) => {
+            let forwarding = Arc::new(peers::Forwarding {
+                local: partitions.clone(),
+                cluster: cluster.clone(),
+                metastore: metastore.clone(),
+            });
+            (forwarding.clone(), forwarding)
+        }
+        None => {
+            let local = Arc::new(partitions.clone());
+            (local.clone(), local)
+        }
+    }
+}
+
+/// The HTTP layer's queue consumer: the local one, or, in a cluster, forwarded to the owners.
+fn queue_seam(
+    consumers: &consumers::Consumers,
+    cluster: Option<&crate::cluster::Cluster>,
+    metastore: &Metastore,
+) -> Arc<dyn crate::http::QueueConsumer> {
+    match cluster {
+        Some(cluster) => Arc::new(peers::QueueForwarding {
+            local: consumers.clone(),
+            cluster: cluster.clone(),
+            metastore: metastore.clone(),
+        }),
+        None => Arc::new(consumers.clone()),
+    }
+}
+
+/// The synchronous produce a peer asks of this node.
+fn sync_produce(
+    node_id: NodeId,
+    app: &Arc<App>,
+    cluster: &crate::cluster::Cluster,
+) -> Arc<peers::SyncProduce> {
+    Arc::new(peers::SyncProduce {
+        node: node_id,
+        app: app.clone(),
+        cluster: Some(cluster.clone()),
+    })
+}
+
+/// Serves the peers' requests with `inbound` and starts the heartbeats; the node owns the handler
+/// (the cluster holds it weakly).
+fn serve_peers(
+    cluster: &crate::cluster::Cluster,
+    inbound: peers::NodeInbound,
+) -> Arc<peers::NodeInbound> {
+    let inbound = Arc::new(inbound);
+    let serving: Arc<dyn crate::cluster::Inbound> = inbound.clone();
+    cluster.serve(&serving);
+    peers::spawn_heartbeats(cluster.clone());
+    inbound
+}
+
+/// Sets the `cluster_*` gauges from the metastore's view before every scrape.
+fn refresh_cluster_gauges(metrics: &Metrics, metastore: Metastore) {
+    metrics.add_refresh(move |metrics| {
+        let view = metastore.view();
+        let alive = view
+            .state
+            .members()
+            .keys()
+            .filter(|node| view.state.is_alive(**node))
+            .count();
+        metrics.cluster_members_alive.set(alive as i64);
+        metrics
+            .cluster_raft_term
+            .set(i64::try_from(view.term).unwrap_or(i64::MAX));
+        metrics
+            .cluster_raft_leader
+            .set(view.leader.map_or(0, |leader| i64::from(leader.0)));
+        metrics
+            .cluster_raft_commit_index
+            .set(i64::try_from(view.commit_index).unwrap_or(i64::MAX));
+    });
+}
+
+/// Runs `recovery` in the background: the node turns ready when it succeeds and stays unready,
+/// with the error for [`Node::wait_ready`], when it fails.
+fn spawn_recovery(
+    inner: Arc<Inner>,
+    recovery_tx: watch::Sender<Recovery>,
+    recovery: impl std::future::Future<Output = Result<(), StartError>> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        let state = match recovery.await {
             Ok(()) => {
-                recovering.app.set_ready();
+                inner.app.set_ready();
                 Recovery::Ready
             }
             Err(error) => {
@@ -378,7 +464,6 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         };
         let _ = recovery_tx.send(state);
     });
-    Ok(Node { inner })
 }
 
 fn wal_config(config: &Config, hooks: &NodeHooks) -> IngressHostConfig {

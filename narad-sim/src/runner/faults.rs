@@ -192,50 +192,9 @@ impl<N: SimNode> World<N> {
             "fault",
             format_args!("apply {} to node {index}", event.describe()),
         );
-        let server = self.servers[index].clone();
         match event {
-            FaultEvent::Crash { down_ms, .. } => {
-                if lock(&server.state).down {
-                    self.probe
-                        .event("fault", format_args!("skip: node is down"));
-                    return;
-                }
-                self.log_fault(&event, Some(index), down_ms);
-                lock(&self.last_crash_ns)[index] = sim_now_ns();
-                server.crash("scheduled");
-                let generation = lock(&server.state).generation;
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(down_ms)).await;
-                    let current = lock(&server.state).generation;
-                    if current == generation && !self.healed.load(Ordering::Relaxed) {
-                        server.restart();
-                    }
-                });
-            }
-            FaultEvent::Pause { duration_ms, .. } => {
-                let generation = {
-                    let mut state = lock(&server.state);
-                    if state.down || state.paused {
-                        self.probe
-                            .event("fault", format_args!("skip: node is down or paused"));
-                        return;
-                    }
-                    self.log_fault(&event, Some(index), duration_ms);
-                    state.paused = true;
-                    state.generation += 1;
-                    Handle::current().pause(server.madsim_id);
-                    state.generation
-                };
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    let mut state = lock(&server.state);
-                    if state.generation == generation && state.paused {
-                        state.paused = false;
-                        Handle::current().resume(server.madsim_id);
-                        self.probe.event("fault", format_args!("resume"));
-                    }
-                });
-            }
+            FaultEvent::Crash { down_ms, .. } => self.crash_node(&event, index, down_ms),
+            FaultEvent::Pause { duration_ms, .. } => self.pause_node(&event, index, duration_ms),
             FaultEvent::Disk {
                 target,
                 error,
@@ -243,39 +202,8 @@ impl<N: SimNode> World<N> {
                 duration_ms,
                 ..
             } => {
-                let kind = match error {
-                    DiskError::FsyncEio => DiskFaultKind::SyncEio,
-                    DiskError::WriteEio => DiskFaultKind::WriteEio,
-                    DiskError::Enospc => DiskFaultKind::NoSpace,
-                };
                 self.log_fault(&event, Some(index), duration_ms);
-                for path_prefix in self.prefixes(target) {
-                    let rule = FaultRule {
-                        path_prefix,
-                        kind,
-                        chance_ppm,
-                        remaining: None,
-                    };
-                    server.disk.add_fault(rule.clone());
-                    lock(&self.disk_rules).push((episode, index, rule));
-                }
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    if self.healed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    // SimDisk can only clear every rule: clear, then re-add the others in force.
-                    let mut rules = lock(&self.disk_rules);
-                    rules.retain(|(id, _, _)| *id != episode);
-                    server.disk.clear_faults();
-                    for (_, node, rule) in rules.iter() {
-                        if *node == index {
-                            server.disk.add_fault(rule.clone());
-                        }
-                    }
-                    self.probe
-                        .event("fault", format_args!("end disk episode {episode}"));
-                });
+                self.disk_episode(episode, index, target, error, chance_ppm, duration_ms);
             }
             FaultEvent::SlowDisk {
                 target,
@@ -284,89 +212,221 @@ impl<N: SimNode> World<N> {
                 ..
             } => {
                 self.log_fault(&event, Some(index), duration_ms);
-                let ids: Vec<_> = self
-                    .prefixes(target)
-                    .iter()
-                    .map(|prefix| server.io.slow_begin(prefix, latency_us))
-                    .collect();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    for id in ids {
-                        server.io.slow_end(id);
-                    }
-                    self.probe
-                        .event("fault", format_args!("end slow episode {episode}"));
-                });
+                self.slow_disk_episode(episode, index, target, latency_us, duration_ms);
             }
             FaultEvent::Partition {
                 peer,
                 one_way,
                 duration_ms,
                 ..
-            } => {
-                let links = self.links_of(index, peer.map(|peer| peer as usize), one_way);
-                if links.is_empty() {
-                    // The leader of the moment turned out to be the peer itself.
-                    self.probe
-                        .event("fault", format_args!("skip: no link to cut"));
-                    return;
-                }
-                self.log_fault(&event, Some(index), duration_ms);
-                lock(&self.net).clog(&links);
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(duration_ms)).await;
-                    if self.healed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    lock(&self.net).unclog(&links);
-                    self.probe
-                        .event("fault", format_args!("end partition episode {episode}"));
-                });
-            }
+            } => self.partition_episode(episode, &event, index, peer, one_way, duration_ms),
             FaultEvent::Lag {
                 duration_ms,
                 cut_ms,
                 ..
-            } => {
-                self.log_fault(&event, Some(index), duration_ms);
-                server.hold_view();
-                // The cut: every link to and from the node, as a two-way partition from all peers.
-                let links = self.links_of(index, None, false);
-                if cut_ms > 0 {
-                    let cut = FaultEvent::Partition {
-                        at_us: event.at_us(),
-                        node: Some(index as u32),
-                        peer: None,
-                        one_way: false,
-                        duration_ms: cut_ms,
-                    };
-                    self.log_fault(&cut, Some(index), cut_ms);
-                    lock(&self.net).clog(&links);
-                }
-                tokio::spawn(async move {
-                    if cut_ms > 0 {
-                        tokio::time::sleep(Duration::from_millis(cut_ms)).await;
-                        if self.healed.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        lock(&self.net).unclog(&links);
-                    }
-                    tokio::time::sleep(Duration::from_millis(duration_ms.saturating_sub(cut_ms)))
-                        .await;
-                    if self.healed.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    server.release_view(false);
-                    self.probe
-                        .event("fault", format_args!("end lag episode {episode}"));
-                });
-            }
+            } => self.lag_episode(episode, &event, index, duration_ms, cut_ms),
             FaultEvent::Net { .. } => unreachable!("a network episode strikes no node"),
             FaultEvent::BitRot { target, .. } => {
                 self.log_fault(&event, Some(index), 0);
+                let server = self.servers[index].clone();
                 self.rot(&server, target)
             }
         }
+    }
+
+    /// Crashes node `index` (unless it is down) and restarts it `down_ms` later, unless it crashed
+    /// again meanwhile or the faults healed.
+    fn crash_node(self: Arc<Self>, event: &FaultEvent, index: usize, down_ms: u64) {
+        let server = self.servers[index].clone();
+        if lock(&server.state).down {
+            self.probe
+                .event("fault", format_args!("skip: node is down"));
+            return;
+        }
+        self.log_fault(event, Some(index), down_ms);
+        lock(&self.last_crash_ns)[index] = sim_now_ns();
+        server.crash("scheduled");
+        let generation = lock(&server.state).generation;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            let current = lock(&server.state).generation;
+            if current == generation && !self.healed.load(Ordering::Relaxed) {
+                server.restart();
+            }
+        });
+    }
+
+    /// Pauses node `index` (unless it is down or paused) and resumes it `duration_ms` later, unless
+    /// something else restarted or resumed it meanwhile.
+    fn pause_node(self: Arc<Self>, event: &FaultEvent, index: usize, duration_ms: u64) {
+        let server = self.servers[index].clone();
+        let generation = {
+            let mut state = lock(&server.state);
+            if state.down || state.paused {
+                self.probe
+                    .event("fault", format_args!("skip: node is down or paused"));
+                return;
+            }
+            self.log_fault(event, Some(index), duration_ms);
+            state.paused = true;
+            state.generation += 1;
+            Handle::current().pause(server.madsim_id);
+            state.generation
+        };
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+            let mut state = lock(&server.state);
+            if state.generation == generation && state.paused {
+                state.paused = false;
+                Handle::current().resume(server.madsim_id);
+                self.probe.event("fault", format_args!("resume"));
+            }
+        });
+    }
+
+    /// Fails node `index`'s I/O under `target` with `error` for `duration_ms`.
+    fn disk_episode(
+        self: Arc<Self>,
+        episode: u64,
+        index: usize,
+        target: Target,
+        error: DiskError,
+        chance_ppm: u32,
+        duration_ms: u64,
+    ) {
+        let server = self.servers[index].clone();
+        let kind = match error {
+            DiskError::FsyncEio => DiskFaultKind::SyncEio,
+            DiskError::WriteEio => DiskFaultKind::WriteEio,
+            DiskError::Enospc => DiskFaultKind::NoSpace,
+        };
+        for path_prefix in self.prefixes(target) {
+            let rule = FaultRule {
+                path_prefix,
+                kind,
+                chance_ppm,
+                remaining: None,
+            };
+            server.disk.add_fault(rule.clone());
+            lock(&self.disk_rules).push((episode, index, rule));
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            // SimDisk can only clear every rule: clear, then re-add the others in force.
+            let mut rules = lock(&self.disk_rules);
+            rules.retain(|(id, _, _)| *id != episode);
+            server.disk.clear_faults();
+            for (_, node, rule) in rules.iter() {
+                if *node == index {
+                    server.disk.add_fault(rule.clone());
+                }
+            }
+            self.probe
+                .event("fault", format_args!("end disk episode {episode}"));
+        });
+    }
+
+    /// Slows node `index`'s I/O under `target` by `latency_us` for `duration_ms`.
+    fn slow_disk_episode(
+        self: Arc<Self>,
+        episode: u64,
+        index: usize,
+        target: Target,
+        latency_us: u64,
+        duration_ms: u64,
+    ) {
+        let server = self.servers[index].clone();
+        let ids: Vec<_> = self
+            .prefixes(target)
+            .iter()
+            .map(|prefix| server.io.slow_begin(prefix, latency_us))
+            .collect();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+            for id in ids {
+                server.io.slow_end(id);
+            }
+            self.probe
+                .event("fault", format_args!("end slow episode {episode}"));
+        });
+    }
+
+    /// Cuts node `index`'s links to `peer` (every other node: `None`), one way or both, for
+    /// `duration_ms`.
+    fn partition_episode(
+        self: Arc<Self>,
+        episode: u64,
+        event: &FaultEvent,
+        index: usize,
+        peer: Option<u32>,
+        one_way: bool,
+        duration_ms: u64,
+    ) {
+        let links = self.links_of(index, peer.map(|peer| peer as usize), one_way);
+        if links.is_empty() {
+            // The leader of the moment turned out to be the peer itself.
+            self.probe
+                .event("fault", format_args!("skip: no link to cut"));
+            return;
+        }
+        self.log_fault(event, Some(index), duration_ms);
+        lock(&self.net).clog(&links);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(duration_ms)).await;
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            lock(&self.net).unclog(&links);
+            self.probe
+                .event("fault", format_args!("end partition episode {episode}"));
+        });
+    }
+
+    /// Holds node `index`'s view of the metastore for `duration_ms`, cut off from every peer for
+    /// the first `cut_ms` of it.
+    fn lag_episode(
+        self: Arc<Self>,
+        episode: u64,
+        event: &FaultEvent,
+        index: usize,
+        duration_ms: u64,
+        cut_ms: u64,
+    ) {
+        let server = self.servers[index].clone();
+        self.log_fault(event, Some(index), duration_ms);
+        server.hold_view();
+        // The cut: every link to and from the node, as a two-way partition from all peers.
+        let links = self.links_of(index, None, false);
+        if cut_ms > 0 {
+            let cut = FaultEvent::Partition {
+                at_us: event.at_us(),
+                node: Some(index as u32),
+                peer: None,
+                one_way: false,
+                duration_ms: cut_ms,
+            };
+            self.log_fault(&cut, Some(index), cut_ms);
+            lock(&self.net).clog(&links);
+        }
+        tokio::spawn(async move {
+            if cut_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(cut_ms)).await;
+                if self.healed.load(Ordering::Relaxed) {
+                    return;
+                }
+                lock(&self.net).unclog(&links);
+            }
+            tokio::time::sleep(Duration::from_millis(duration_ms.saturating_sub(cut_ms))).await;
+            if self.healed.load(Ordering::Relaxed) {
+                return;
+            }
+            server.release_view(false);
+            self.probe
+                .event("fault", format_args!("end lag episode {episode}"));
+        });
     }
 
     /// Applies a fault of the whole network now; its end is a timer task.

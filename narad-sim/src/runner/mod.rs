@@ -186,6 +186,72 @@ struct World<N: SimNode> {
 }
 
 impl<N: SimNode> World<N> {
+    /// The shared state of a run on `servers`, before any task starts.
+    fn new(spec: RunSpec, knobs: Knobs, servers: Vec<Arc<Server<N>>>, probe: Probe) -> Arc<Self> {
+        let seed = spec.seed;
+        let scenario = spec.scenario.clone();
+        let nodes = servers.len();
+        Arc::new(World {
+            layout: N::layout(),
+            knobs,
+            servers,
+            admin_turn: std::sync::atomic::AtomicUsize::new(0),
+            probe,
+            ledger: Mutex::new(Ledger::new()),
+            topics: scenario
+                .topics
+                .iter()
+                .map(|spec| TopicRuntime {
+                    spec: spec.clone(),
+                    current: Mutex::new(None),
+                    gate: tokio::sync::RwLock::new(()),
+                    stale_on: Mutex::new(std::collections::BTreeSet::new()),
+                })
+                .collect(),
+            safety_end_ns: scenario.phases.safety_ms * 1_000_000,
+            healed: AtomicBool::new(false),
+            errors: Mutex::new(Vec::new()),
+            produce_calls: Mutex::new(0),
+            watchdog: Arc::new(Watchdog::default()),
+            disk_rules: Mutex::new(Vec::new()),
+            rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
+            net: Mutex::new(faults::NetFaults::default()),
+            fault_log: Mutex::new(Vec::new()),
+            last_crash_ns: Mutex::new(vec![0; nodes]),
+            kept_down: Mutex::new(Default::default()),
+            reads: Mutex::new(Vec::new()),
+            consumption: Mutex::new(consumer::Consumption::default()),
+            consumers_stop: AtomicBool::new(false),
+            spec,
+        })
+    }
+
+    /// Creates every topic of the scenario (the nodes may still be booting).
+    async fn create_topics(&self) {
+        for topic in &self.topics {
+            match self.create_topic(topic, None, self.safety_end_ns).await {
+                Some(id) => *lock(&topic.current) = Some(id),
+                None => self.error(format!("topic {} could not be created", topic.spec.name)),
+            }
+        }
+    }
+
+    /// Starts the producers and, for the churning topics, their churn.
+    fn spawn_clients(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        for index in 0..self.knobs.producers {
+            tasks.push(tokio::spawn(self.clone().producer(index)));
+        }
+        if self.knobs.churn_every_ms > 0 {
+            for (index, topic) in self.topics.iter().enumerate() {
+                if topic.spec.churn {
+                    tasks.push(tokio::spawn(self.clone().churn(index)));
+                }
+            }
+        }
+        tasks
+    }
+
     /// A harness error: traced, and it fails the run.
     /// A legacy owner refuses a batch's incarnation section once, and the sender's id-less resend
     /// lands: records aimed at a partition of a legacy owner that no fault touched are never
@@ -303,97 +369,17 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             events.len()
         ),
     );
-    let sizes = NodeSizes {
-        wal_segment_bytes: knobs.wal_segment_bytes,
-        partition_segment_bytes: knobs.partition_segment_bytes,
-        journal_segment_bytes: knobs.journal_segment_bytes,
-        wal_prealloc: knobs.wal_prealloc,
-    };
-    let nodes = scenario.topology.nodes as usize;
-    let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();
-    // Node 0's streams keep a single node's labels, so its runs replay as before the cluster.
-    let label = |what: &str, index: usize| match index {
-        0 => what.to_string(),
-        _ => format!("{what}/{index}"),
-    };
-    let servers: Vec<Arc<Server<N>>> = (0..nodes)
-        .map(|index| {
-            let disk = SimDisk::new(derive_seed(seed, &label("disk", index)));
-            let io = SimIo::new(
-                derive_seed(seed, &label("io", index)),
-                knobs.op_us,
-                knobs.sync_us,
-            );
-            Server::<N>::boot(
-                index,
-                members.clone(),
-                disk,
-                io,
-                probe.clone(),
-                seed,
-                spec.plant_bug,
-                sizes,
-                scenario.topology.legacy_nodes.contains(&(index as u32)),
-            )
-        })
-        .collect();
+    let servers = boot_servers::<N>(&spec, &knobs, &probe);
     let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
     let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
-    let world = Arc::new(World {
-        layout: N::layout(),
-        knobs: knobs.clone(),
-        servers: servers.clone(),
-        admin_turn: std::sync::atomic::AtomicUsize::new(0),
-        probe: probe.clone(),
-        ledger: Mutex::new(Ledger::new()),
-        topics: scenario
-            .topics
-            .iter()
-            .map(|spec| TopicRuntime {
-                spec: spec.clone(),
-                current: Mutex::new(None),
-                gate: tokio::sync::RwLock::new(()),
-                stale_on: Mutex::new(std::collections::BTreeSet::new()),
-            })
-            .collect(),
-        safety_end_ns,
-        healed: AtomicBool::new(false),
-        errors: Mutex::new(Vec::new()),
-        produce_calls: Mutex::new(0),
-        watchdog: Arc::new(Watchdog::default()),
-        disk_rules: Mutex::new(Vec::new()),
-        rot_rng: Mutex::new(ChaCha8Rng::seed_from_u64(derive_seed(seed, "rot"))),
-        net: Mutex::new(faults::NetFaults::default()),
-        fault_log: Mutex::new(Vec::new()),
-        last_crash_ns: Mutex::new(vec![0; servers.len()]),
-        kept_down: Mutex::new(Default::default()),
-        reads: Mutex::new(Vec::new()),
-        consumption: Mutex::new(consumer::Consumption::default()),
-        consumers_stop: AtomicBool::new(false),
-        spec,
-    });
+    let world = World::new(spec, knobs, servers, probe.clone());
 
     // Topics first (the node may still be booting), then the safety phase.
-    for topic in &world.topics {
-        match world.create_topic(topic, None, safety_end_ns).await {
-            Some(id) => *lock(&topic.current) = Some(id),
-            None => world.error(format!("topic {} could not be created", topic.spec.name)),
-        }
-    }
+    world.create_topics().await;
     let injector = tokio::spawn(world.clone().injector(events.clone()));
     let operator = tokio::spawn(world.clone().operator());
     let watchdog = tokio::spawn(world.watchdog.clone().run());
-    let mut tasks = Vec::new();
-    for index in 0..knobs.producers {
-        tasks.push(tokio::spawn(world.clone().producer(index)));
-    }
-    if knobs.churn_every_ms > 0 {
-        for (index, topic) in world.topics.iter().enumerate() {
-            if topic.spec.churn {
-                tasks.push(tokio::spawn(world.clone().churn(index)));
-            }
-        }
-    }
+    let tasks = world.spawn_clients();
     // Drawn from a stream of their own: a scenario without consumers draws as before.
     let consumers = match N::queue_mode() {
         true => scenario
@@ -418,6 +404,74 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
         let _ = task.await;
     }
 
+    let reads = read_after_faults(&world, liveness_deadline_ns, consumers, consumer_tasks).await;
+    operator.abort();
+    watchdog.abort();
+    verdict(&world, &probe, reads, consumers > 0, events).await
+}
+
+/// Boots every node on its own disk, each from the seed's streams.
+fn boot_servers<N: SimNode>(spec: &RunSpec, knobs: &Knobs, probe: &Probe) -> Vec<Arc<Server<N>>> {
+    let scenario = &spec.scenario;
+    let seed = spec.seed;
+    let sizes = NodeSizes {
+        wal_segment_bytes: knobs.wal_segment_bytes,
+        partition_segment_bytes: knobs.partition_segment_bytes,
+        journal_segment_bytes: knobs.journal_segment_bytes,
+        wal_prealloc: knobs.wal_prealloc,
+    };
+    let nodes = scenario.topology.nodes as usize;
+    let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();
+    // Node 0's streams keep a single node's labels, so its runs replay as before the cluster.
+    let label = |what: &str, index: usize| match index {
+        0 => what.to_string(),
+        _ => format!("{what}/{index}"),
+    };
+    (0..nodes)
+        .map(|index| {
+            let disk = SimDisk::new(derive_seed(seed, &label("disk", index)));
+            let io = SimIo::new(
+                derive_seed(seed, &label("io", index)),
+                knobs.op_us,
+                knobs.sync_us,
+            );
+            Server::<N>::boot(
+                index,
+                members.clone(),
+                disk,
+                io,
+                probe.clone(),
+                seed,
+                spec.plant_bug,
+                sizes,
+                scenario.topology.legacy_nodes.contains(&(index as u32)),
+            )
+        })
+        .collect()
+}
+
+/// What the liveness phase and the final crash leave for the ledger to judge.
+struct Reads {
+    /// Per node: no fault touched it before the heal.
+    untouched: Vec<bool>,
+    /// The read at the liveness deadline.
+    at_deadline: crate::ledger::Observation,
+    /// The read after the final crash (the same read without one).
+    after_final: crate::ledger::Observation,
+    /// The nodes kept down through the liveness deadline.
+    kept_down: std::collections::BTreeSet<usize>,
+}
+
+/// The liveness phase (every fault heals, then every partition is read) and the final crash (every
+/// node at once, then a read after the settle period); the consumers run up to the crash and drain
+/// after it.
+async fn read_after_faults<N: SimNode>(
+    world: &Arc<World<N>>,
+    liveness_deadline_ns: u64,
+    consumers: u64,
+    consumer_tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> Reads {
+    let servers = &world.servers;
     // Which nodes no fault touched, as the faults heal (every crash, pause and restart bumps the
     // generation).
     let untouched: Vec<bool> = servers
@@ -437,11 +491,11 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     // leases with it.
     let after_final = if world.spec.scenario.phases.final_crash {
         // Power loss of every node at once, then every node starts again.
-        for server in &servers {
+        for server in servers {
             server.crash("final");
         }
         world.consumers_stop.store(true, Ordering::Relaxed);
-        for server in &servers {
+        for server in servers {
             server.restart();
         }
         let settle_deadline_ns =
@@ -458,13 +512,34 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     if consumers > 0 {
         world.drain().await;
     }
-    operator.abort();
-    watchdog.abort();
+    Reads {
+        untouched,
+        at_deadline,
+        after_final,
+        kept_down,
+    }
+}
+
+/// The ledger's judgement of the reads, the run's details, and the nodes released.
+async fn verdict<N: SimNode>(
+    world: &Arc<World<N>>,
+    probe: &Probe,
+    reads: Reads,
+    consumed: bool,
+    events: Vec<crate::fault::FaultEvent>,
+) -> RunOutcome {
+    let servers = &world.servers;
+    let Reads {
+        untouched,
+        at_deadline,
+        after_final,
+        kept_down,
+    } = reads;
     let mut report = lock(&world.ledger).check(&at_deadline, &after_final);
-    if !scenario.topology.legacy_nodes.is_empty() {
+    if !world.spec.scenario.topology.legacy_nodes.is_empty() {
         world.check_legacy_homes(&report, &untouched).await;
     }
-    if consumers > 0 {
+    if consumed {
         report.consumed = Some(lock(&world.consumption).judge(&after_final));
     }
     probe.event("harness", format_args!("verdict {}", report.verdict_line()));
@@ -483,17 +558,17 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     };
     // madsim frees no task when its runtime drops, and a node's tasks hold each other (channels,
     // wakers) in cycles: kill the node and let the executor drop its tasks, or every run leaks them.
-    for server in &servers {
+    for server in servers {
         Handle::current().kill(server.madsim_id);
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
-    for server in &servers {
+    for server in servers {
         server.release();
     }
     let errors = lock(&world.errors).clone();
     let produce_calls = *lock(&world.produce_calls);
     RunOutcome {
-        seed,
+        seed: world.spec.seed,
         accepted: report.accepted,
         report,
         violations: probe.violations(),

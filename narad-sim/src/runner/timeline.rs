@@ -8,7 +8,7 @@ use narad_core::PartitionId;
 use super::{lock, sim_now_ns, World};
 use crate::ledger::{Observation, Report};
 use crate::seam::SimNode;
-use crate::timeline::{Arrow, CallMark, FaultBand, TimelineData};
+use crate::timeline::{Arrow, CallMark, FaultBand, ReadMark, TimelineData};
 
 impl<N: SimNode> World<N> {
     /// What the run's timeline shows; `kept` are the nodes kept down through the liveness deadline.
@@ -20,55 +20,8 @@ impl<N: SimNode> World<N> {
     ) -> TimelineData {
         let heal_ns = self.safety_end_ns;
         let reads = lock(&self.reads).clone();
-        let mut faults: Vec<FaultBand> = lock(&self.fault_log)
-            .iter()
-            .map(|window| FaultBand {
-                kind: window.kind,
-                label: window.label.clone(),
-                node: window.node,
-                peer: window.peer,
-                start_ns: window.start_ns,
-                // Every fault ends at the heal at the latest.
-                end_ns: window.end_ns.min(heal_ns).max(window.start_ns),
-            })
-            .collect();
-        // The liveness read ends the phase a kept-down node sits out.
-        let liveness_ns = reads
-            .iter()
-            .find(|read| read.what == "liveness")
-            .map_or(heal_ns, |read| read.at_ns);
-        for &node in kept {
-            faults.push(FaultBand {
-                kind: "kept-down",
-                label: format!("node {node} kept down through the liveness deadline"),
-                node: Some(node),
-                peer: None,
-                start_ns: heal_ns,
-                end_ns: liveness_ns,
-            });
-        }
-        if self.spec.scenario.phases.final_crash {
-            for node in 0..self.servers.len() {
-                faults.push(FaultBand {
-                    kind: "final-crash",
-                    label: format!("final power loss of node {node}"),
-                    node: Some(node),
-                    peer: None,
-                    start_ns: liveness_ns,
-                    end_ns: liveness_ns,
-                });
-            }
-        }
-
-        let mut owners = BTreeMap::new();
-        for topic in &self.topics {
-            for partition in 0..topic.spec.partitions {
-                let owner = self
-                    .owner_of(&topic.spec.name, PartitionId(partition))
-                    .await;
-                owners.insert(format!("{}/{partition}", topic.spec.name), owner);
-            }
-        }
+        let faults = self.fault_bands(&reads, kept);
+        let owners = self.partition_owners().await;
 
         let ledger = lock(&self.ledger);
         let failed_attempts: BTreeSet<_> = report
@@ -143,5 +96,65 @@ impl<N: SimNode> World<N> {
             verdict: format!("accepted={} {}", report.accepted, report.verdict_line()),
             failure: None,
         }
+    }
+
+    /// The faults as bands: each applied fault up to the heal, the nodes kept down through the
+    /// liveness read, and the final crash.
+    fn fault_bands(&self, reads: &[ReadMark], kept: &[usize]) -> Vec<FaultBand> {
+        let heal_ns = self.safety_end_ns;
+        let mut faults: Vec<FaultBand> = lock(&self.fault_log)
+            .iter()
+            .map(|window| FaultBand {
+                kind: window.kind,
+                label: window.label.clone(),
+                node: window.node,
+                peer: window.peer,
+                start_ns: window.start_ns,
+                // Every fault ends at the heal at the latest.
+                end_ns: window.end_ns.min(heal_ns).max(window.start_ns),
+            })
+            .collect();
+        // The liveness read ends the phase a kept-down node sits out.
+        let liveness_ns = reads
+            .iter()
+            .find(|read| read.what == "liveness")
+            .map_or(heal_ns, |read| read.at_ns);
+        for &node in kept {
+            faults.push(FaultBand {
+                kind: "kept-down",
+                label: format!("node {node} kept down through the liveness deadline"),
+                node: Some(node),
+                peer: None,
+                start_ns: heal_ns,
+                end_ns: liveness_ns,
+            });
+        }
+        if self.spec.scenario.phases.final_crash {
+            for node in 0..self.servers.len() {
+                faults.push(FaultBand {
+                    kind: "final-crash",
+                    label: format!("final power loss of node {node}"),
+                    node: Some(node),
+                    peer: None,
+                    start_ns: liveness_ns,
+                    end_ns: liveness_ns,
+                });
+            }
+        }
+        faults
+    }
+
+    /// The owner of every partition (`topic/partition`), as the run ends.
+    async fn partition_owners(&self) -> BTreeMap<String, usize> {
+        let mut owners = BTreeMap::new();
+        for topic in &self.topics {
+            for partition in 0..topic.spec.partitions {
+                let owner = self
+                    .owner_of(&topic.spec.name, PartitionId(partition))
+                    .await;
+                owners.insert(format!("{}/{partition}", topic.spec.name), owner);
+            }
+        }
+        owners
     }
 }

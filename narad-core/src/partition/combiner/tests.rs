@@ -709,6 +709,7 @@ type Payloads = Vec<Vec<u8>>;
 /// contiguous from 0 and never overlap; no record carrying an id lands in another incarnation's log;
 /// at the end every acknowledged batch reads back exactly from its incarnation's log.
 #[test]
+#[allow(clippy::too_many_lines)] // one walk: its event loop and its checks read best in one place
 fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly() {
     use crate::partition::driver::{run_to_idle, NoHook};
     use rand::{Rng, SeedableRng};

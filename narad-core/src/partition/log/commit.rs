@@ -4,6 +4,29 @@
 
 use super::*;
 
+/// The request's records as they are framed, or `RecordTooLarge` if one would not fit in a frame.
+fn commit_views(
+    request: &CommitRequest,
+    committed_at_ms: u64,
+) -> Result<Vec<RecordView<'_>>, CommitFault> {
+    let views: Vec<RecordView<'_>> = request
+        .records
+        .iter()
+        .map(|record| RecordView {
+            key: record.key.as_deref().filter(|key| !key.is_empty()),
+            committed_at_ms,
+            payload: &record.payload,
+        })
+        .collect();
+    if views
+        .iter()
+        .any(|view| view.framed_len() > FRAME_RECORDS_BYTES_MAX)
+    {
+        return Err(CommitFault::RecordTooLarge);
+    }
+    Ok(views)
+}
+
 impl PartitionLog {
     pub(super) fn on_commit(&mut self, request: CommitRequest) {
         if let Err(fault) = self.begin_commit(&request) {
@@ -22,31 +45,10 @@ impl PartitionLog {
             return Err(CommitFault::Empty);
         }
         let committed_at_ms = request.committed_at_ms.max(self.last_committed_at_ms);
-        let views: Vec<RecordView<'_>> = request
-            .records
-            .iter()
-            .map(|record| RecordView {
-                key: record.key.as_deref().filter(|key| !key.is_empty()),
-                committed_at_ms,
-                payload: &record.payload,
-            })
-            .collect();
-        if views
-            .iter()
-            .any(|view| view.framed_len() > FRAME_RECORDS_BYTES_MAX)
-        {
-            return Err(CommitFault::RecordTooLarge);
-        }
+        let views = commit_views(request, committed_at_ms)?;
         let (run, frames) = self.encode_run(&views);
         let run_bytes = run.len() as u64;
-        let (segment, created) = match self.segments.iter().next_back() {
-            Some((&base, last))
-                if last.bytes == 0 || last.bytes + run_bytes <= self.config.segment_bytes_max =>
-            {
-                (base, false)
-            }
-            _ => (self.high_watermark, true),
-        };
+        let (segment, created) = self.segment_for_run(run_bytes);
         let position = if created {
             0
         } else {
@@ -57,19 +59,7 @@ impl PartitionLog {
         let mut ops = Vec::with_capacity(7);
         let mut stages = Stages::default();
         if created {
-            if let Some(sealed) = self
-                .segments
-                .values()
-                .next_back()
-                .filter(|last| last.file_bytes > last.bytes)
-            {
-                // Not synced: a crash may keep the zeros, which recovery reads as a clean end.
-                ops.push(IoOp::SetLen {
-                    path: sealed.path.clone(),
-                    len: sealed.bytes,
-                });
-                stages.push(Stage::Seal);
-            }
+            self.push_seal(&mut ops, &mut stages);
             ops.push(IoOp::Create { path: path.clone() });
             stages.push(Stage::Create);
         }
@@ -85,25 +75,7 @@ impl PartitionLog {
         } else {
             self.segments[&segment].file_bytes
         };
-        self.run_bytes_avg = match self.run_bytes_avg {
-            0 => run_bytes,
-            avg => (avg * 7 + run_bytes) / 8,
-        };
-        if created {
-            self.fill_off = false;
-        }
-        // A journaled log's own writes are never on a commit's fsync: a fill would save nothing.
-        let fill = if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX
-            && !self.fill_off
-            && !self.config.journaled
-        {
-            self.config
-                .preallocate_bytes
-                .min(self.config.segment_bytes_max / 8)
-                .min(self.config.segment_bytes_max.saturating_sub(write_end))
-        } else {
-            0
-        };
+        let fill = self.fill_after_run(run_bytes, created, write_end);
         let file_bytes = if write_end > zeroed && fill > 0 {
             ops.push(IoOp::WriteZeros {
                 path: path.clone(),
@@ -115,16 +87,7 @@ impl PartitionLog {
         } else {
             zeroed.max(write_end)
         };
-        if !self.config.journaled {
-            ops.push(IoOp::SyncData { path: path.clone() });
-            stages.push(Stage::Sync);
-        }
-        if !name_durable && !self.config.journaled {
-            ops.push(IoOp::SyncDir {
-                dir: self.config.dir.clone(),
-            });
-            stages.push(Stage::SyncDir);
-        }
+        self.push_syncs(&path, name_durable, &mut ops, &mut stages);
         ops.push(IoOp::ReadAt {
             path,
             offset: position,
@@ -148,6 +111,76 @@ impl PartitionLog {
             stages,
         }));
         Ok(())
+    }
+
+    /// The segment a run of `run_bytes` goes to, and whether it is created for it: the last one while
+    /// the run fits (or the segment is empty), else a new one at the high watermark.
+    fn segment_for_run(&self, run_bytes: u64) -> (Offset, bool) {
+        match self.segments.iter().next_back() {
+            Some((&base, last))
+                if last.bytes == 0 || last.bytes + run_bytes <= self.config.segment_bytes_max =>
+            {
+                (base, false)
+            }
+            _ => (self.high_watermark, true),
+        }
+    }
+
+    /// Before a new segment: trims the last one's preallocated zeros off its end.
+    fn push_seal(&self, ops: &mut Vec<IoOp>, stages: &mut Stages) {
+        if let Some(sealed) = self
+            .segments
+            .values()
+            .next_back()
+            .filter(|last| last.file_bytes > last.bytes)
+        {
+            // Not synced: a crash may keep the zeros, which recovery reads as a clean end.
+            ops.push(IoOp::SetLen {
+                path: sealed.path.clone(),
+                len: sealed.bytes,
+            });
+            stages.push(Stage::Seal);
+        }
+    }
+
+    /// The zeros to preallocate after a run ending at `write_end` (0: none), from the running average
+    /// of run sizes, which this run updates.
+    fn fill_after_run(&mut self, run_bytes: u64, created: bool, write_end: u64) -> u64 {
+        self.run_bytes_avg = match self.run_bytes_avg {
+            0 => run_bytes,
+            avg => (avg * 7 + run_bytes) / 8,
+        };
+        if created {
+            self.fill_off = false;
+        }
+        // A journaled log's own writes are never on a commit's fsync: a fill would save nothing.
+        if self.run_bytes_avg < PREALLOCATE_RUN_BYTES_MAX
+            && !self.fill_off
+            && !self.config.journaled
+        {
+            self.config
+                .preallocate_bytes
+                .min(self.config.segment_bytes_max / 8)
+                .min(self.config.segment_bytes_max.saturating_sub(write_end))
+        } else {
+            0
+        }
+    }
+
+    /// The syncs that make the run durable, unless the owner journal does.
+    fn push_syncs(&self, path: &str, name_durable: bool, ops: &mut Vec<IoOp>, stages: &mut Stages) {
+        if !self.config.journaled {
+            ops.push(IoOp::SyncData {
+                path: path.to_string(),
+            });
+            stages.push(Stage::Sync);
+        }
+        if !name_durable && !self.config.journaled {
+            ops.push(IoOp::SyncDir {
+                dir: self.config.dir.clone(),
+            });
+            stages.push(Stage::SyncDir);
+        }
     }
 
     /// Encodes a run as frames of about `frame_records_bytes_target` record bytes each.
