@@ -278,7 +278,7 @@ mod sim {
         outcome: &RunOutcome,
         trace_lines: &[String],
     ) -> Result<(), String> {
-        let page = narad_sim::timeline::page(spec, outcome, trace_lines);
+        let page = narad_sim::outcome::timeline_page(spec, outcome, trace_lines);
         std::fs::write(file, page)
             .map_err(|error| format!("cannot write {}: {error}", file.display()))?;
         println!("timeline: {}", file.display());

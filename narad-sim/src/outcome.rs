@@ -7,6 +7,7 @@ use crate::fault::FaultEvent;
 use crate::ledger::Report;
 use crate::scenario::Scenario;
 use crate::seam::PlantedBug;
+use crate::timeline::{dispatch_events, from_trace, render};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -107,4 +108,22 @@ pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     } else {
         "panic with a non-text payload".to_string()
     }
+}
+
+/// The timeline page of a run: what the runner gathered (or, for a run that ended before its
+/// verdict, what its trace shows), the node's commits from `trace_lines`, and the failure if it
+/// failed. It lives with the outcome it reads, so the timeline's drawing knows nothing of runs.
+pub fn timeline_page(spec: &RunSpec, outcome: &RunOutcome, trace_lines: &[String]) -> String {
+    let mut data = outcome.timeline.clone().unwrap_or_else(|| {
+        let mut data = from_trace(trace_lines, spec.scenario.topology.nodes as usize);
+        data.scenario = spec.scenario_path.clone();
+        data.seed = spec.seed;
+        data.safety_end_ns = spec.scenario.phases.safety_ms * 1_000_000;
+        data.plant_bug = spec.plant_bug.map(|bug| bug.name().to_string());
+        data.verdict = "the run ended before its verdict".to_string();
+        data
+    });
+    data.failure = outcome.failed().then(|| outcome.reason());
+    let dispatch = dispatch_events(trace_lines, &data.owners);
+    render(&data, &dispatch)
 }

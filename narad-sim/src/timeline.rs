@@ -112,27 +112,6 @@ pub struct TimelineData {
     pub failure: Option<String>,
 }
 
-/// The page of a run: what the runner gathered (or, for a run that ended before its verdict,
-/// what its trace shows), the node's commits from `trace_lines`, and the failure if it failed.
-pub fn page(
-    spec: &crate::outcome::RunSpec,
-    outcome: &crate::outcome::RunOutcome,
-    trace_lines: &[String],
-) -> String {
-    let mut data = outcome.timeline.clone().unwrap_or_else(|| {
-        let mut data = from_trace(trace_lines, spec.scenario.topology.nodes as usize);
-        data.scenario = spec.scenario_path.clone();
-        data.seed = spec.seed;
-        data.safety_end_ns = spec.scenario.phases.safety_ms * 1_000_000;
-        data.plant_bug = spec.plant_bug.map(|bug| bug.name().to_string());
-        data.verdict = "the run ended before its verdict".to_string();
-        data
-    });
-    data.failure = outcome.failed().then(|| outcome.reason());
-    let dispatch = dispatch_events(trace_lines, &data.owners);
-    render(&data, &dispatch)
-}
-
 /// Reads the dispatchers' commits from trace lines (`[ t s] dispatch@N commit #k topic/p
 /// records=R`, `... commit #k done`, `... commit #k failed: IncarnationMismatch ...`; node 0's
 /// source has no `@0`), placing each on the owner `owners` names.

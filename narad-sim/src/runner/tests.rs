@@ -438,7 +438,7 @@ fn the_timeline_of_a_cluster_run_names_every_node_and_fault() {
     let outcome = run::<crate::node_narad::NaradSimNode>(&spec);
     assert!(!outcome.failed(), "{}", outcome.reason());
     let lines = outcome.trace_lines.clone().expect("traced");
-    let page = crate::timeline::page(&spec, &outcome, &lines);
+    let page = crate::outcome::timeline_page(&spec, &outcome, &lines);
     for node in 0..3 {
         assert!(
             page.contains(&format!(">node {node}</text>")),
