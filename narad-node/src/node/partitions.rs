@@ -18,9 +18,9 @@
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
 //! After every input its outputs are drained at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
@@ -298,13 +298,53 @@ impl PartitionStatus {
     }
 }
 
+/// Announces the commits this host answers, per topic, to whoever waits on them (the queue-mode
+/// consume host long-polls on it).
+#[derive(Debug, Default)]
+pub struct CommitWakes {
+    topics: Mutex<HashMap<Arc<str>, watch::Sender<u64>>>,
+}
+
+impl CommitWakes {
+    /// A receiver that changes on every commit to `topic` from now on.
+    pub fn subscribe(&self, topic: &str) -> watch::Receiver<u64> {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        match topics.get(topic) {
+            Some(sender) => sender.subscribe(),
+            None => {
+                let (sender, receiver) = watch::channel(0);
+                topics.insert(Arc::from(topic), sender);
+                receiver
+            }
+        }
+    }
+
+    /// A commit to `topic` was answered. Topics nobody waits on are forgotten here.
+    pub fn wake(&self, topic: &str) {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(sender) = topics.get(topic) {
+            if sender.receiver_count() == 0 {
+                topics.remove(topic);
+            } else {
+                sender.send_modify(|generation| *generation = generation.wrapping_add(1));
+            }
+        }
+    }
+}
+
 /// A handle on the partition host; clones share it.
 #[derive(Clone, Debug)]
 pub struct PartitionHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<PartitionStatus>,
     next_batch: Arc<AtomicU64>,
-    wakes: Arc<super::consumers::CommitWakes>,
+    wakes: Arc<CommitWakes>,
 }
 
 /// Sends `Abandon` for a commit whose caller stopped waiting before the answer.
@@ -455,8 +495,8 @@ impl PartitionHost {
         Ok(range)
     }
 
-    /// Where long-polling queue-mode consumes wait for commits.
-    pub fn wakes(&self) -> &super::consumers::CommitWakes {
+    /// Where long-polling queue-mode consumes learn of commits.
+    pub fn wakes(&self) -> &CommitWakes {
         &self.wakes
     }
 
