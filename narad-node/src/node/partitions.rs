@@ -10,6 +10,9 @@
 //! - **Commits** arrive from the dispatcher through [`super::transport::LocalTransport`] (and, in a
 //!   cluster, from peers); dropping a commit's future before its answer tells the owner the caller
 //!   gave up.
+//! - **Commit wakes.** Every commit answered is announced on [`CommitWakes`], per topic, to the
+//!   queue-mode consume host's long polls (`super::consumers`, which depends on this module, never
+//!   the other way round).
 //! - **Log events** become log lines and counters (damage found by recovery is an error an operator
 //!   must hear of, one count per damaged range).
 //!
