@@ -17,7 +17,11 @@
 //!
 //! Time is an input: a lease's deadline is compared with the `now` each call is given, so an expired
 //! lease is never acked even before [`PartitionQueue::expire`] moves it.
+//!
+//! The node's queues and the policy above them (rotation over a topic's partitions, high-watermark
+//! learning, read outcomes, long-poll wakes, cursor flushes) are [`actor::ConsumeActor`]'s.
 
+pub mod actor;
 pub mod table;
 
 #[cfg(test)]

@@ -1,116 +1,55 @@
-//! Queue-mode consume on the partitions this node owns: one [`PartitionQueue`] per partition
-//! (`narad_core::consume`: leases, acks, the cursor), the records read from the partition host, and
-//! the node's cursor table kept on disk (`consumers/cursors.{0,1}`).
+//! Queue-mode consume on the partitions this node owns: the [`ConsumeActor`]
+//! (`narad_core::consume::actor`: every partition queue, the rotation, the high watermarks learned,
+//! read outcomes, long-poll wakes, cursor flushes and pruning) run on the generic host, and the handle
+//! callers use ([`Consumers`]: the HTTP seam, and the peers' forwarded calls). The node's cursor
+//! table lives on disk in `consumers/cursors.{0,1}`.
 //!
-//! - **Reserve.** A consume tries its candidate partitions in a rotation (a topic's consumers are
-//!   spread over its partitions), leasing the first record one has; the record is then read from the
-//!   log. A read that fails gives the lease back (redelivered next), one below the oldest retained
-//!   record moves the queue past what retention removed.
-//! - **Long poll.** With nothing to lease, the consume waits for a commit to one of the topic's
-//!   partitions here ([`CommitWakes`], fed by the partition host on every commit it answers) or for
-//!   the earliest lease deadline among its candidates (an expired lease is redelivered), up to its
-//!   `wait`.
-//! - **The visibility boundary.** A queue leases fresh records below the high watermark it last
-//!   learned, from a read or from the partition's figures, asked again only once the queue has
-//!   nothing below it.
-//! - **Cursors on disk.** A flush task writes the table every [`CURSOR_FLUSH_INTERVAL`] when a cursor
-//!   moved (and at shutdown), so an ack is answered at once and a crash redelivers at most the acks of
-//!   the last interval, plus every acked-ahead offset: at-least-once. Cursors of topic incarnations
-//!   no longer live are dropped from the next flush.
+//! The actor has a host of its own beside the partition host rather than living inside that host's
+//! value: it reaches the logs through [`PartitionHost`]'s reads and figures exactly as a replay read
+//! does (parked reads included), and its calls, waits and cursor writes stay off the owner's commit
+//! path, so neither host routes the other's inputs.
+//!
+//! The host decides nothing: a caller's command becomes an input; each output becomes a read or a
+//! stat of the partition host, a cursor-table write, a watch on [`super::partitions::CommitWakes`],
+//! an answer, or a log line and a counter; each result comes back as an input. Before a tick or a
+//! flush, the replica's live topics are fed if they changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use narad_core::consume::table::{CursorKey, CursorSlots, CURSOR_DIR, SLOTS};
-use narad_core::consume::{HandleError, PartitionQueue, QueueLimits, ReceiptHandle, Reserve};
+use narad_core::codec::cluster::LeasedRecord;
+use narad_core::consume::actor::{
+    CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueReadError,
+    QueueTopic,
+};
+use narad_core::consume::table::{CursorSlots, CURSOR_DIR, SLOTS};
+use narad_core::consume::{HandleError, QueueLimits, ReceiptHandle};
 use narad_core::disk::{Disk, IoId, IoLane, IoOp, IoReply, IoRequest};
-use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
-use narad_core::partition::log::ReadFault;
-use narad_core::partition::ReadError;
-use narad_core::planted::{Plant, PlantedBug};
-use narad_core::IoFault;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use tokio::sync::watch;
+use narad_core::ids::{NodeId, PartitionId};
+use narad_core::planted::Plant;
+use narad_core::{Actor, Instant, IoFault};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::partitions::{PartitionHost, PartitionReadError};
 use crate::clock::Clock;
+use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::http::{
-    BoxFuture, Leased, QueueConsumer, QueueOutcome, Settle, SettleOutcome, StoredRecord, TopicKey,
+    BoxFuture, Leased, QueueConsumer, QueueOutcome, Settle, SettleOutcome, TopicKey,
 };
-use crate::metastore::Metastore;
+use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
 
-/// How often moved cursors are written to disk.
-pub const CURSOR_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-/// The longest a queue-mode consume waits (`wait` is clamped to it), as Narad's `max_consume_wait`.
-pub const CONSUME_WAIT_MAX: Duration = Duration::from_secs(10);
-/// Reads one consume may try on one partition before it moves on (each failed read gives its lease
-/// back, so a partition whose reads fail cannot hold a consume).
-const READS_PER_PARTITION_MAX: usize = 4;
+pub use narad_core::consume::actor::{CONSUME_WAIT_MAX, CURSOR_FLUSH_INTERVAL};
 
-/// Wakes long-polling consumes when a commit makes records of a topic visible here.
-#[derive(Debug, Default)]
-pub struct CommitWakes {
-    topics: Mutex<HashMap<Arc<str>, watch::Sender<u64>>>,
-}
-
-impl CommitWakes {
-    /// A receiver that changes on every commit to `topic` from now on.
-    pub fn subscribe(&self, topic: &str) -> watch::Receiver<u64> {
-        let mut topics = self
-            .topics
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        match topics.get(topic) {
-            Some(sender) => sender.subscribe(),
-            None => {
-                let (sender, receiver) = watch::channel(0);
-                topics.insert(Arc::from(topic), sender);
-                receiver
-            }
-        }
-    }
-
-    /// A commit to `topic` was answered. Topics nobody waits on are forgotten here.
-    pub fn wake(&self, topic: &str) {
-        let mut topics = self
-            .topics
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if let Some(sender) = topics.get(topic) {
-            if sender.receiver_count() == 0 {
-                topics.remove(topic);
-            } else {
-                sender.send_modify(|generation| *generation = generation.wrapping_add(1));
-            }
-        }
-    }
-}
+/// Commands the host's mailbox holds before callers wait.
+pub const MAILBOX_CAPACITY: usize = 4096;
 
 /// Why the cursor table could not be read at start-up.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("consumer cursors: {0}")]
 pub struct CursorsError(pub IoFault);
-
-struct Queue {
-    queue: PartitionQueue,
-    /// The high watermark last learned.
-    high_watermark: Offset,
-}
-
-struct State {
-    queues: BTreeMap<CursorKey, Queue>,
-    /// Cursors read at start-up for partitions no consume has touched since.
-    loaded: BTreeMap<CursorKey, Offset>,
-    /// Where each topic's next consume starts its rotation.
-    rotation: HashMap<TopicId, u32>,
-    /// Nonce seeds of new queues.
-    rng: ChaCha8Rng,
-    /// A cursor moved since the last flush.
-    dirty: bool,
-}
 
 /// What [`Consumers::open`] needs.
 pub struct ConsumersSetup {
@@ -135,25 +74,65 @@ pub struct ConsumersSetup {
 /// The node's queue-mode consume; clones share it.
 #[derive(Clone)]
 pub struct Consumers {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    state: Mutex<State>,
-    slots: tokio::sync::Mutex<CursorSlots>,
-    partitions: PartitionHost,
+    commands: mpsc::Sender<Command>,
+    next_call: Arc<AtomicU64>,
     metastore: Metastore,
     node: NodeId,
-    disk: Arc<dyn Disk>,
     clock: Clock,
-    metrics: Arc<Metrics>,
-    plant: Plant,
 }
 
 impl std::fmt::Debug for Consumers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumers").finish_non_exhaustive()
     }
+}
+
+enum Command {
+    Consume {
+        call: CallId,
+        topic: QueueTopic,
+        limits: QueueLimits,
+        candidates: Vec<PartitionId>,
+        wait: Duration,
+        reply: oneshot::Sender<Option<LeasedRecord>>,
+    },
+    Abandon {
+        call: CallId,
+    },
+    Settle {
+        call: CallId,
+        topic: QueueTopic,
+        handle: ReceiptHandle,
+        action: Settle,
+        reply: oneshot::Sender<Result<(), HandleError>>,
+    },
+    Flush {
+        call: CallId,
+        reply: oneshot::Sender<Result<(), IoFault>>,
+    },
+}
+
+/// What comes back to the host.
+enum Event {
+    /// A partition's figures, for a call.
+    Stat {
+        call: CallId,
+        stat: narad_core::codec::cluster::PartitionStat,
+    },
+    /// A record read, for a call.
+    Read {
+        call: CallId,
+        result: Result<narad_core::partition::ReadBatch, QueueReadError>,
+    },
+    /// A commit to `topic` was answered (`open`: the watch still stands); the receiver comes back
+    /// so a watch asked again misses no commit in between.
+    Committed {
+        topic: Arc<str>,
+        receiver: watch::Receiver<u64>,
+        open: bool,
+    },
+    /// The cursor table's write finished.
+    Stored(narad_core::disk::IoCompletion),
 }
 
 /// Runs one request of ops on the disk; the first failure ends it.
@@ -200,9 +179,67 @@ async fn read_slot(disk: &Arc<dyn Disk>, path: &str) -> Result<Option<Vec<u8>>, 
     }
 }
 
+/// Reads the cursor table, creating its slot files on a new data directory.
+async fn load_slots(disk: &Arc<dyn Disk>) -> Result<CursorSlots, IoFault> {
+    run(
+        disk,
+        vec![IoOp::CreateDirAll {
+            dir: CURSOR_DIR.to_string(),
+        }],
+    )
+    .await?;
+    let mut contents = [None, None];
+    for (slot, path) in SLOTS.iter().enumerate() {
+        contents[slot] = read_slot(disk, path).await?;
+    }
+    let missing: Vec<IoOp> = SLOTS
+        .iter()
+        .zip(&contents)
+        .filter(|(_, content)| content.is_none())
+        .map(|(path, _)| IoOp::Create {
+            path: path.to_string(),
+        })
+        .collect();
+    if !missing.is_empty() {
+        let mut ops = missing;
+        ops.push(IoOp::SyncDir {
+            dir: CURSOR_DIR.to_string(),
+        });
+        run(disk, ops).await?;
+    }
+    Ok(CursorSlots::recover([
+        contents[0].as_deref(),
+        contents[1].as_deref(),
+    ]))
+}
+
+/// Sends `Abandon` for a consume whose caller stopped waiting before the answer.
+struct AbandonGuard<'a> {
+    commands: &'a mpsc::Sender<Command>,
+    call: CallId,
+    armed: bool,
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Best effort: a full mailbox loses the notice; the answer then finds no caller and
+            // its lease is given back.
+            let _ = self.commands.try_send(Command::Abandon { call: self.call });
+        }
+    }
+}
+
+fn queue_topic(topic: &TopicKey) -> QueueTopic {
+    QueueTopic {
+        name: Arc::from(topic.name.as_str()),
+        id: topic.id,
+    }
+}
+
 impl Consumers {
     /// Reads the cursor table (creating its slot files on a new data directory) and starts the
-    /// flush task.
+    /// host.
     pub async fn open(setup: ConsumersSetup) -> Result<Consumers, CursorsError> {
         let ConsumersSetup {
             disk,
@@ -214,131 +251,66 @@ impl Consumers {
             seed,
             plant,
         } = setup;
-        run(
-            &disk,
-            vec![IoOp::CreateDirAll {
-                dir: CURSOR_DIR.to_string(),
-            }],
-        )
-        .await
-        .map_err(CursorsError)?;
-        let mut contents = [None, None];
-        for (slot, path) in SLOTS.iter().enumerate() {
-            contents[slot] = read_slot(&disk, path).await.map_err(CursorsError)?;
-        }
-        let missing: Vec<IoOp> = SLOTS
-            .iter()
-            .zip(&contents)
-            .filter(|(_, content)| content.is_none())
-            .map(|(path, _)| IoOp::Create {
-                path: path.to_string(),
-            })
-            .collect();
-        if !missing.is_empty() {
-            let mut ops = missing;
-            ops.push(IoOp::SyncDir {
-                dir: CURSOR_DIR.to_string(),
-            });
-            run(&disk, ops).await.map_err(CursorsError)?;
-        }
-        let slots = CursorSlots::recover([contents[0].as_deref(), contents[1].as_deref()]);
+        let slots = load_slots(&disk).await.map_err(CursorsError)?;
         tracing::info!(
             cursors = slots.table.cursors.len(),
             seq = slots.table.seq,
             "consumer cursors loaded"
         );
-        let state = State {
-            queues: BTreeMap::new(),
-            loaded: slots.table.cursors.clone(),
-            rotation: HashMap::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            dirty: false,
+        let config = ConsumeConfig {
+            nonce_seed: seed,
+            plant,
         };
-        let consumers = Consumers {
-            inner: Arc::new(Inner {
-                state: Mutex::new(state),
-                slots: tokio::sync::Mutex::new(slots),
-                partitions,
-                metastore,
-                node,
-                disk,
-                clock,
-                metrics,
-                plant,
-            }),
+        let actor = ConsumeActor::new(config, slots, clock.now());
+        let meta = metastore.subscribe();
+        let host_config = HostConfig {
+            mailbox_capacity: MAILBOX_CAPACITY,
+            // No I/O executor: the cursor writes come back as answers.
+            completions_capacity: 1,
         };
-        let weak = Arc::downgrade(&consumers.inner);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(CURSOR_FLUSH_INTERVAL).await;
-                let Some(inner) = weak.upgrade() else { break };
-                let _ = (Consumers { inner }).flush().await;
-            }
+        let commands = host::spawn(host_config, clock.clone(), move |_completions| Host {
+            actor,
+            partitions,
+            disk,
+            meta,
+            metrics,
+            consumes: HashMap::new(),
+            settles: HashMap::new(),
+            flushes: HashMap::new(),
+            fired: HashMap::new(),
+            stopped: false,
         });
-        Ok(consumers)
+        Ok(Consumers {
+            commands,
+            next_call: Arc::new(AtomicU64::new(0)),
+            metastore,
+            node,
+            clock,
+        })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+    fn call_id(&self) -> CallId {
+        CallId(self.next_call.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Writes the cursors if one moved since the last flush. A failure is logged and counted, and
     /// the next flush writes the same slot again.
     pub async fn flush(&self) -> Result<(), IoFault> {
-        // One flush at a time: the slots lock is held across the write.
-        let mut slots = self.inner.slots.lock().await;
-        let cursors = {
-            let mut state = self.state();
-            if !state.dirty {
-                return Ok(());
-            }
-            state.dirty = false;
-            let view = self.inner.metastore.view();
-            // Only a replica caught up with its log says which incarnations are gone: a booting one
-            // lists none yet, and pruning on it would send every cursor back to 0.
-            if view.caught_up {
-                let live: BTreeSet<TopicId> = view
-                    .state
-                    .topics_after("", usize::MAX)
-                    .0
-                    .iter()
-                    .map(|topic| topic.id)
-                    .collect();
-                state.loaded.retain(|(topic, _), _| live.contains(topic));
-                state.queues.retain(|(topic, _), _| live.contains(topic));
-            }
-            let mut cursors = state.loaded.clone();
-            let planted = self.inner.plant.is(PlantedBug::CursorPastLeases);
-            for (key, queue) in &state.queues {
-                let cursor = match planted {
-                    // Planted: the leased records not yet acked are below what is stored.
-                    true => queue.queue.next_fresh(),
-                    false => queue.queue.cursor(),
-                };
-                cursors.insert(*key, cursor);
-            }
-            cursors
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Flush {
+            call: self.call_id(),
+            reply,
         };
-        let (table, ops) = slots.flush_ops(&cursors);
-        match run(&self.inner.disk, ops).await {
-            Ok(_) => {
-                slots.flushed(table);
-                Ok(())
-            }
-            Err(fault) => {
-                tracing::error!(%fault, "consumer cursor flush failed; retrying");
-                self.inner.metrics.error("consume", "cursor_flush").inc();
-                self.state().dirty = true;
-                Err(fault)
-            }
-        }
+        let stopped = || IoFault::Other("the consume host has stopped".to_string());
+        crate::mailbox::send(&self.commands, command)
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// Leases one record of `topic` from `candidates` (partitions owned here), waiting up to `wait`
-    /// for one. `None`: nothing within the wait.
+    /// for one. `None`: nothing within the wait. Dropping the future before the answer tells the
+    /// actor the caller gave up.
     pub async fn consume(
         &self,
         topic: &TopicKey,
@@ -346,245 +318,68 @@ impl Consumers {
         candidates: &[PartitionId],
         wait: Duration,
     ) -> Option<Leased> {
-        if candidates.is_empty() {
-            return None;
-        }
-        let clock = &self.inner.clock;
-        let deadline = clock.now() + wait.min(CONSUME_WAIT_MAX);
-        let mut wakes = self.inner.partitions.wakes().subscribe(&topic.name);
-        loop {
-            wakes.borrow_and_update();
-            let start = {
-                let mut state = self.state();
-                let next = state.rotation.entry(topic.id).or_insert(0);
-                let start = *next;
-                *next = next.wrapping_add(1);
-                start as usize
-            };
-            for index in 0..candidates.len() {
-                let partition = candidates[(start + index) % candidates.len()];
-                if let Some(leased) = self.try_partition(topic, limits, partition).await {
-                    self.inner.metrics.consume_delivered.inc();
-                    return Some(leased);
-                }
-            }
-            let now = clock.now();
-            if now >= deadline {
-                return None;
-            }
-            let lease_end = {
-                let state = self.state();
-                candidates
-                    .iter()
-                    .filter_map(|partition| state.queues.get(&(topic.id, *partition)))
-                    .filter_map(|queue| queue.queue.next_deadline())
-                    .min()
-            };
-            let until = lease_end.map_or(deadline, |end| end.min(deadline));
-            let nap = until.saturating_duration_since(now);
-            tokio::select! {
-                _ = wakes.changed() => {}
-                () = tokio::time::sleep(nap) => {}
-            }
-        }
-    }
-
-    /// Leases and reads one record of one partition, if it has one now.
-    async fn try_partition(
-        &self,
-        topic: &TopicKey,
-        limits: QueueLimits,
-        partition: PartitionId,
-    ) -> Option<Leased> {
-        let key = (topic.id, partition);
-        for _ in 0..READS_PER_PARTITION_MAX {
-            let now = self.inner.clock.now();
-            let needs_watermark = {
-                let mut state = self.state();
-                let queue = self.queue(&mut state, key, limits);
-                !queue.queue.has_work(now, queue.high_watermark)
-            };
-            if needs_watermark {
-                let stat = self.inner.partitions.stat(topic, partition).await;
-                let mut state = self.state();
-                let queue = self.queue(&mut state, key, limits);
-                queue.high_watermark = queue.high_watermark.max(stat.high_watermark);
-                if stat.oldest_offset > queue.queue.cursor() {
-                    queue.queue.skip_below(stat.oldest_offset);
-                    state.dirty = true;
-                }
-            }
-            let (offset, nonce) = {
-                let now = self.inner.clock.now();
-                let mut state = self.state();
-                let queue = self.queue(&mut state, key, limits);
-                match queue.queue.reserve(now, queue.high_watermark) {
-                    Reserve::Leased {
-                        offset,
-                        nonce,
-                        redelivery,
-                        ..
-                    } => {
-                        if redelivery {
-                            self.inner.metrics.consume_redelivered.inc();
-                        }
-                        (offset, nonce)
-                    }
-                    Reserve::Empty | Reserve::Full => return None,
-                }
-            };
-            let read = self
-                .inner
-                .partitions
-                .read(topic, partition, offset, 1)
-                .await;
-            let mut state = self.state();
-            let queue = self.queue(&mut state, key, limits);
-            match read {
-                Ok(batch) if batch.first == offset && !batch.records.is_empty() => {
-                    queue.high_watermark = queue.high_watermark.max(batch.high_watermark);
-                    let record = batch.records.into_iter().next().expect("not empty");
-                    return Some(Leased {
-                        partition,
-                        record: StoredRecord {
-                            offset,
-                            key: record.key,
-                            payload: record.payload,
-                            committed_at_ms: record.committed_at_ms,
-                        },
-                        handle: ReceiptHandle {
-                            partition,
-                            offset,
-                            nonce,
-                        },
-                    });
-                }
-                Err(PartitionReadError::Log(ReadError::BelowOldestRetained { oldest, .. })) => {
-                    queue.queue.skip_below(oldest);
-                    state.dirty = true;
-                }
-                Err(PartitionReadError::Log(ReadError::Unreadable {
-                    reason: reason @ (ReadFault::Damaged(_) | ReadFault::Skipped),
-                    ..
-                })) => {
-                    // Damaged bytes never heal (a replay answers 410 there): passed over, or the
-                    // queue would stop at them. A disk's read error is retried instead, below.
-                    queue.queue.discard(offset, nonce);
-                    state.dirty = true;
-                    drop(state);
-                    tracing::error!(topic = %topic.name, %partition, %offset, %reason, "queue-mode consume passes over a damaged record");
-                    self.inner
-                        .metrics
-                        .error("messaging", "consume_damaged")
-                        .inc();
-                }
-                Err(PartitionReadError::Log(ReadError::AtOrPastHighWatermark {
-                    high_watermark,
-                    ..
-                })) => {
-                    // The watermark learned was another incarnation's, or ran ahead of a log that
-                    // reopened: believe the log.
-                    queue.queue.release(offset, nonce);
-                    queue.high_watermark = high_watermark;
-                    return None;
-                }
-                other => {
-                    queue.queue.release(offset, nonce);
-                    drop(state);
-                    tracing::warn!(topic = %topic.name, %partition, %offset, result = ?other.err(), "queue-mode read failed; the lease is given back");
-                    self.inner.metrics.error("messaging", "consume").inc();
-                    return None;
-                }
-            }
-        }
-        None
-    }
-
-    /// The queue of `key`, made on first use from the loaded cursor (or 0); its limits refreshed.
-    fn queue<'s>(
-        &self,
-        state: &'s mut State,
-        key: CursorKey,
-        limits: QueueLimits,
-    ) -> &'s mut Queue {
-        let State {
-            queues,
-            loaded,
-            rng,
-            ..
-        } = state;
-        let queue = queues.entry(key).or_insert_with(|| {
-            let cursor = loaded.remove(&key).unwrap_or_default();
-            Queue {
-                queue: PartitionQueue::new(limits, cursor, rng.random()),
-                high_watermark: cursor,
-            }
-        });
-        if queue.queue.limits() != limits {
-            queue.queue.set_limits(limits);
-        }
-        queue
+        let call = self.call_id();
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Consume {
+            call,
+            topic: queue_topic(topic),
+            limits,
+            candidates: candidates.to_vec(),
+            wait,
+            reply,
+        };
+        crate::mailbox::send(&self.commands, command).await.ok()?;
+        let mut guard = AbandonGuard {
+            commands: &self.commands,
+            call,
+            armed: true,
+        };
+        let leased = answer.await.ok().flatten();
+        guard.armed = false;
+        leased.map(|leased| Leased {
+            partition: leased.handle.partition,
+            record: leased.record,
+            handle: leased.handle,
+        })
     }
 
     /// Acks, extends or nacks the lease `handle` of `topic`.
-    pub fn settle(
+    pub async fn settle(
         &self,
         topic: &TopicKey,
         handle: ReceiptHandle,
         action: Settle,
     ) -> Result<(), HandleError> {
-        let now = self.inner.clock.now();
-        let mut state = self.state();
-        let queue = state
-            .queues
-            .get_mut(&(topic.id, handle.partition))
-            .ok_or(HandleError::Stale)?;
-        let before = queue.queue.cursor();
-        let result = queue.queue.settle(now, handle.offset, handle.nonce, action);
-        if queue.queue.cursor() != before {
-            state.dirty = true;
-        }
-        let metrics = &self.inner.metrics;
-        match (&result, action) {
-            (Ok(()), Settle::Ack) => metrics.consume_acked.inc(),
-            (Ok(()), Settle::Nack) => metrics.consume_nacked.inc(),
-            _ => 0,
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Settle {
+            call: self.call_id(),
+            topic: queue_topic(topic),
+            handle,
+            action,
+            reply,
         };
-        if result.is_ok() && action == Settle::Nack {
-            drop(state);
-            // A nacked record is redelivered at once: wake a waiting consume.
-            self.inner.partitions.wakes().wake(&topic.name);
-        }
-        result
+        // A stopped host holds no lease.
+        crate::mailbox::send(&self.commands, command)
+            .await
+            .map_err(|_| HandleError::Stale)?;
+        answer.await.unwrap_or(Err(HandleError::Stale))
     }
 
     /// The clock leases are timed on.
     pub fn clock(&self) -> &Clock {
-        &self.inner.clock
+        &self.clock
     }
 
-    /// The cursor of one partition's queue, as a restart would resume it (tests and figures).
-    pub fn cursor(&self, topic: TopicId, partition: PartitionId) -> Option<Offset> {
-        let state = self.state();
-        state
-            .queues
-            .get(&(topic, partition))
-            .map(|queue| queue.queue.cursor())
-            .or_else(|| state.loaded.get(&(topic, partition)).copied())
-    }
-}
-
-impl Consumers {
     /// The partitions of `topic` this node owns now (all of `partitions` that the replica assigns
     /// here), in index order.
     pub fn owned(&self, topic: &TopicKey, partitions: u32) -> Vec<PartitionId> {
-        let view = self.inner.metastore.view();
+        let view = self.metastore.view();
         let Some(record) = view.state.topic(&topic.name).filter(|t| t.id == topic.id) else {
             return Vec::new();
         };
         (0..partitions)
             .map(PartitionId)
-            .filter(|partition| record.owner_of(*partition) == Some(self.inner.node))
+            .filter(|partition| record.owner_of(*partition) == Some(self.node))
             .collect()
     }
 }
@@ -617,11 +412,304 @@ impl QueueConsumer for Consumers {
         handle: ReceiptHandle,
         action: Settle,
     ) -> BoxFuture<'_, SettleOutcome> {
-        let outcome = match Consumers::settle(self, topic, handle, action) {
-            Ok(()) => SettleOutcome::Done,
-            Err(HandleError::Stale) => SettleOutcome::Stale,
-            Err(HandleError::AckedAheadFull) => SettleOutcome::AckedAheadFull,
+        let topic = topic.clone();
+        Box::pin(async move {
+            match Consumers::settle(self, &topic, handle, action).await {
+                Ok(()) => SettleOutcome::Done,
+                Err(HandleError::Stale) => SettleOutcome::Stale,
+                Err(HandleError::AckedAheadFull) => SettleOutcome::AckedAheadFull,
+            }
+        })
+    }
+}
+
+/// The host task's state.
+struct Host {
+    actor: ConsumeActor,
+    partitions: PartitionHost,
+    disk: Arc<dyn Disk>,
+    meta: watch::Receiver<Arc<MetaView>>,
+    metrics: Arc<Metrics>,
+    /// The callers of consumes in progress, with their topic (an answer that cannot be handed over
+    /// gives its lease back).
+    consumes: HashMap<
+        CallId,
+        (
+            narad_core::ids::TopicId,
+            oneshot::Sender<Option<LeasedRecord>>,
+        ),
+    >,
+    settles: HashMap<CallId, oneshot::Sender<Result<(), HandleError>>>,
+    flushes: HashMap<CallId, oneshot::Sender<Result<(), IoFault>>>,
+    /// Commit watches that fired in the current call, until the actor asks for them again.
+    fired: HashMap<Arc<str>, watch::Receiver<u64>>,
+    /// Every handle on the mailbox is gone.
+    stopped: bool,
+}
+
+impl Hosted for Host {
+    type Command = Command;
+    type Completion = Event;
+
+    fn on_start(&mut self, turn: &mut Turn<'_, Event>) {
+        self.feed_live_topics(turn);
+    }
+
+    fn on_commands(&mut self, turn: &mut Turn<'_, Event>, commands: &mut VecDeque<Command>) {
+        for command in commands.drain(..) {
+            let input = match command {
+                Command::Consume {
+                    call,
+                    topic,
+                    limits,
+                    candidates,
+                    wait,
+                    reply,
+                } => {
+                    self.consumes.insert(call, (topic.id, reply));
+                    ConsumeInput::Consume {
+                        call,
+                        topic,
+                        limits,
+                        candidates,
+                        wait,
+                    }
+                }
+                Command::Abandon { call } => {
+                    self.consumes.remove(&call);
+                    ConsumeInput::Abandon { call }
+                }
+                Command::Settle {
+                    call,
+                    topic,
+                    handle,
+                    action,
+                    reply,
+                } => {
+                    self.settles.insert(call, reply);
+                    ConsumeInput::Settle {
+                        call,
+                        topic,
+                        handle,
+                        action,
+                    }
+                }
+                Command::Flush { call, reply } => {
+                    self.flushes.insert(call, reply);
+                    self.feed_live_topics_if_changed(turn);
+                    ConsumeInput::Flush { call }
+                }
+            };
+            self.feed(turn, input);
+        }
+    }
+
+    fn on_mailbox_closed(&mut self, _turn: &mut Turn<'_, Event>) {
+        self.stopped = true;
+    }
+
+    fn on_completion(&mut self, turn: &mut Turn<'_, Event>, event: Event) {
+        let input = match event {
+            Event::Stat { call, stat } => ConsumeInput::StatDone { call, stat },
+            Event::Read { call, result } => ConsumeInput::ReadDone { call, result },
+            Event::Committed {
+                topic,
+                receiver,
+                open,
+            } => {
+                if open {
+                    self.fired.insert(topic.clone(), receiver);
+                }
+                ConsumeInput::Committed { topic }
+            }
+            Event::Stored(completion) => ConsumeInput::StoreDone(completion),
         };
-        Box::pin(std::future::ready(outcome))
+        self.feed(turn, input);
+        // Watches the actor did not ask for again end here.
+        self.fired.clear();
+    }
+
+    fn on_timeout(&mut self, turn: &mut Turn<'_, Event>) {
+        self.feed_live_topics_if_changed(turn);
+        self.feed(turn, ConsumeInput::Tick);
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.actor.poll_timeout()
+    }
+
+    fn finished(&self) -> bool {
+        self.stopped
+    }
+}
+
+impl Host {
+    /// Feeds the live topic incarnations when the replica changed since they were last fed.
+    fn feed_live_topics_if_changed(&mut self, turn: &mut Turn<'_, Event>) {
+        if self.meta.has_changed().unwrap_or(false) {
+            self.feed_live_topics(turn);
+        }
+    }
+
+    /// Feeds the live topic incarnations of the replica's latest state.
+    fn feed_live_topics(&mut self, turn: &mut Turn<'_, Event>) {
+        let view = self.meta.borrow_and_update().clone();
+        let live: BTreeSet<_> = view
+            .state
+            .topics_after("", usize::MAX)
+            .0
+            .iter()
+            .map(|topic| topic.id)
+            .collect();
+        let caught_up = view.caught_up;
+        self.feed(turn, ConsumeInput::LiveTopics { caught_up, live });
+    }
+
+    /// Feeds the actor one input and carries out everything it asks for.
+    fn feed(&mut self, turn: &mut Turn<'_, Event>, input: ConsumeInput) {
+        let mut inputs = VecDeque::from([input]);
+        while let Some(input) = inputs.pop_front() {
+            narad_core::feed(&mut self.actor, turn.now(), input);
+            while let Some(output) = self.actor.poll_output() {
+                if let Some(input) = self.carry_out(turn, output) {
+                    inputs.push_back(input);
+                }
+            }
+        }
+    }
+
+    /// Carries out one output; an answer that found no caller comes back as an input.
+    fn carry_out(
+        &mut self,
+        turn: &mut Turn<'_, Event>,
+        output: ConsumeOutput,
+    ) -> Option<ConsumeInput> {
+        match output {
+            ConsumeOutput::Stat {
+                call,
+                topic,
+                partition,
+            } => {
+                let partitions = self.partitions.clone();
+                let key = topic_key(&topic);
+                turn.answer_later(async move {
+                    let stat = partitions.stat(&key, partition).await;
+                    Event::Stat { call, stat }
+                });
+            }
+            ConsumeOutput::Read {
+                call,
+                topic,
+                partition,
+                offset,
+            } => {
+                let partitions = self.partitions.clone();
+                let key = topic_key(&topic);
+                turn.answer_later(async move {
+                    let result = partitions
+                        .read(&key, partition, offset, 1)
+                        .await
+                        .map_err(queue_read_error);
+                    Event::Read { call, result }
+                });
+            }
+            ConsumeOutput::WatchCommits { topic } => {
+                let mut receiver = match self.fired.remove(&topic) {
+                    Some(receiver) => receiver,
+                    None => self.partitions.wakes().subscribe(&topic),
+                };
+                turn.answer_later(async move {
+                    let open = receiver.changed().await.is_ok();
+                    Event::Committed {
+                        topic,
+                        receiver,
+                        open,
+                    }
+                });
+            }
+            ConsumeOutput::Consumed { call, leased } => {
+                let (topic, reply) = self.consumes.remove(&call)?;
+                if let Err(Some(leased)) = reply.send(leased) {
+                    return Some(ConsumeInput::Undelivered {
+                        topic,
+                        handle: leased.handle,
+                    });
+                }
+            }
+            ConsumeOutput::Settled { call, result } => {
+                if let Some(reply) = self.settles.remove(&call) {
+                    let _ = reply.send(result);
+                }
+            }
+            ConsumeOutput::StoreCursors(request) => {
+                let disk = Arc::clone(&self.disk);
+                turn.answer_later(async move {
+                    let (_, completion) = crate::io::run_request(disk, request).await;
+                    Event::Stored(completion)
+                });
+            }
+            ConsumeOutput::Flushed { call, result } => {
+                if let Some(reply) = self.flushes.remove(&call) {
+                    let _ = reply.send(result);
+                }
+            }
+            ConsumeOutput::Event(event) => self.record(event),
+        }
+        None
+    }
+
+    fn record(&self, event: ConsumeEvent) {
+        let metrics = &self.metrics;
+        match event {
+            ConsumeEvent::Delivered => {
+                metrics.consume_delivered.inc();
+            }
+            ConsumeEvent::Redelivered => {
+                metrics.consume_redelivered.inc();
+            }
+            ConsumeEvent::Acked => {
+                metrics.consume_acked.inc();
+            }
+            ConsumeEvent::Nacked => {
+                metrics.consume_nacked.inc();
+            }
+            ConsumeEvent::Damaged {
+                topic,
+                partition,
+                offset,
+                reason,
+            } => {
+                tracing::error!(topic = %topic.name, %partition, %offset, %reason, "queue-mode consume passes over a damaged record");
+                metrics.error("messaging", "consume_damaged").inc();
+            }
+            ConsumeEvent::ReadFailed {
+                topic,
+                partition,
+                offset,
+                error,
+            } => {
+                tracing::warn!(topic = %topic.name, %partition, %offset, result = ?error, "queue-mode read failed; the lease is given back");
+                metrics.error("messaging", "consume").inc();
+            }
+            ConsumeEvent::FlushFailed(fault) => {
+                tracing::error!(%fault, "consumer cursor flush failed; retrying");
+                metrics.error("consume", "cursor_flush").inc();
+            }
+        }
+    }
+}
+
+fn topic_key(topic: &QueueTopic) -> TopicKey {
+    TopicKey {
+        name: topic.name.to_string(),
+        id: topic.id,
+    }
+}
+
+fn queue_read_error(error: PartitionReadError) -> QueueReadError {
+    match error {
+        PartitionReadError::Log(error) => QueueReadError::Log(error),
+        PartitionReadError::NotLive(topic) => QueueReadError::NotLive(topic),
+        PartitionReadError::Stopped => QueueReadError::Stopped,
     }
 }

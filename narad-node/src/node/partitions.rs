@@ -10,6 +10,9 @@
 //! - **Commits** arrive from the dispatcher through [`super::local_transport::LocalTransport`] (and, in a
 //!   cluster, from peers); dropping a commit's future before its answer tells the owner the caller
 //!   gave up.
+//! - **Commit wakes.** Every commit answered is announced on [`CommitWakes`], per topic, to the
+//!   queue-mode consume host's long polls (`super::consumers`, which depends on this module, never
+//!   the other way round).
 //! - **Log events** become log lines and counters (damage found by recovery is an error an operator
 //!   must hear of, one count per damaged range).
 //!
@@ -18,9 +21,9 @@
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
 //! After every input its outputs are drained at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
@@ -108,7 +111,11 @@ pub async fn replay_owner_journal(
             let result = loop {
                 match replay.poll_output() {
                     Some(ReplayOutput::Io(request)) => {
-                        replay.handle(now, narad_core::disk::execute(&*disk, &request));
+                        narad_core::feed(
+                            &mut replay,
+                            now,
+                            narad_core::disk::execute(&*disk, &request),
+                        );
                     }
                     Some(ReplayOutput::Done(report)) => break Ok(report),
                     Some(ReplayOutput::Failed(fault)) => break Err(fault),
@@ -137,7 +144,7 @@ pub async fn replay_owner_journal(
         match replay.poll_output() {
             Some(ReplayOutput::Io(request)) => {
                 let (_, completion) = crate::io::run_request(Arc::clone(&disk), request).await;
-                replay.handle(clock.now(), completion);
+                narad_core::feed(&mut replay, clock.now(), completion);
             }
             Some(ReplayOutput::Done(report)) => {
                 log_replay(&report);
@@ -298,13 +305,53 @@ impl PartitionStatus {
     }
 }
 
+/// Announces the commits this host answers, per topic, to whoever waits on them (the queue-mode
+/// consume host long-polls on it).
+#[derive(Debug, Default)]
+pub struct CommitWakes {
+    topics: Mutex<HashMap<Arc<str>, watch::Sender<u64>>>,
+}
+
+impl CommitWakes {
+    /// A receiver that changes on every commit to `topic` from now on.
+    pub fn subscribe(&self, topic: &str) -> watch::Receiver<u64> {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        match topics.get(topic) {
+            Some(sender) => sender.subscribe(),
+            None => {
+                let (sender, receiver) = watch::channel(0);
+                topics.insert(Arc::from(topic), sender);
+                receiver
+            }
+        }
+    }
+
+    /// A commit to `topic` was answered. Topics nobody waits on are forgotten here.
+    pub fn wake(&self, topic: &str) {
+        let mut topics = self
+            .topics
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(sender) = topics.get(topic) {
+            if sender.receiver_count() == 0 {
+                topics.remove(topic);
+            } else {
+                sender.send_modify(|generation| *generation = generation.wrapping_add(1));
+            }
+        }
+    }
+}
+
 /// A handle on the partition host; clones share it.
 #[derive(Clone, Debug)]
 pub struct PartitionHost {
     commands: mpsc::Sender<Command>,
     status: watch::Receiver<PartitionStatus>,
     next_batch: Arc<AtomicU64>,
-    wakes: Arc<super::consumers::CommitWakes>,
+    wakes: Arc<CommitWakes>,
 }
 
 /// Sends `Abandon` for a commit whose caller stopped waiting before the answer.
@@ -455,8 +502,8 @@ impl PartitionHost {
         Ok(range)
     }
 
-    /// Where long-polling queue-mode consumes wait for commits.
-    pub fn wakes(&self) -> &super::consumers::CommitWakes {
+    /// Where long-polling queue-mode consumes learn of commits.
+    pub fn wakes(&self) -> &CommitWakes {
         &self.wakes
     }
 
@@ -751,7 +798,7 @@ impl Host {
 
     /// Feeds the owner one input and carries out everything it asks for.
     fn feed(&mut self, input: OwnerInput) {
-        self.owner.handle(self.clock.now(), input);
+        narad_core::feed(&mut self.owner, self.clock.now(), input);
         while let Some(output) = self.owner.poll_output() {
             match output {
                 OwnerOutput::Io { key, request } => {

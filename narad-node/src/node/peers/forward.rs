@@ -304,7 +304,7 @@ impl crate::http::QueueConsumer for QueueForwarding {
         Box::pin(async move {
             let owner = match self.owner(&topic, handle.partition) {
                 QueueOwner::Here => {
-                    return settle_outcome(self.local.settle(&topic, handle, action));
+                    return settle_outcome(self.local.settle(&topic, handle, action).await);
                 }
                 QueueOwner::Down => return SettleOutcome::OwnerDown,
                 QueueOwner::Remote(owner) => owner,

@@ -347,7 +347,7 @@ async fn control_answer(
                 name: topic,
                 id: topic_id,
             };
-            ControlAnswer::Settled(consumers.settle(&key, handle, action))
+            ControlAnswer::Settled(consumers.settle(&key, handle, action).await)
         }
     }
 }
