@@ -35,18 +35,18 @@ pub const RULES_MAX: usize = 16;
 
 /// The error a rule injects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
+pub enum FailpointError {
     /// ENOSPC.
     NoSpace,
     /// EIO.
     Eio,
 }
 
-impl FaultKind {
+impl FailpointError {
     fn fault(self) -> IoFault {
         match self {
-            FaultKind::NoSpace => IoFault::NoSpace,
-            FaultKind::Eio => IoFault::Eio,
+            FailpointError::NoSpace => IoFault::NoSpace,
+            FailpointError::Eio => IoFault::Eio,
         }
     }
 }
@@ -66,7 +66,7 @@ pub struct Rule {
     /// Disk paths it applies to.
     pub path_prefix: String,
     /// The error it injects.
-    pub fault: FaultKind,
+    pub fault: FailpointError,
     /// What it counts.
     pub counter: Counter,
     /// How many bytes or syncs succeed before it strikes.
@@ -168,10 +168,10 @@ impl Failpoints {
                 .parse::<u64>()
                 .map_err(|_| bad("<n> is not a number"))?;
             let (fault, counter) = match kind {
-                "enospc-after-bytes" => (FaultKind::NoSpace, Counter::Bytes),
-                "eio-after-bytes" => (FaultKind::Eio, Counter::Bytes),
-                "enospc-after-syncs" => (FaultKind::NoSpace, Counter::Syncs),
-                "eio-after-syncs" => (FaultKind::Eio, Counter::Syncs),
+                "enospc-after-bytes" => (FailpointError::NoSpace, Counter::Bytes),
+                "eio-after-bytes" => (FailpointError::Eio, Counter::Bytes),
+                "enospc-after-syncs" => (FailpointError::NoSpace, Counter::Syncs),
+                "eio-after-syncs" => (FailpointError::Eio, Counter::Syncs),
                 _ => return Err(bad("fault must be (enospc|eio)-after-(bytes|syncs)")),
             };
             if rules.len() == RULES_MAX {
@@ -295,7 +295,7 @@ mod tests {
             failpoints.lock()[0].rule,
             Rule {
                 path_prefix: "wal".into(),
-                fault: FaultKind::NoSpace,
+                fault: FailpointError::NoSpace,
                 counter: Counter::Bytes,
                 after: 1_000_000
             }
@@ -311,7 +311,7 @@ mod tests {
         let failpoints =
             Failpoints::parse(":eio-after-syncs=0; a:eio-after-bytes=1;b:enospc-after-syncs=2")
                 .unwrap();
-        let rules: Vec<(FaultKind, Counter, u64)> = failpoints
+        let rules: Vec<(FailpointError, Counter, u64)> = failpoints
             .lock()
             .iter()
             .map(|armed| (armed.rule.fault, armed.rule.counter, armed.rule.after))
@@ -319,9 +319,9 @@ mod tests {
         assert_eq!(
             rules,
             [
-                (FaultKind::Eio, Counter::Syncs, 0),
-                (FaultKind::Eio, Counter::Bytes, 1),
-                (FaultKind::NoSpace, Counter::Syncs, 2)
+                (FailpointError::Eio, Counter::Syncs, 0),
+                (FailpointError::Eio, Counter::Bytes, 1),
+                (FailpointError::NoSpace, Counter::Syncs, 2)
             ]
         );
         assert_eq!(failpoints.on_sync("anything"), Err(IoFault::Eio));

@@ -356,7 +356,7 @@ impl Disk for FsDisk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failpoints::{Counter, FaultKind, Rule};
+    use crate::failpoints::{Counter, FailpointError, Rule};
 
     fn disk() -> (tempfile::TempDir, FsDisk) {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -534,7 +534,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let failpoints = Failpoints::new(vec![Rule {
             path_prefix: "wal/".into(),
-            fault: FaultKind::NoSpace,
+            fault: FailpointError::NoSpace,
             counter: Counter::Bytes,
             after: 10,
         }]);
@@ -560,7 +560,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let failpoints = Failpoints::new(vec![Rule {
             path_prefix: "wal".into(),
-            fault: FaultKind::Eio,
+            fault: FailpointError::Eio,
             counter: Counter::Syncs,
             after: 2,
         }]);

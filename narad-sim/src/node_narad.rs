@@ -29,7 +29,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use narad_core::disk::sim::SimDisk;
 use narad_core::disk::{Disk, DiskLayer, IoOp};
-use narad_core::partition::ReadError as LogReadError;
+use narad_core::partition::LogReadError;
 use narad_core::planted::Plant;
 use narad_core::{Offset, PartitionId};
 use narad_node::clock::Clock;

@@ -6,7 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::*;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{execute, IoReply};
 
 const DIR: &str = "wal";
@@ -644,16 +644,16 @@ fn run_crash_seed(seed: u64, plant: bool) -> Result<(), String> {
         let chance_ppm = rng.random_range(50_000..400_000);
         disk.add_fault(FaultRule {
             path_prefix: PATH.into(),
-            kind: FaultKind::SyncEio,
+            kind: DiskFault::SyncEio,
             chance_ppm,
             remaining: None,
         });
     }
     if rng.random_bool(0.3) {
         let kind = if rng.random_bool(0.5) {
-            FaultKind::WriteEio
+            DiskFault::WriteEio
         } else {
-            FaultKind::NoSpace
+            DiskFault::NoSpace
         };
         disk.add_fault(FaultRule {
             path_prefix: DIR.into(),

@@ -68,7 +68,7 @@ use crate::actor::Actor;
 use crate::codec::cluster::{LeasedRecord, PartitionStat, StoredRecord};
 use crate::disk::{IoCompletion, IoId, IoLane, IoRequest};
 use crate::ids::{Offset, PartitionId, TopicId};
-use crate::partition::{ReadBatch, ReadError, ReadFault};
+use crate::partition::{LogReadError, ReadBatch, ReadFault};
 use crate::planted::PlantedBug;
 use crate::time::Instant;
 
@@ -537,12 +537,12 @@ impl ConsumeActor {
                     },
                 })
             }
-            Err(QueueReadError::Log(ReadError::BelowOldestRetained { oldest, .. })) => {
+            Err(QueueReadError::Log(LogReadError::BelowOldestRetained { oldest, .. })) => {
                 queue.queue.skip_below(oldest);
                 self.mark_dirty(now);
                 AfterRead::Again
             }
-            Err(QueueReadError::Log(ReadError::Unreadable {
+            Err(QueueReadError::Log(LogReadError::Unreadable {
                 reason: reason @ (ReadFault::Damaged(_) | ReadFault::Skipped),
                 ..
             })) => {
@@ -558,8 +558,9 @@ impl ConsumeActor {
                 });
                 AfterRead::Again
             }
-            Err(QueueReadError::Log(ReadError::AtOrPastHighWatermark {
-                high_watermark, ..
+            Err(QueueReadError::Log(LogReadError::AtOrPastHighWatermark {
+                high_watermark,
+                ..
             })) => {
                 queue.queue.release(offset, nonce);
                 queue.high_watermark = high_watermark;

@@ -40,7 +40,7 @@ pub const PAGE_BYTES: usize = 16 * 1024;
 
 /// What an injected fault does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultKind {
+pub enum DiskFault {
     /// `sync_data` fails with EIO and drops the pending pages (fsyncgate).
     SyncEio,
     /// `write_at` / `write_zeros` fail with EIO, writing nothing.
@@ -55,7 +55,7 @@ pub struct FaultRule {
     /// Paths it applies to (`""` = all).
     pub path_prefix: String,
     /// What happens.
-    pub kind: FaultKind,
+    pub kind: DiskFault,
     /// Chance per matching operation, in parts per million (1,000,000 = always).
     pub chance_ppm: u32,
     /// How many more times it may strike; `None` = unlimited.
@@ -372,7 +372,7 @@ impl SimDisk {
 }
 
 impl Inner {
-    fn draw_fault(&mut self, path: &str, kinds: &[FaultKind]) -> Option<FaultKind> {
+    fn draw_fault(&mut self, path: &str, kinds: &[DiskFault]) -> Option<DiskFault> {
         for index in 0..self.rules.len() {
             let rule = &self.rules[index];
             if !kinds.contains(&rule.kind) || !path.starts_with(rule.path_prefix.as_str()) {
@@ -422,9 +422,9 @@ impl Inner {
     }
 
     fn write_fault(&mut self, path: &str) -> Result<(), IoFault> {
-        match self.draw_fault(path, &[FaultKind::WriteEio, FaultKind::NoSpace]) {
-            Some(FaultKind::NoSpace) => Err(IoFault::NoSpace),
-            Some(FaultKind::WriteEio) | Some(FaultKind::SyncEio) => Err(IoFault::Eio),
+        match self.draw_fault(path, &[DiskFault::WriteEio, DiskFault::NoSpace]) {
+            Some(DiskFault::NoSpace) => Err(IoFault::NoSpace),
+            Some(DiskFault::WriteEio) | Some(DiskFault::SyncEio) => Err(IoFault::Eio),
             None => Ok(()),
         }
     }
@@ -589,7 +589,7 @@ impl Disk for SimDisk {
         let mut inner = self.lock();
         let ino = inner.ino(path)?;
         if len > inner.inodes[&ino].live.len() as u64 {
-            if let Some(FaultKind::NoSpace) = inner.draw_fault(path, &[FaultKind::NoSpace]) {
+            if let Some(DiskFault::NoSpace) = inner.draw_fault(path, &[DiskFault::NoSpace]) {
                 return Err(IoFault::NoSpace);
             }
         }
@@ -602,7 +602,7 @@ impl Disk for SimDisk {
     fn sync_data(&self, path: &str) -> Result<(), IoFault> {
         let mut inner = self.lock();
         let ino = inner.ino(path)?;
-        if inner.draw_fault(path, &[FaultKind::SyncEio]).is_some() {
+        if inner.draw_fault(path, &[DiskFault::SyncEio]).is_some() {
             // fsyncgate: the dirty pages are dropped and marked clean; the live view keeps them until
             // a crash, and the next sync has nothing left to write.
             inner.inodes.get_mut(&ino).expect("inode").clear_pending();

@@ -1,15 +1,14 @@
-//! How an owner's refusal reads to the dispatcher: the local combiner's [`partition::CommitError`] as
+//! How an owner's refusal reads to the dispatcher: the local combiner's [`CommitError`] as
 //! a [`CommitFailure`]. The cluster transport maps a remote owner's answer to the same type, so both
 //! owners' refusals meet the same rules (`CommitFailure::reaction`).
 
 use super::api::CommitFailure;
-use crate::partition::{self, CommitFault};
+use crate::partition::{CommitError, CommitFault};
 
-impl From<partition::CommitError> for CommitFailure {
-    fn from(error: partition::CommitError) -> CommitFailure {
-        use partition::CommitError as Combiner;
+impl From<CommitError> for CommitFailure {
+    fn from(error: CommitError) -> CommitFailure {
         match error {
-            Combiner::TopicIncarnationMismatch {
+            CommitError::TopicIncarnationMismatch {
                 record_topic_id,
                 live_topic_id,
             } => CommitFailure::IncarnationMismatch {
@@ -17,16 +16,16 @@ impl From<partition::CommitError> for CommitFailure {
                 live_topic_id,
             },
             // The combiner left the batch out because its caller had given up: as if it timed out.
-            Combiner::CallerGone => CommitFailure::Timeout,
-            Combiner::NotOwner => CommitFailure::NotOwner,
+            CommitError::CallerGone => CommitFailure::Timeout,
+            CommitError::NotOwner => CommitFailure::NotOwner,
             // An id-less batch for a name this owner does not hold: a failure, so the incarnation
             // check after it asks the leader before anything is discarded (never a reroute by name).
-            Combiner::TopicNotFound => CommitFailure::Failed("topic not found".to_string()),
-            Combiner::Overloaded => CommitFailure::Unavailable("commit queue full".to_string()),
-            Combiner::LogUnavailable(status) => {
+            CommitError::TopicNotFound => CommitFailure::Failed("topic not found".to_string()),
+            CommitError::Overloaded => CommitFailure::Unavailable("commit queue full".to_string()),
+            CommitError::LogUnavailable(status) => {
                 CommitFailure::Unavailable(format!("partition log unavailable ({status:?})"))
             }
-            Combiner::Storage(fault) => CommitFailure::Failed(match fault {
+            CommitError::Storage(fault) => CommitFailure::Failed(match fault {
                 CommitFault::Create(fault)
                 | CommitFault::Write(fault)
                 | CommitFault::Sync(fault)
@@ -36,8 +35,8 @@ impl From<partition::CommitError> for CommitFailure {
                 | CommitFault::RecordTooLarge
                 | CommitFault::ReadBackMismatch) => format!("partition commit failed: {other}"),
             }),
-            Combiner::RecordTooLarge => CommitFailure::Failed("record too large".to_string()),
-            Combiner::EmptyBatch => CommitFailure::Failed("empty batch".to_string()),
+            CommitError::RecordTooLarge => CommitFailure::Failed("record too large".to_string()),
+            CommitError::EmptyBatch => CommitFailure::Failed("empty batch".to_string()),
         }
     }
 }
@@ -47,16 +46,16 @@ mod tests {
     use super::*;
     use crate::dispatcher::FailureReaction;
     use crate::ids::TopicId;
-    use crate::partition::{CommitError as Combiner, LogStatus};
+    use crate::partition::LogStatus;
     use crate::IoFault;
 
-    fn reaction(error: Combiner) -> FailureReaction {
+    fn reaction(error: CommitError) -> FailureReaction {
         CommitFailure::from(error).reaction()
     }
 
     #[test]
     fn only_an_incarnation_mismatch_sends_records_back_without_failing_the_destination() {
-        let mismatch = Combiner::TopicIncarnationMismatch {
+        let mismatch = CommitError::TopicIncarnationMismatch {
             record_topic_id: TopicId(1),
             live_topic_id: Some(TopicId(2)),
         };
@@ -74,14 +73,14 @@ mod tests {
             }
         );
         for failing in [
-            Combiner::NotOwner,
-            Combiner::TopicNotFound,
-            Combiner::CallerGone,
-            Combiner::Overloaded,
-            Combiner::LogUnavailable(LogStatus::Latched),
-            Combiner::Storage(CommitFault::Sync(IoFault::Eio)),
-            Combiner::RecordTooLarge,
-            Combiner::EmptyBatch,
+            CommitError::NotOwner,
+            CommitError::TopicNotFound,
+            CommitError::CallerGone,
+            CommitError::Overloaded,
+            CommitError::LogUnavailable(LogStatus::Latched),
+            CommitError::Storage(CommitFault::Sync(IoFault::Eio)),
+            CommitError::RecordTooLarge,
+            CommitError::EmptyBatch,
         ] {
             assert_eq!(
                 reaction(failing.clone()),
@@ -94,27 +93,27 @@ mod tests {
     #[test]
     fn combiner_refusals_keep_their_kind() {
         assert_eq!(
-            CommitFailure::from(Combiner::NotOwner),
+            CommitFailure::from(CommitError::NotOwner),
             CommitFailure::NotOwner
         );
         assert_eq!(
-            CommitFailure::from(Combiner::CallerGone),
+            CommitFailure::from(CommitError::CallerGone),
             CommitFailure::Timeout
         );
         assert!(matches!(
-            CommitFailure::from(Combiner::Overloaded),
+            CommitFailure::from(CommitError::Overloaded),
             CommitFailure::Unavailable(_)
         ));
         assert!(matches!(
-            CommitFailure::from(Combiner::LogUnavailable(LogStatus::Latched)),
+            CommitFailure::from(CommitError::LogUnavailable(LogStatus::Latched)),
             CommitFailure::Unavailable(_)
         ));
         assert_eq!(
-            CommitFailure::from(Combiner::Storage(CommitFault::Sync(IoFault::Eio))),
+            CommitFailure::from(CommitError::Storage(CommitFault::Sync(IoFault::Eio))),
             CommitFailure::Failed(format!("partition storage failed: {}", IoFault::Eio))
         );
         assert!(matches!(
-            CommitFailure::from(Combiner::TopicNotFound),
+            CommitFailure::from(CommitError::TopicNotFound),
             CommitFailure::Failed(_)
         ));
     }

@@ -35,7 +35,7 @@
 //! - **Log failures.** A latched log (a failed commit's truncation failed) or a log whose open failed
 //!   (when reopening is allowed) is retried by the first cycle at least `log_retry_interval` after the
 //!   failure; cycles before that fail fast with [`CommitError::LogUnavailable`].
-//! - **Reads** go to the held log when it is the live incarnation's, else [`ReadError::NotOpen`].
+//! - **Reads** go to the held log when it is the live incarnation's, else [`LogReadError::NotOpen`].
 //! - **Handoff.** [`CombinerInput::QueryHighWatermark`] is answered when no commit is in flight: with
 //!   the view frozen first, the answer is the final high watermark.
 //!
@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use super::log::{
     AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
-    LogOutput, LogStatus, PartitionLog, PartitionLogConfig, ReadBatch, ReadError, ReadId,
+    LogOutput, LogReadError, LogReadId, LogStatus, PartitionLog, PartitionLogConfig, ReadBatch,
     ReadRequest, RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
 };
 use crate::actor::Actor;
@@ -270,9 +270,9 @@ pub enum CombinerOutput {
     /// A read's outcome.
     ReadDone {
         /// The read.
-        id: ReadId,
+        id: LogReadId,
         /// Records, or why none.
-        result: Result<ReadBatch, ReadError>,
+        result: Result<ReadBatch, LogReadError>,
     },
     /// The answer to a [`CombinerInput::QueryHighWatermark`] (`None`: no open log).
     HighWatermark {
@@ -505,7 +505,7 @@ impl Combiner {
         if !self.slot_is_live() {
             self.outputs.push_back(CombinerOutput::ReadDone {
                 id: request.id,
-                result: Err(ReadError::NotOpen),
+                result: Err(LogReadError::NotOpen),
             });
             return;
         }
@@ -561,7 +561,7 @@ impl Combiner {
         for id in slot.log.take_pending_reads() {
             self.outputs.push_back(CombinerOutput::ReadDone {
                 id,
-                result: Err(ReadError::Retired),
+                result: Err(LogReadError::Retired),
             });
         }
         self.outputs.push_back(CombinerOutput::LogRetired {

@@ -22,7 +22,7 @@ use super::log::*;
 use super::segment::parse_segment_name;
 use crate::actor::Actor;
 use crate::codec::partition::PartitionRecord;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{join, Disk, IoOp, IoRequest};
 use crate::ids::Offset;
 use crate::time::Instant;
@@ -94,9 +94,9 @@ impl Run {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let disk = SimDisk::new(rng.random());
         for (kind, ppm_max) in [
-            (FaultKind::SyncEio, 80_000),
-            (FaultKind::WriteEio, 40_000),
-            (FaultKind::NoSpace, 40_000),
+            (DiskFault::SyncEio, 80_000),
+            (DiskFault::WriteEio, 40_000),
+            (DiskFault::NoSpace, 40_000),
         ] {
             if rng.random_bool(0.5) {
                 disk.add_fault(FaultRule {
@@ -259,7 +259,7 @@ impl Run {
         log.handle(
             NOW,
             LogInput::Read(ReadRequest {
-                id: ReadId(offset),
+                id: LogReadId(offset),
                 offset: Offset(offset),
                 records_max: 1_000,
                 bytes_max: 4096,
@@ -279,7 +279,7 @@ impl Run {
                 Ok(Some(batch.clone()))
             }
             [LogOutput::ReadDone {
-                result: Err(ReadError::Unreadable { .. }),
+                result: Err(LogReadError::Unreadable { .. }),
                 ..
             }] if skipped => Ok(None),
             other => panic!(

@@ -36,6 +36,7 @@ pub use combiner::{
 };
 pub use log::{
     AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
-    LogOutput, LogStatus, PartitionLog, PartitionLogConfig, PartitionStats, ReadBatch, ReadError,
-    ReadFault, ReadId, ReadRequest, RecoveryError, RecoveryReport, PREALLOCATE_BYTES_DEFAULT,
+    LogOutput, LogReadError, LogReadId, LogStatus, PartitionLog, PartitionLogConfig,
+    PartitionStats, ReadBatch, ReadFault, ReadRequest, RecoveryError, RecoveryReport,
+    PREALLOCATE_BYTES_DEFAULT,
 };

@@ -39,7 +39,7 @@ use super::combiner::{
 };
 use super::journal::{JournalConfig, JournalEvent, JournalInput, JournalOutput, OwnerJournal};
 use super::log::{
-    LogStatus, PartitionStats, ReadBatch, ReadError, ReadId, ReadRequest, RecoveryError,
+    LogReadError, LogReadId, LogStatus, PartitionStats, ReadBatch, ReadRequest, RecoveryError,
     RecoveryReport,
 };
 use super::{LogKey, JOURNAL_KEY};
@@ -115,7 +115,7 @@ pub struct OwnerConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnerRead {
     /// Names the read in its answer; unique among the reads outstanding.
-    pub id: ReadId,
+    pub id: LogReadId,
     /// The topic name.
     pub topic: Arc<str>,
     /// The incarnation the caller looked up.
@@ -135,7 +135,7 @@ pub struct OwnerRead {
 pub enum OwnerReadError {
     /// The log refused or failed the read.
     #[error(transparent)]
-    Log(#[from] ReadError),
+    Log(#[from] LogReadError),
     /// The topic was deleted or recreated since the caller looked it up.
     #[error("topic incarnation {0} is no longer live")]
     NotLive(TopicId),
@@ -257,7 +257,7 @@ pub enum OwnerOutput {
     /// A read's outcome.
     ReadDone {
         /// The read.
-        id: ReadId,
+        id: LogReadId,
         /// Records, or why none.
         result: Result<ReadBatch, OwnerReadError>,
     },
@@ -477,7 +477,7 @@ impl Owner {
             if parked.len() >= PARKED_READS_MAX {
                 self.outputs.push_back(OwnerOutput::ReadDone {
                     id: read.id,
-                    result: Err(OwnerReadError::Log(ReadError::Busy)),
+                    result: Err(OwnerReadError::Log(LogReadError::Busy)),
                 });
             } else {
                 parked.push(read);

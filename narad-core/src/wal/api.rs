@@ -14,7 +14,7 @@ pub struct AppendId(pub u64);
 
 /// Identifies one read so its reply can be routed. Chosen by the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReadId(pub u64);
+pub struct WalReadId(pub u64);
 
 /// The consecutive sequence numbers `[first, next)` an append took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub struct WalFrame {
 
 /// Why a read failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub enum WalReadError {
     /// `from` is below the oldest segment left on disk.
     #[error("sequence numbers below {oldest} were compacted")]
     Compacted {
@@ -216,7 +216,7 @@ pub enum WalInput {
     /// Read durable records from `from` on; answered by one [`WalOutput::ReadDone`].
     Read {
         /// Echoed in the answer.
-        id: ReadId,
+        id: WalReadId,
         /// First sequence number wanted.
         from: Seq,
         /// At most this many records.
@@ -318,9 +318,9 @@ pub enum WalOutput {
     /// durable frontier; otherwise at least one, possibly stopping early at a segment's end).
     ReadDone {
         /// The read.
-        id: ReadId,
+        id: WalReadId,
         /// The records, or why not.
-        result: Result<Vec<WalFrame>, ReadError>,
+        result: Result<Vec<WalFrame>, WalReadError>,
     },
     /// The WAL latched on this fault: every later append is refused until restart
     /// (`narad_ingress_wal_failed` = 1). Emitted once.

@@ -151,7 +151,7 @@ pub struct WalConfig {
     pub rotate_dispatched_active_after_bytes: u64,
     /// Distance between the entries of each segment's sparse seq → offset index (64 KiB).
     pub index_interval_bytes: u64,
-    /// Disk reads in flight at once; a read beyond it is refused with [`super::ReadError::Busy`] (16).
+    /// Disk reads in flight at once; a read beyond it is refused with [`super::WalReadError::Busy`] (16).
     pub reads_in_flight_max: usize,
     /// The lanes requests go on.
     pub lanes: WalLanes,

@@ -92,8 +92,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 pub use api::{
-    AppendError, AppendId, FillError, FillFn, ReadError, ReadId, SeqRange, WalFrame, WalInput,
-    WalOutput, WalWarning, CHECKPOINT_BELOW_OLDEST_SEGMENT,
+    AppendError, AppendId, FillError, FillFn, SeqRange, WalFrame, WalInput, WalOutput,
+    WalReadError, WalReadId, WalWarning, CHECKPOINT_BELOW_OLDEST_SEGMENT,
 };
 pub use config::{
     ConfigError, WalConfig, WalLanes, COMMIT_DELAY_FLUSH_PERCENT_DEFAULT,

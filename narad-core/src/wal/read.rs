@@ -2,7 +2,7 @@
 //! commit covers them, else from disk through the sparse index (a follow-up read when a frame is larger
 //! than the first read).
 
-use super::{IngressWal, Pending, ReadError, ReadId, WalFrame, WalOutput};
+use super::{IngressWal, Pending, WalFrame, WalOutput, WalReadError, WalReadId};
 use crate::codec::wal::{decode_frame, decode_frame_header, FRAME_HEADER_BYTES};
 use crate::codec::DecodeError;
 use crate::disk::{IoOp, IoReply};
@@ -12,7 +12,7 @@ use crate::ids::Seq;
 /// A disk read in progress.
 #[derive(Debug)]
 pub(super) struct ReadState {
-    id: ReadId,
+    id: WalReadId,
     from: Seq,
     max_records: usize,
     max_bytes: usize,
@@ -38,7 +38,7 @@ enum Parsed {
         offset: u64,
         len: usize,
     },
-    Failed(ReadError),
+    Failed(WalReadError),
 }
 
 impl ReadState {
@@ -53,7 +53,7 @@ impl ReadState {
             let offset = self.offset + pos as u64;
             if self.full() || offset >= self.segment_end {
                 return if self.frames.is_empty() {
-                    Parsed::Failed(ReadError::Corrupt {
+                    Parsed::Failed(WalReadError::Corrupt {
                         segment: self.segment,
                         offset,
                         error: DecodeError::Truncated,
@@ -87,7 +87,7 @@ impl ReadState {
                 Err(error) => return self.corrupt(offset, error),
             };
             if frame.seq != self.expected {
-                return Parsed::Failed(ReadError::SeqMismatch {
+                return Parsed::Failed(WalReadError::SeqMismatch {
                     segment: self.segment,
                     offset,
                     expected: self.expected,
@@ -111,7 +111,7 @@ impl ReadState {
     }
 
     fn corrupt(&self, offset: u64, error: DecodeError) -> Parsed {
-        Parsed::Failed(ReadError::Corrupt {
+        Parsed::Failed(WalReadError::Corrupt {
             segment: self.segment,
             offset,
             error,
@@ -120,13 +120,19 @@ impl ReadState {
 }
 
 impl IngressWal {
-    pub(super) fn on_read(&mut self, id: ReadId, from: Seq, max_records: usize, max_bytes: usize) {
+    pub(super) fn on_read(
+        &mut self,
+        id: WalReadId,
+        from: Seq,
+        max_records: usize,
+        max_bytes: usize,
+    ) {
         if !self.repaired {
             // A repair that failed latched the WAL: what recovery read may never become durable, so
             // it is never served; the latch's fault says so (an empty answer would tell a reader
             // that believes those records durable to ask again at once, forever).
             let result = match &self.latched {
-                Some(fault) => Err(ReadError::Io(fault.clone())),
+                Some(fault) => Err(WalReadError::Io(fault.clone())),
                 None => Ok(Vec::new()),
             };
             return self.answer_read(id, result);
@@ -136,7 +142,7 @@ impl IngressWal {
         }
         let oldest = self.oldest_segment_first_seq();
         if from < oldest {
-            return self.answer_read(id, Err(ReadError::Compacted { oldest }));
+            return self.answer_read(id, Err(WalReadError::Compacted { oldest }));
         }
         if self.recent.seqs.first <= from && from < self.recent.seqs.next {
             // Sized once: the records of the copy from `from` on, at most `max_records`.
@@ -162,7 +168,7 @@ impl IngressWal {
             return self.answer_read(id, result);
         }
         if self.reads_in_flight >= self.config.reads_in_flight_max {
-            return self.answer_read(id, Err(ReadError::Busy));
+            return self.answer_read(id, Err(WalReadError::Busy));
         }
         let (_, segment) = self
             .segments
@@ -219,7 +225,7 @@ impl IngressWal {
         let data = match result {
             Err((_, fault)) => {
                 self.reads_in_flight -= 1;
-                return self.answer_read(state.id, Err(ReadError::Io(fault)));
+                return self.answer_read(state.id, Err(WalReadError::Io(fault)));
             }
             Ok(replies) => match replies.into_iter().next() {
                 Some(IoReply::Data(data)) => data,
@@ -243,7 +249,7 @@ impl IngressWal {
         }
     }
 
-    fn answer_read(&mut self, id: ReadId, result: Result<Vec<WalFrame>, ReadError>) {
+    fn answer_read(&mut self, id: WalReadId, result: Result<Vec<WalFrame>, WalReadError>) {
         self.outputs.push_back(WalOutput::ReadDone { id, result });
     }
 }

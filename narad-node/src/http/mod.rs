@@ -51,9 +51,9 @@ use crate::metrics::Metrics;
 
 pub use reply::Reply;
 pub use seams::{
-    AppendError, BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats, ProduceSink,
-    QueueConsumer, QueueLimits, QueueOutcome, ReadError, ReadOutcome, ReceiptHandle, Settle,
-    SettleOutcome, StoredRecord, TopicKey,
+    BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats, ProduceSink, QueueConsumer,
+    QueueLimits, QueueOutcome, ReadOutcome, ReceiptHandle, ReplayError, Settle, SettleOutcome,
+    StoredRecord, TopicKey,
 };
 
 /// Largest raw body of a single produce, and of every JSON request body: 1 MiB.

@@ -38,9 +38,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::reply::{JsonObject, DURABILITY_HEADER};
+use super::BODY_BYTES_MAX;
 use super::{parse_index, schema, App, Body, Query, Reply, BATCH_BODY_BYTES_MAX};
-use super::{AppendError, BODY_BYTES_MAX};
+use crate::ingress::WalError;
 use crate::metrics::RejectionLabels;
+use narad_core::wal::AppendError;
 
 /// Largest message payload: 1 MiB (the single-produce body limit).
 pub const PAYLOAD_BYTES_MAX: usize = BODY_BYTES_MAX;
@@ -202,13 +204,10 @@ fn topic_not_found() -> Reply {
     Reply::error(404, "topic not found")
 }
 
-/// The answer to an append: 202 once durable, 500 otherwise.
-fn append_reply(
-    app: &App,
-    outcome: Result<(), AppendError>,
-    accepted: usize,
-    batch: bool,
-) -> Reply {
+/// The answer to an append, the one place a produce's outcome becomes HTTP: 202 once durable; 503
+/// when no WAL takes it or it is overloaded (the client retries elsewhere or later); 500 when the
+/// disk failed (the latch holds until restart) or the WAL refused a record the HTTP checks passed.
+fn append_reply(app: &App, outcome: Result<(), WalError>, accepted: usize, batch: bool) -> Reply {
     match outcome {
         Ok(()) => {
             app.metrics.ingress_accepted_records.inc_by(accepted as u64);
@@ -224,11 +223,18 @@ fn append_reply(
             };
             reply.with_header(DURABILITY_HEADER)
         }
-        Err(error @ AppendError::WalFailed(_)) => {
+        Err(
+            error @ WalError::Append(
+                AppendError::Disk(_)
+                | AppendError::Fill { .. }
+                | AppendError::RecordTooLarge { .. }
+                | AppendError::EmptyRecord { .. },
+            ),
+        ) => {
             tracing::error!(%error, records = accepted, "http server error");
             Reply::error(500, "produce failed")
         }
-        Err(error @ AppendError::Unavailable) => {
+        Err(error @ (WalError::Unavailable | WalError::Append(AppendError::Overloaded { .. }))) => {
             tracing::warn!(%error, records = accepted, "produce refused");
             Reply::error(503, "ingress WAL unavailable")
         }

@@ -9,18 +9,7 @@ use narad_core::codec::wal::ProduceRecord;
 use narad_core::ids::{Offset, PartitionId, TopicId};
 
 pub use crate::future::BoxFuture;
-
-/// Why an append was not made durable. Every variant means "not acknowledged": the HTTP answer is a 5xx
-/// and the client may retry (possibly duplicating, as the delivery contract allows).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AppendError {
-    /// The WAL's write or fsync failed, now or earlier (the latch holds until restart).
-    #[error("ingress WAL failed: {0}")]
-    WalFailed(String),
-    /// No WAL is accepting appends (not started, or shutting down).
-    #[error("ingress WAL unavailable")]
-    Unavailable,
-}
+use crate::ingress::WalError;
 
 /// Where accepted produces go: the ingress WAL host.
 ///
@@ -29,9 +18,9 @@ pub enum AppendError {
 /// and one group commit, all or nothing as far as the answer goes.
 pub trait ProduceSink: Send + Sync {
     /// Appends one record and waits for its group commit.
-    fn append(&self, record: ProduceRecord) -> BoxFuture<'_, Result<(), AppendError>>;
+    fn append(&self, record: ProduceRecord) -> BoxFuture<'_, Result<(), WalError>>;
     /// Appends a batch's records in order and waits for the group commit holding the last one.
-    fn append_many(&self, records: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), AppendError>>;
+    fn append_many(&self, records: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), WalError>>;
 }
 
 /// A topic incarnation, as the partition logs key it.
@@ -66,7 +55,7 @@ pub enum ReadOutcome {
 /// Why a replay read failed (HTTP 410, as the surface answers an unreadable offset).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("partition read failed: {0}")]
-pub struct ReadError(pub String);
+pub struct ReplayError(pub String);
 
 /// Replay reads of visible records.
 pub trait PartitionReader: Send + Sync {
@@ -76,7 +65,7 @@ pub trait PartitionReader: Send + Sync {
         topic: &TopicKey,
         partition: PartitionId,
         offset: Offset,
-    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>>;
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReplayError>>;
 }
 
 pub use narad_core::codec::cluster::PartitionStat;

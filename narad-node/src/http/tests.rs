@@ -10,6 +10,7 @@ use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
 
 use super::auth::Caller;
 use super::*;
+use crate::ingress::WalError;
 use crate::metastore::MetastoreOptions;
 
 mod batch_routes;
@@ -21,11 +22,11 @@ mod topic_routes;
 #[derive(Default)]
 struct MemorySink {
     calls: Mutex<Vec<Vec<ProduceRecord>>>,
-    failure: Mutex<Option<AppendError>>,
+    failure: Mutex<Option<WalError>>,
 }
 
 impl MemorySink {
-    fn outcome(&self, records: Vec<ProduceRecord>) -> Result<(), AppendError> {
+    fn outcome(&self, records: Vec<ProduceRecord>) -> Result<(), WalError> {
         if let Some(error) = self.failure.lock().unwrap().clone() {
             return Err(error);
         }
@@ -43,12 +44,12 @@ impl MemorySink {
 }
 
 impl ProduceSink for MemorySink {
-    fn append(&self, record: ProduceRecord) -> BoxFuture<'_, Result<(), AppendError>> {
+    fn append(&self, record: ProduceRecord) -> BoxFuture<'_, Result<(), WalError>> {
         let outcome = self.outcome(vec![record]);
         Box::pin(async move { outcome })
     }
 
-    fn append_many(&self, records: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), AppendError>> {
+    fn append_many(&self, records: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), WalError>> {
         let outcome = self.outcome(records);
         Box::pin(async move { outcome })
     }
@@ -70,9 +71,9 @@ impl PartitionReader for MemoryLog {
         topic: &TopicKey,
         partition: PartitionId,
         offset: Offset,
-    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>> {
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReplayError>> {
         let outcome = if self.broken.lock().unwrap().contains(&partition) {
-            Err(ReadError("crc mismatch".to_string()))
+            Err(ReplayError("crc mismatch".to_string()))
         } else {
             let partitions = self.partitions.lock().unwrap();
             match partitions.get(&(topic.clone(), partition)) {

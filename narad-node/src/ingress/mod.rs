@@ -47,8 +47,8 @@ use narad_core::disk::{Disk, IoCompletion, IoOp, IoRequest};
 use narad_core::dispatcher::{DispatcherInput, ReadWal};
 use narad_core::wal::driver::open_wal;
 use narad_core::wal::{
-    AppendError, AppendId, FillFn, IngressWal, OpenError, ReadError, ReadId, RecoveryReport,
-    SeqRange, WalConfig, WalFrame, WalInput, WalOutput,
+    AppendError, AppendId, FillFn, IngressWal, OpenError, RecoveryReport, SeqRange, WalConfig,
+    WalFrame, WalInput, WalOutput, WalReadError, WalReadId,
 };
 use narad_core::{Actor, Instant, IoFault, Seq};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -101,17 +101,18 @@ pub enum WalError {
     /// The WAL refused or failed it (disk failure or latch, size limits, overload, fill failure).
     #[error(transparent)]
     Append(#[from] AppendError),
-    /// The host stopped before answering; the record may or may not be durable.
-    #[error("the ingress WAL host has stopped")]
-    Stopped,
+    /// No WAL takes it: not open yet, or its host stopped (before answering, the record may or may
+    /// not be durable).
+    #[error("ingress WAL unavailable")]
+    Unavailable,
 }
 
 /// Why a read was not answered.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum WalReadError {
+pub enum IngressReadError {
     /// The WAL refused or failed it.
     #[error(transparent)]
-    Read(#[from] ReadError),
+    Read(#[from] WalReadError),
     /// The host stopped before answering.
     #[error("the ingress WAL host has stopped")]
     Stopped,
@@ -185,7 +186,7 @@ enum Command {
         from: Seq,
         max_records: usize,
         max_bytes: usize,
-        reply: oneshot::Sender<Result<Vec<WalFrame>, ReadError>>,
+        reply: oneshot::Sender<Result<Vec<WalFrame>, WalReadError>>,
     },
     StoreCheckpoint {
         seq: Seq,
@@ -367,7 +368,7 @@ impl IngressHost {
         let result = self
             .ask(|reply| Command::Append { record, reply })
             .await
-            .ok_or(WalError::Stopped)?;
+            .ok_or(WalError::Unavailable)?;
         Ok(result?.first)
     }
 
@@ -392,7 +393,7 @@ impl IngressHost {
         let result = self
             .ask(|reply| Command::AppendMany { sizes, fill, reply })
             .await
-            .ok_or(WalError::Stopped)?;
+            .ok_or(WalError::Unavailable)?;
         let range = result?;
         Ok(range.first..range.next)
     }
@@ -403,7 +404,7 @@ impl IngressHost {
         from: Seq,
         max_records: usize,
         max_bytes: usize,
-    ) -> Result<Vec<WalFrame>, WalReadError> {
+    ) -> Result<Vec<WalFrame>, IngressReadError> {
         let result = self
             .ask(|reply| Command::Read {
                 from,
@@ -412,7 +413,7 @@ impl IngressHost {
                 reply,
             })
             .await
-            .ok_or(WalReadError::Stopped)?;
+            .ok_or(IngressReadError::Stopped)?;
         Ok(result?)
     }
 
@@ -422,7 +423,7 @@ impl IngressHost {
         self.commands
             .send(Command::StoreCheckpoint { seq, reply: None })
             .await
-            .map_err(|_| WalError::Stopped)
+            .map_err(|_| WalError::Unavailable)
     }
 
     /// Stores the checkpoint like [`IngressHost::store_checkpoint`] and answers once its in-place write

@@ -17,7 +17,7 @@ pub(super) struct Runner {
     pub(super) appends: BTreeMap<AppendId, AppendReply>,
     /// Append outcomes routed but not yet sent (sent at the end of each drain).
     pub(super) answers: Vec<(AppendReply, Result<SeqRange, AppendError>)>,
-    pub(super) reads: BTreeMap<ReadId, oneshot::Sender<Result<Vec<WalFrame>, ReadError>>>,
+    pub(super) reads: BTreeMap<WalReadId, oneshot::Sender<Result<Vec<WalFrame>, WalReadError>>>,
     /// Checkpoint stores waiting for their write: `(value, caller)`.
     pub(super) stores: Vec<(Seq, StoreReply)>,
     pub(super) observer: Option<DurableObserver>,
@@ -39,7 +39,7 @@ pub(super) struct Runner {
     /// The dispatcher's read, to be fed to the WAL at the start of the next drain.
     pub(super) dispatch_read: Option<ReadWal>,
     /// The WAL's id of the dispatcher's read in flight.
-    pub(super) dispatch_read_id: Option<ReadId>,
+    pub(super) dispatch_read_id: Option<WalReadId>,
     /// The dispatcher's checkpoint store, to be fed to the checkpointer at the start of the next drain.
     pub(super) dispatch_store: Option<Seq>,
     /// The dispatcher's store waiting for its in-place write.
@@ -151,7 +151,7 @@ impl Runner {
     }
 
     /// Feeds the WAL a read named `id`.
-    fn feed_read(&mut self, now: Instant, id: ReadId, read: ReadWal) {
+    fn feed_read(&mut self, now: Instant, id: WalReadId, read: ReadWal) {
         let ReadWal {
             from,
             max_records,
@@ -224,7 +224,7 @@ impl Runner {
                 max_bytes,
                 reply,
             } => {
-                let id = ReadId(self.next_id());
+                let id = WalReadId(self.next_id());
                 self.reads.insert(id, reply);
                 let read = ReadWal {
                     from,
@@ -326,7 +326,7 @@ impl Runner {
     pub(super) fn drain(&mut self) {
         let now = self.clock.now();
         if let Some(read) = self.dispatch_read.take() {
-            let id = ReadId(self.next_id());
+            let id = WalReadId(self.next_id());
             self.dispatch_read_id = Some(id);
             self.feed_read(now, id, read);
         }
@@ -444,7 +444,7 @@ impl Runner {
                                 .map(|frame| (frame.seq, frame.payload))
                                 .collect(),
                         },
-                        Err(ReadError::Io(fault)) => DispatcherInput::WalReadFailed { fault },
+                        Err(WalReadError::Io(fault)) => DispatcherInput::WalReadFailed { fault },
                         Err(error) => DispatcherInput::WalReadFailed {
                             fault: IoFault::Other(error.to_string()),
                         },

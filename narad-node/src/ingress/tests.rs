@@ -6,7 +6,7 @@ use narad_core::checkpoint::CheckpointOp;
 use narad_core::disk::DiskLayer;
 
 use super::*;
-use crate::failpoints::{Counter, Failpoints, FaultKind, Rule};
+use crate::failpoints::{Counter, FailpointError, Failpoints, Rule};
 use crate::fs_disk::FsDisk;
 
 const DIR: &str = "wal";
@@ -33,7 +33,7 @@ impl DiskLayer for CountingDisk {
 fn failing_disk(
     dir: &tempfile::TempDir,
     prefix: &str,
-    fault: FaultKind,
+    fault: FailpointError,
     counter: Counter,
     after: u64,
 ) -> Arc<dyn Disk> {
@@ -306,7 +306,7 @@ async fn the_synced_checkpoint_compacts_segments_behind_it() {
 async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     // Segment names start with a digit: the checkpoint file is spared.
-    let disk = failing_disk(&dir, "0", FaultKind::Eio, Counter::Syncs, 3);
+    let disk = failing_disk(&dir, "0", FailpointError::Eio, Counter::Syncs, 3);
     let (host, _) = IngressHost::open(disk, config(), Clock::start())
         .await
         .unwrap();
@@ -336,7 +336,13 @@ async fn a_failed_fsync_latches_and_every_later_append_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checkpoint_that_cannot_be_created_fails_the_open() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = failing_disk(&dir, "checkpoint", FaultKind::NoSpace, Counter::Bytes, 0);
+    let disk = failing_disk(
+        &dir,
+        "checkpoint",
+        FailpointError::NoSpace,
+        Counter::Bytes,
+        0,
+    );
     let error = IngressHost::open(disk, config(), Clock::start())
         .await
         .expect_err("no space");
@@ -372,7 +378,7 @@ async fn a_confirmed_store_is_answered_once_written_and_sets_the_backlog() {
 async fn a_confirmed_store_reports_the_checkpointer_s_failure() {
     let dir = tempfile::tempdir().unwrap();
     // The creation at open writes 8 bytes; the first store's in-place write is the next.
-    let disk = failing_disk(&dir, "checkpoint", FaultKind::Eio, Counter::Bytes, 8);
+    let disk = failing_disk(&dir, "checkpoint", FailpointError::Eio, Counter::Bytes, 8);
     let (host, _) = IngressHost::open(disk, config(), Clock::start())
         .await
         .unwrap();
@@ -397,7 +403,7 @@ async fn handles_fail_with_stopped_after_shutdown() {
         .unwrap();
     host.shutdown().await.unwrap();
     // A command sent now is never taken: it is dropped with the mailbox when the task ends.
-    assert_eq!(host.append(record(0)).await, Err(WalError::Stopped));
+    assert_eq!(host.append(record(0)).await, Err(WalError::Unavailable));
     assert_eq!(host.shutdown().await, Err(ShutdownError::Stopped));
 }
 

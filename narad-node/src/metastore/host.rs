@@ -53,8 +53,8 @@ use narad_core::error::IoFault;
 use narad_core::ids::NodeId;
 use narad_core::metastore::liveness::Liveness;
 use narad_core::metastore::replica::{
-    MetaReplica, MetaReplicaConfig, PersistId, PersistRequest, ProposalError, ProposalId, ReadId,
-    RecoveredLog, ReplicaInput, ReplicaOutput, REQUEST_TIMEOUT,
+    MetaReplica, MetaReplicaConfig, PersistId, PersistRequest, ProposalError, ProposalId,
+    ReadIndexId, RecoveredLog, ReplicaInput, ReplicaOutput, REQUEST_TIMEOUT,
 };
 use narad_core::metastore::{Applied, Command, MetaState, TopicError};
 use raft::eraftpb::Message;
@@ -525,7 +525,7 @@ struct MetaHost {
     disk: Option<MetaDisk>,
     next_request: u64,
     proposals: BTreeMap<ProposalId, ProposalReply>,
-    reads: BTreeMap<ReadId, ReadReply>,
+    reads: BTreeMap<ReadIndexId, ReadReply>,
     answers: Vec<Answer>,
     view_tx: watch::Sender<Arc<MetaView>>,
     /// Every handle is gone.
@@ -657,7 +657,7 @@ impl MetaHost {
                 self.handle(turn, ReplicaInput::Propose { id, command });
             }
             Request::ReadIndex { reply } => {
-                let id = ReadId(id);
+                let id = ReadIndexId(id);
                 self.reads.insert(id, reply);
                 self.handle(turn, ReplicaInput::ReadIndex { id });
             }

@@ -377,7 +377,7 @@ fn decode_snapshot(bytes: &[u8]) -> Result<StoredSnapshot, String> {
 
 #[cfg(test)]
 mod tests {
-    use narad_core::disk::sim::{FaultKind, FaultRule, SimDisk};
+    use narad_core::disk::sim::{DiskFault, FaultRule, SimDisk};
 
     use super::*;
 
@@ -580,7 +580,7 @@ mod tests {
         let (mut meta, _) = open(&disk);
         disk.add_fault(FaultRule {
             path_prefix: "metastore/log".to_string(),
-            kind: FaultKind::SyncEio,
+            kind: DiskFault::SyncEio,
             chance_ppm: 1_000_000,
             remaining: Some(1),
         });

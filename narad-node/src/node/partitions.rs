@@ -37,7 +37,7 @@ use narad_core::partition::owner::{
 };
 use narad_core::partition::{
     BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, LogKey,
-    ReadBatch, ReadError, ReadId,
+    LogReadError, LogReadId, ReadBatch,
 };
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -209,7 +209,7 @@ pub struct OwnerStorage {
 pub enum PartitionReadError {
     /// The log refused or failed the read.
     #[error(transparent)]
-    Log(#[from] ReadError),
+    Log(#[from] LogReadError),
     /// The topic was deleted or recreated since the caller looked it up.
     #[error("topic incarnation {0} is no longer live")]
     NotLive(TopicId),
@@ -556,7 +556,7 @@ impl http::PartitionReader for PartitionHost {
         topic: &TopicKey,
         partition: PartitionId,
         offset: Offset,
-    ) -> BoxFuture<'_, Result<ReadOutcome, http::ReadError>> {
+    ) -> BoxFuture<'_, Result<ReadOutcome, http::ReplayError>> {
         let topic = topic.clone();
         Box::pin(async move {
             match PartitionHost::read(self, &topic, partition, offset, 1).await {
@@ -569,14 +569,14 @@ impl http::PartitionReader for PartitionHost {
                     })),
                     None => Ok(ReadOutcome::PastEnd),
                 },
-                Err(PartitionReadError::Log(ReadError::AtOrPastHighWatermark { .. })) => {
+                Err(PartitionReadError::Log(LogReadError::AtOrPastHighWatermark { .. })) => {
                     Ok(ReadOutcome::PastEnd)
                 }
-                Err(PartitionReadError::Log(ReadError::BelowOldestRetained { .. })) => {
+                Err(PartitionReadError::Log(LogReadError::BelowOldestRetained { .. })) => {
                     Ok(ReadOutcome::Gone)
                 }
                 Err(PartitionReadError::NotLive(_)) => Ok(ReadOutcome::OtherIncarnation),
-                Err(error) => Err(http::ReadError(error.to_string())),
+                Err(error) => Err(http::ReplayError(error.to_string())),
             }
         })
     }
@@ -602,7 +602,7 @@ struct Host {
     view: Arc<MetaView>,
     executor: IoExecutor<Event>,
     commits: BTreeMap<BatchId, oneshot::Sender<Result<CommittedRange, CommitError>>>,
-    reads: BTreeMap<ReadId, ReadReply>,
+    reads: BTreeMap<LogReadId, ReadReply>,
     next_read: u64,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
@@ -734,7 +734,7 @@ impl Host {
                 records_max,
                 reply,
             } => {
-                let id = ReadId(self.next_read);
+                let id = LogReadId(self.next_read);
                 self.next_read += 1;
                 self.reads.insert(id, reply);
                 self.feed(OwnerInput::Read(OwnerRead {

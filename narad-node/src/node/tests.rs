@@ -202,14 +202,14 @@ async fn shutdown_flushes_the_checkpoint_so_a_power_loss_replays_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wal_disk_failure_answers_500_latches_until_restart_and_keeps_what_was_acked() {
-    use narad_core::disk::sim::{FaultKind, FaultRule};
+    use narad_core::disk::sim::{DiskFault, FaultRule};
     let disk = SimDisk::new(5);
     let node = started(&disk, 7).await;
     create_topic(&node, "t", 3).await;
     produce_to(&node, "t", 0, "before").await;
     disk.add_fault(FaultRule {
         path_prefix: format!("{WAL_DIR}/0"),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });

@@ -22,7 +22,7 @@ use std::time::Duration;
 use madsim::net::NetSim;
 use madsim::runtime::Handle;
 use madsim::task::NodeId as MadsimNodeId;
-use narad_core::disk::sim::{FaultKind as DiskFaultKind, FaultRule};
+use narad_core::disk::sim::{DiskFault, FaultRule};
 use rand::Rng;
 
 use super::server::{Call, Server};
@@ -296,9 +296,9 @@ impl<N: SimNode> World<N> {
     ) {
         let server = self.servers[index].clone();
         let kind = match error {
-            DiskError::FsyncEio => DiskFaultKind::SyncEio,
-            DiskError::WriteEio => DiskFaultKind::WriteEio,
-            DiskError::Enospc => DiskFaultKind::NoSpace,
+            DiskError::FsyncEio => DiskFault::SyncEio,
+            DiskError::WriteEio => DiskFault::WriteEio,
+            DiskError::Enospc => DiskFault::NoSpace,
         };
         for path_prefix in self.prefixes(target) {
             let rule = FaultRule {

@@ -9,7 +9,7 @@ use crate::consume::{HandleError, QueueLimits, ReceiptHandle, Settle};
 use crate::disk::{IoCompletion, IoRequest};
 use crate::error::IoFault;
 use crate::ids::{Offset, PartitionId, TopicId};
-use crate::partition::{ReadBatch, ReadError, ReadFault};
+use crate::partition::{LogReadError, ReadBatch, ReadFault};
 use crate::planted::Plant;
 
 /// Names one call (a consume, a settle or a flush) for as long as it is in progress; chosen by the
@@ -31,7 +31,7 @@ pub struct QueueTopic {
 pub enum QueueReadError {
     /// The log refused or failed the read.
     #[error(transparent)]
-    Log(#[from] ReadError),
+    Log(#[from] LogReadError),
     /// The topic was deleted or recreated since the call named it.
     #[error("topic incarnation {0} is no longer live")]
     NotLive(TopicId),

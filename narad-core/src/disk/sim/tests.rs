@@ -86,7 +86,7 @@ fn failed_sync_drops_pages_and_a_later_sync_lies() {
     disk.write_at("d/f", 0, b"lost").unwrap();
     disk.add_fault(FaultRule {
         path_prefix: "d/".into(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
@@ -115,7 +115,7 @@ fn enospc_writes_nothing() {
     disk.create("d/f").unwrap();
     disk.add_fault(FaultRule {
         path_prefix: String::new(),
-        kind: FaultKind::NoSpace,
+        kind: DiskFault::NoSpace,
         chance_ppm: 1_000_000,
         remaining: None,
     });

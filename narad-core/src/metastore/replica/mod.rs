@@ -101,7 +101,7 @@ use storage::ReplicaStorage;
 pub use raft::StateRole;
 pub use types::{
     LogIndex, MetaReplicaConfig, MetaSnapshot, PersistId, PersistRequest, ProposalError,
-    ProposalId, ReadId, ReadIndexError, RecoveredLog, ReplicaFailure, ReplicaInput,
+    ProposalId, ReadIndexError, ReadIndexId, RecoveredLog, ReplicaFailure, ReplicaInput,
     ReplicaOpenError, ReplicaOutput, SnapshotWrite, ELECTION_JITTER_TICKS_MAX, ELECTION_TICKS,
     ENTRY_BYTES_MAX, ENTRY_OVERHEAD_BYTES, HEARTBEAT_TICKS, INFLIGHT_MESSAGES_MAX,
     MESSAGES_HELD_MAX, MESSAGE_BYTES_MAX, PROPOSALS_PENDING_MAX, READS_PENDING_MAX,
@@ -152,7 +152,7 @@ pub struct MetaReplica {
     pending: PendingPersist,
     /// Pending proposals by log index.
     proposals: BTreeMap<u64, PendingProposal>,
-    reads: BTreeMap<ReadId, PendingRead>,
+    reads: BTreeMap<ReadIndexId, PendingRead>,
     /// (term, leader) the asked reads were given to raft under.
     followed: (u64, u64),
     outputs: VecDeque<ReplicaOutput>,
@@ -331,7 +331,7 @@ impl MetaReplica {
         }
     }
 
-    fn on_read_index(&mut self, now: Instant, id: ReadId) {
+    fn on_read_index(&mut self, now: Instant, id: ReadIndexId) {
         let refusal = if let Some(failure) = &self.failure {
             Some(ReadIndexError::Latched(failure.clone()))
         } else if self.reads.len() >= READS_PENDING_MAX {
@@ -447,7 +447,7 @@ impl MetaReplica {
                 self.answer(proposal.id, Err(ProposalError::TimedOut));
             }
         }
-        let late: Vec<ReadId> = self
+        let late: Vec<ReadIndexId> = self
             .reads
             .iter()
             .filter(|(_, read)| read.deadline <= now)

@@ -2,7 +2,7 @@
 
 use raft::{ReadState, StateRole, INVALID_ID};
 
-use super::types::{LogIndex, ReadId, ReplicaOutput};
+use super::types::{LogIndex, ReadIndexId, ReplicaOutput};
 use super::MetaReplica;
 use crate::time::Instant;
 
@@ -48,7 +48,7 @@ impl MetaReplica {
         {
             return false;
         }
-        let held: Vec<ReadId> = self
+        let held: Vec<ReadIndexId> = self
             .reads
             .iter()
             .filter(|(_, read)| read.stage == ReadStage::Held)
@@ -74,7 +74,7 @@ impl MetaReplica {
             let Ok(id) = <[u8; 8]>::try_from(id).map(u64::from_be_bytes) else {
                 continue;
             };
-            if let Some(read) = self.reads.get_mut(&ReadId(id)) {
+            if let Some(read) = self.reads.get_mut(&ReadIndexId(id)) {
                 // Any confirmation counts, even one asked of an earlier leader: it was made after the
                 // request, by a leader a quorum confirmed.
                 read.stage = ReadStage::Confirmed(read_state.index);
@@ -85,7 +85,7 @@ impl MetaReplica {
     /// Answers the confirmed reads this replica has applied through.
     pub(super) fn complete_reads(&mut self) {
         let applied = self.applied;
-        let done: Vec<(ReadId, u64)> = self
+        let done: Vec<(ReadIndexId, u64)> = self
             .reads
             .iter()
             .filter_map(|(id, read)| match read.stage {

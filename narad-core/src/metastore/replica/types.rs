@@ -47,7 +47,7 @@ pub struct ProposalId(pub u64);
 
 /// A read-index request's id, chosen by the driver (unique among its pending requests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReadId(pub u64);
+pub struct ReadIndexId(pub u64);
 
 /// A persist request's id, chosen by the replica.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -191,7 +191,7 @@ pub enum ReplicaInput {
     /// confirmed the leader and this replica applied everything committed when it was asked.
     ReadIndex {
         /// The driver's id for the answer.
-        id: ReadId,
+        id: ReadIndexId,
     },
     /// A raft message from a peer.
     Raft(Message),
@@ -268,14 +268,14 @@ pub enum ReplicaOutput {
     /// when the request was made, as confirmed by a quorum.
     ReadIndexReady {
         /// The request.
-        id: ReadId,
+        id: ReadIndexId,
         /// The confirmed commit index.
         index: LogIndex,
     },
     /// A read-index request failed.
     ReadIndexFailed {
         /// The request.
-        id: ReadId,
+        id: ReadIndexId,
         /// Why.
         error: ReadIndexError,
     },

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::*;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{execute, IoOp};
 
 const EPOCH_MS: u64 = 1_700_000_000_000;
@@ -185,7 +185,7 @@ fn a_failed_commit_gives_every_batch_of_the_cycle_the_same_error() {
     let _ = h.take();
     h.disk.add_fault(FaultRule {
         path_prefix: DIR_A.into(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
@@ -204,7 +204,7 @@ fn a_failed_commit_gives_every_batch_of_the_cycle_the_same_error() {
     assert_eq!(h.take(), [ok(3, 1, 1, EPOCH_MS)]);
     h.disk.add_fault(FaultRule {
         path_prefix: DIR_A.into(),
-        kind: FaultKind::WriteEio,
+        kind: DiskFault::WriteEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
@@ -221,7 +221,7 @@ fn a_failed_commit_gives_every_batch_of_the_cycle_the_same_error() {
     );
     h.disk.add_fault(FaultRule {
         path_prefix: DIR_A.into(),
-        kind: FaultKind::WriteEio,
+        kind: DiskFault::WriteEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
@@ -506,7 +506,7 @@ fn a_latched_log_is_unavailable_until_the_retry_interval_then_repaired() {
     let mut h = Harness::opened();
     h.disk.add_fault(FaultRule {
         path_prefix: DIR_A.into(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(2),
     });
@@ -632,7 +632,7 @@ fn reads_are_served_from_the_live_incarnation_only() {
     let _ = h.take();
     let read = |id| {
         CombinerInput::Read(ReadRequest {
-            id: ReadId(id),
+            id: LogReadId(id),
             offset: Offset(0),
             records_max: 10,
             bytes_max: 1_000,
@@ -642,7 +642,7 @@ fn reads_are_served_from_the_live_incarnation_only() {
     h.run_all();
     match h.take().as_slice() {
         [CombinerOutput::ReadDone {
-            id: ReadId(1),
+            id: LogReadId(1),
             result: Ok(batch),
         }] => assert_eq!(batch.records[0].payload, b"a"),
         other => panic!("{other:?}"),
@@ -655,8 +655,8 @@ fn reads_are_served_from_the_live_incarnation_only() {
         outputs[..2],
         [
             CombinerOutput::ReadDone {
-                id: ReadId(2),
-                result: Err(ReadError::Retired)
+                id: LogReadId(2),
+                result: Err(LogReadError::Retired)
             },
             CombinerOutput::LogRetired {
                 topic_id: Some(TopicId(1)),
@@ -668,8 +668,8 @@ fn reads_are_served_from_the_live_incarnation_only() {
     assert_eq!(
         h.take(),
         [CombinerOutput::ReadDone {
-            id: ReadId(3),
-            result: Err(ReadError::NotOpen)
+            id: LogReadId(3),
+            result: Err(LogReadError::NotOpen)
         }],
         "the new log is still opening"
     );
@@ -679,8 +679,8 @@ fn reads_are_served_from_the_live_incarnation_only() {
     assert_eq!(
         h.take(),
         [CombinerOutput::ReadDone {
-            id: ReadId(4),
-            result: Err(ReadError::AtOrPastHighWatermark {
+            id: LogReadId(4),
+            result: Err(LogReadError::AtOrPastHighWatermark {
                 high_watermark: Offset(0)
             })
         }]
@@ -740,7 +740,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
         h.pending.clear();
         h.outputs.clear();
         h.collect();
-        for (kind, ppm) in [(FaultKind::SyncEio, 30_000), (FaultKind::WriteEio, 30_000)] {
+        for (kind, ppm) in [(DiskFault::SyncEio, 30_000), (DiskFault::WriteEio, 30_000)] {
             h.disk.add_fault(FaultRule {
                 path_prefix: String::new(),
                 kind,
@@ -902,7 +902,7 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
                     log.handle(
                         h.now,
                         LogInput::Read(ReadRequest {
-                            id: ReadId(0),
+                            id: LogReadId(0),
                             offset: Offset(base + index as u64),
                             records_max: 1,
                             bytes_max: 1,

@@ -12,11 +12,11 @@ use rand_chacha::ChaCha8Rng;
 use super::replay::{JournalReplay, ReplayConfig, ReplayOutput, ReplayReport};
 use super::*;
 use crate::disk::execute;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::ids::{NodeId, PartitionId};
 use crate::metastore::{Command, MetaState};
 use crate::partition::owner::{Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead};
-use crate::partition::{BatchId, BatchRecord, CombinerConfig, CommitBatch, ReadId};
+use crate::partition::{BatchId, BatchRecord, CombinerConfig, CommitBatch, LogReadId};
 
 const HERE: NodeId = NodeId(1);
 
@@ -150,7 +150,7 @@ fn a_failed_fsync_fails_the_flush_cuts_it_off_durably_and_a_failed_cut_latches()
     let _ = drain(&mut journal);
     disk.add_fault(FaultRule {
         path_prefix: String::new(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(2),
     });
@@ -513,7 +513,7 @@ impl Crash {
             for (offset, payload) in expected {
                 let id = 1_000_000 + offset + u64::from(partition) * 100_000;
                 self.input(OwnerInput::Read(OwnerRead {
-                    id: ReadId(id),
+                    id: LogReadId(id),
                     topic: Arc::from("t"),
                     topic_id,
                     partition: PartitionId(partition),
@@ -542,7 +542,7 @@ fn crash_run(seed: u64, faults: bool) -> (usize, Vec<ReplayReport>) {
     if faults {
         h.disk.add_fault(FaultRule {
             path_prefix: String::new(),
-            kind: FaultKind::SyncEio,
+            kind: DiskFault::SyncEio,
             chance_ppm: 100_000,
             remaining: None,
         });
@@ -557,7 +557,7 @@ fn crash_run(seed: u64, faults: bool) -> (usize, Vec<ReplayReport>) {
                 if faults {
                     h.disk.add_fault(FaultRule {
                         path_prefix: String::new(),
-                        kind: FaultKind::SyncEio,
+                        kind: DiskFault::SyncEio,
                         chance_ppm: 100_000,
                         remaining: None,
                     });

@@ -2,7 +2,7 @@
 //! handed to the owner journal, and visible only once the journal answers; lazy syncs.
 
 use super::*;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{execute, Disk};
 use crate::partition::driver::{run_to_idle, NoHook};
 
@@ -241,7 +241,7 @@ fn after_a_failed_lazy_sync_the_next_one_writes_the_unsynced_frames_again_before
     commit_visible(&mut log, 1, "a");
     disk.add_fault(FaultRule {
         path_prefix: String::new(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });

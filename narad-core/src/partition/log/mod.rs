@@ -12,7 +12,7 @@
 //!   commit times: rot of an acknowledged frame followed by one acknowledged commit looks exactly like a
 //!   failed commit's leftovers, and keeping the latter only serves records that were produced (their
 //!   commit is retried: duplicates) while truncating the former would lose acknowledged records. The
-//!   skipped offsets stay below the high watermark and read as [`ReadError::Unreadable`]. An earlier
+//!   skipped offsets stay below the high watermark and read as [`LogReadError::Unreadable`]. An earlier
 //!   (sealed) segment's damage is skipped the same way, never truncated: with verified frames behind
 //!   it (it may have been skipped while that segment was the last), or at its end, where the next
 //!   segment's base proves which offsets the damaged bytes held. One rotten frame costs its own
@@ -49,10 +49,10 @@
 //!   at the next power loss. For the same reason a failed sync at the end of recovery is
 //!   [`RecoveryError::Sync`], which forbids reopening in this process.
 //! - **Reads** serve only offsets below the high watermark, and only bytes of the verified prefix of a
-//!   segment: `Read{offset}` below the oldest segment is [`ReadError::BelowOldestRetained`], at or past
-//!   the high watermark [`ReadError::AtOrPastHighWatermark`], both without I/O. A sparse index (one
+//!   segment: `Read{offset}` below the oldest segment is [`LogReadError::BelowOldestRetained`], at or past
+//!   the high watermark [`LogReadError::AtOrPastHighWatermark`], both without I/O. A sparse index (one
 //!   entry per `index_interval_bytes`) bounds the bytes scanned; every served frame is CRC-checked, and a
-//!   damaged one is [`ReadError::Unreadable`], never served. Reads run on their own lane and may overlap
+//!   damaged one is [`LogReadError::Unreadable`], never served. Reads run on their own lane and may overlap
 //!   a commit (they never touch bytes above the high watermark).
 //!
 //! # Polling order
@@ -129,7 +129,7 @@ pub const READ_BYTES_MAX_DEFAULT: u32 = 4 * 1024 * 1024;
 /// piece (for the rewrite at the end of recovery; a longer one is read again then), so a scan holds
 /// at most about two pieces and the largest frame.
 pub const RECOVERY_READ_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
-/// Reads in flight at once; more are refused with [`ReadError::Busy`].
+/// Reads in flight at once; more are refused with [`LogReadError::Busy`].
 pub const READS_IN_FLIGHT_MAX_DEFAULT: usize = 64;
 /// Io ids each log instance may use: ids `io_id_base .. io_id_base + IO_IDS_PER_LOG`.
 pub const IO_IDS_PER_LOG: u64 = 1 << 40;
@@ -202,7 +202,7 @@ pub struct LogCommitId(pub u64);
 
 /// Identifies a read so its outcome can be matched to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ReadId(pub u64);
+pub struct LogReadId(pub u64);
 
 /// A record to append; the log stamps its commit time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -268,7 +268,7 @@ pub enum CommitFault {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadRequest {
     /// Echoed in [`LogOutput::ReadDone`].
-    pub id: ReadId,
+    pub id: LogReadId,
     /// First offset wanted.
     pub offset: Offset,
     /// Records wanted at most (0 counts as 1).
@@ -290,7 +290,7 @@ pub struct ReadBatch {
 
 /// Why a read returned no records.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub enum LogReadError {
     /// The log is not open (opening, or failed to open).
     #[error("partition log not open")]
     NotOpen,
@@ -364,7 +364,7 @@ pub struct RecoveryReport {
     /// Where the last segment's verified prefix ended early, and why: `(segment base, byte, damage)`.
     pub damage: Option<(Offset, u64, FrameDamage)>,
     /// Damage with verified frames behind it, in any segment: skipped, never truncated. Its
-    /// offsets stay below the high watermark and read as [`ReadError::Unreadable`].
+    /// offsets stay below the high watermark and read as [`LogReadError::Unreadable`].
     pub skipped: Vec<SkippedDamage>,
 }
 
@@ -493,9 +493,9 @@ pub enum LogOutput {
     /// A read's outcome.
     ReadDone {
         /// The read.
-        id: ReadId,
+        id: LogReadId,
         /// Records, or why none.
-        result: Result<ReadBatch, ReadError>,
+        result: Result<ReadBatch, LogReadError>,
     },
     /// A failed commit could not be repaired: commits are refused until the log is reopened.
     Latched(IoFault),
@@ -833,7 +833,7 @@ impl PartitionLog {
 
     /// Forgets every read in flight and returns their ids (the log is being retired; the caller answers
     /// them). Their completions, if they come, are ignored.
-    pub fn take_pending_reads(&mut self) -> Vec<ReadId> {
+    pub fn take_pending_reads(&mut self) -> Vec<LogReadId> {
         std::mem::take(&mut self.reads)
             .into_values()
             .map(|read| read.request.id)

@@ -173,7 +173,7 @@ fn recover(image: &Image, piece: usize) -> (Recovered, Vec<usize>, usize) {
     let reads = (oldest..log.high_watermark().0)
         .flat_map(|offset| {
             let request = ReadRequest {
-                id: ReadId(offset),
+                id: LogReadId(offset),
                 offset: Offset(offset),
                 records_max: 1,
                 bytes_max: 1,

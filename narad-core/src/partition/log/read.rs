@@ -1,7 +1,7 @@
 //! The read path of [`PartitionLog`]: serve offsets below the high watermark from verified bytes.
 
 use super::{
-    bad_reply, LogOutput, PartitionLog, PendingRead, Phase, ReadBatch, ReadError, ReadFault,
+    bad_reply, LogOutput, LogReadError, PartitionLog, PendingRead, Phase, ReadBatch, ReadFault,
     ReadRequest, READ_ATTEMPTS_MAX,
 };
 use crate::codec::partition::{
@@ -22,7 +22,7 @@ impl PartitionLog {
         }
     }
 
-    fn begin_read(&mut self, request: ReadRequest) -> Result<(), ReadError> {
+    fn begin_read(&mut self, request: ReadRequest) -> Result<(), LogReadError> {
         match self.phase {
             Phase::Ready
             | Phase::Committing(..)
@@ -34,22 +34,22 @@ impl PartitionLog {
             | Phase::Scanning(..)
             | Phase::Rewriting(..)
             | Phase::Finalizing(..)
-            | Phase::OpenFailed(..) => return Err(ReadError::NotOpen),
+            | Phase::OpenFailed(..) => return Err(LogReadError::NotOpen),
         }
         if request.offset >= self.high_watermark {
-            return Err(ReadError::AtOrPastHighWatermark {
+            return Err(LogReadError::AtOrPastHighWatermark {
                 high_watermark: self.high_watermark,
             });
         }
         let oldest = self.oldest_offset();
         if request.offset < oldest {
-            return Err(ReadError::BelowOldestRetained { oldest });
+            return Err(LogReadError::BelowOldestRetained { oldest });
         }
         if self.reads.len() >= self.config.reads_in_flight_max {
-            return Err(ReadError::Busy);
+            return Err(LogReadError::Busy);
         }
         let Some((&segment, found)) = self.segments.range(..=request.offset).next_back() else {
-            return Err(ReadError::BelowOldestRetained { oldest });
+            return Err(LogReadError::BelowOldestRetained { oldest });
         };
         let (expected, position) = found
             .index
@@ -152,7 +152,7 @@ impl PartitionLog {
         }
     }
 
-    fn finish_read(&mut self, read: PendingRead, result: Result<ReadBatch, ReadError>) {
+    fn finish_read(&mut self, read: PendingRead, result: Result<ReadBatch, LogReadError>) {
         self.outputs.push_back(LogOutput::ReadDone {
             id: read.request.id,
             result,
@@ -179,8 +179,8 @@ fn resync(
     })
 }
 
-fn unreadable(offset: Offset, reason: ReadFault) -> ReadError {
-    ReadError::Unreadable { offset, reason }
+fn unreadable(offset: Offset, reason: ReadFault) -> LogReadError {
+    LogReadError::Unreadable { offset, reason }
 }
 
 enum Collected {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::codec::partition::{encode_frame, RecordView};
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{Disk, IoReply};
 use crate::partition::driver::{run_to_idle, NoHook};
 use crate::partition::segment::scan_segment;
@@ -78,11 +78,11 @@ fn read(
     offset: u64,
     records_max: u32,
     bytes_max: u32,
-) -> Result<ReadBatch, ReadError> {
+) -> Result<ReadBatch, LogReadError> {
     log.handle(
         NOW,
         LogInput::Read(ReadRequest {
-            id: ReadId(offset),
+            id: LogReadId(offset),
             offset: Offset(offset),
             records_max,
             bytes_max,
@@ -91,7 +91,7 @@ fn read(
     let outputs = run_to_idle(log, NOW, disk, &mut NoHook).unwrap();
     match outputs.as_slice() {
         [LogOutput::ReadDone { id, result }] => {
-            assert_eq!(*id, ReadId(offset));
+            assert_eq!(*id, LogReadId(offset));
             result.clone()
         }
         other => panic!("unexpected outputs {other:?}"),
@@ -129,7 +129,7 @@ fn assert_reads_around_a_hole(
     assert_eq!(served(log, disk, before.0), before.1);
     assert!(matches!(
         read(log, disk, hole, 10, 1000),
-        Err(ReadError::Unreadable { offset, .. }) if offset == Offset(hole)
+        Err(LogReadError::Unreadable { offset, .. }) if offset == Offset(hole)
     ));
     assert_eq!(served(log, disk, after.0), after.1, "read from {}", after.0);
 }
@@ -322,7 +322,7 @@ fn reads_serve_nothing_at_or_past_the_high_watermark_while_a_commit_is_in_flight
     assert_eq!(log.stats().next_offset, Offset(2));
     assert_eq!(
         read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::AtOrPastHighWatermark {
+        Err(LogReadError::AtOrPastHighWatermark {
             high_watermark: Offset(1)
         })
     );
@@ -400,7 +400,7 @@ fn a_failed_sync_is_never_retried_the_tail_is_truncated_and_synced_first() {
     let size = log.stats().size_bytes;
     disk.add_fault(FaultRule {
         path_prefix: DIR.into(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });
@@ -636,7 +636,7 @@ fn too_many_reads_in_flight_are_refused() {
     let _ = commit(&mut log, &disk, 1, &["a"], 1);
     let request = |id| {
         LogInput::Read(ReadRequest {
-            id: ReadId(id),
+            id: LogReadId(id),
             offset: Offset(0),
             records_max: 1,
             bytes_max: 1,
@@ -648,10 +648,10 @@ fn too_many_reads_in_flight_are_refused() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::ReadDone {
-            id: ReadId(2),
-            result: Err(ReadError::Busy)
+            id: LogReadId(2),
+            result: Err(LogReadError::Busy)
         })
     );
-    assert_eq!(log.take_pending_reads(), [ReadId(1)]);
+    assert_eq!(log.take_pending_reads(), [LogReadId(1)]);
     assert_eq!(log.reads_in_flight(), 0);
 }

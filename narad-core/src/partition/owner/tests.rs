@@ -82,7 +82,7 @@ impl Harness {
 
     fn read(&mut self, id: u64, topic_id: TopicId) {
         self.input(OwnerInput::Read(OwnerRead {
-            id: ReadId(id),
+            id: LogReadId(id),
             topic: Arc::from("t"),
             topic_id,
             partition: PartitionId(0),
@@ -205,7 +205,7 @@ fn a_read_waits_while_its_log_opens_and_a_stale_incarnation_is_not_live() {
     assert_eq!(
         h.take(),
         [OwnerOutput::ReadDone {
-            id: ReadId(2),
+            id: LogReadId(2),
             result: Err(OwnerReadError::NotLive(TopicId(live.0 + 1))),
         }],
         "the live incarnation's read is parked, not answered"
@@ -220,11 +220,13 @@ fn a_read_waits_while_its_log_opens_and_a_stale_incarnation_is_not_live() {
         })
         .collect();
     assert_eq!(answered.len(), 1);
-    assert_eq!(answered[0].0, ReadId(1));
+    assert_eq!(answered[0].0, LogReadId(1));
     assert!(
         matches!(
             answered[0].1,
-            Err(OwnerReadError::Log(ReadError::AtOrPastHighWatermark { .. }))
+            Err(OwnerReadError::Log(
+                LogReadError::AtOrPastHighWatermark { .. }
+            ))
         ),
         "{answered:?}"
     );
@@ -242,8 +244,8 @@ fn reads_past_the_parking_bound_are_refused_as_busy() {
     assert_eq!(
         h.take(),
         [OwnerOutput::ReadDone {
-            id: ReadId(PARKED_READS_MAX as u64),
-            result: Err(OwnerReadError::Log(ReadError::Busy)),
+            id: LogReadId(PARKED_READS_MAX as u64),
+            result: Err(OwnerReadError::Log(LogReadError::Busy)),
         }]
     );
 }

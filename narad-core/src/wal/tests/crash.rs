@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::*;
-use crate::disk::sim::{FaultKind, FaultRule, SimDisk};
+use crate::disk::sim::{DiskFault, FaultRule, SimDisk};
 use crate::disk::{Disk, IoId};
 use crate::wal::driver::{open_wal, SyncDriver};
 
@@ -157,7 +157,7 @@ struct Scenario {
     durable: BTreeMap<Seq, usize>,
     /// The synced checkpoint (stored and fed back at every open).
     checkpoint: Seq,
-    reads: Vec<Result<Vec<WalFrame>, ReadError>>,
+    reads: Vec<Result<Vec<WalFrame>, WalReadError>>,
     coverage: Coverage,
     /// Roll requests already counted in this life.
     counted: BTreeSet<IoId>,
@@ -278,16 +278,16 @@ impl Scenario {
         let spare = format!("{}/next", self.config.dir);
         let mut rules = Vec::new();
         if self.rng.random_ratio(1, 4) {
-            rules.push((segments.clone(), FaultKind::SyncEio));
+            rules.push((segments.clone(), DiskFault::SyncEio));
         }
         if self.rng.random_ratio(1, 10) {
-            rules.push((segments.clone(), FaultKind::WriteEio));
+            rules.push((segments.clone(), DiskFault::WriteEio));
         }
         if self.rng.random_ratio(1, 10) {
-            rules.push((segments, FaultKind::NoSpace));
+            rules.push((segments, DiskFault::NoSpace));
         }
         if self.config.prealloc && self.rng.random_ratio(1, 5) {
-            rules.push((spare, FaultKind::NoSpace));
+            rules.push((spare, DiskFault::NoSpace));
         }
         for (path_prefix, kind) in rules {
             self.disk.add_fault(FaultRule {
@@ -493,7 +493,7 @@ impl Scenario {
         from: Seq,
         max_records: usize,
     ) -> Vec<WalFrame> {
-        let id = ReadId(from.0);
+        let id = WalReadId(from.0);
         driver.handle(WalInput::Read {
             id,
             from,

@@ -39,7 +39,7 @@ fn append_each(driver: &mut SyncDriver<'_, IngressWal>, count: u64, len: usize) 
 
 fn read(from: u64, max_records: usize, max_bytes: usize) -> WalInput {
     WalInput::Read {
-        id: ReadId(7),
+        id: WalReadId(7),
         from: Seq(from),
         max_records,
         max_bytes,
@@ -48,7 +48,7 @@ fn read(from: u64, max_records: usize, max_bytes: usize) -> WalInput {
 
 fn answer(frames: Vec<WalFrame>) -> Vec<WalOutput> {
     vec![WalOutput::ReadDone {
-        id: ReadId(7),
+        id: WalReadId(7),
         result: Ok(frames),
     }]
 }
@@ -160,8 +160,8 @@ fn a_read_at_the_durable_frontier_is_empty_and_below_the_oldest_segment_is_compa
     assert_eq!(
         driver.take_outputs(),
         vec![WalOutput::ReadDone {
-            id: ReadId(7),
-            result: Err(ReadError::Compacted { oldest: Seq(3) })
+            id: WalReadId(7),
+            result: Err(WalReadError::Compacted { oldest: Seq(3) })
         }]
     );
     driver.handle(read(4, 10, 1000));
@@ -184,8 +184,8 @@ fn disk_reads_beyond_the_in_flight_limit_are_refused_busy() {
     assert_eq!(
         driver.take_outputs(),
         vec![WalOutput::ReadDone {
-            id: ReadId(7),
-            result: Err(ReadError::Busy)
+            id: WalReadId(7),
+            result: Err(WalReadError::Busy)
         }]
     );
     driver.run_until_idle();
@@ -203,8 +203,8 @@ fn rotted_durable_bytes_are_reported_corrupt_never_served() {
     assert_eq!(
         driver.take_outputs(),
         vec![WalOutput::ReadDone {
-            id: ReadId(7),
-            result: Err(ReadError::Corrupt {
+            id: WalReadId(7),
+            result: Err(WalReadError::Corrupt {
                 segment: Seq(0),
                 offset: 50,
                 error: DecodeError::BadChecksum

@@ -328,7 +328,7 @@ fn reads_after_a_failed_repair_answer_the_latch_fault_never_the_recovered_record
     };
     let read = |h: &mut Harness| {
         h.input(WalInput::Read {
-            id: ReadId(3),
+            id: WalReadId(3),
             from: Seq(0),
             max_records: 10,
             max_bytes: 1000,
@@ -338,7 +338,7 @@ fn reads_after_a_failed_repair_answer_the_latch_fault_never_the_recovered_record
     assert_eq!(
         read(&mut h),
         vec![WalOutput::ReadDone {
-            id: ReadId(3),
+            id: WalReadId(3),
             result: Ok(Vec::new())
         }]
     );
@@ -347,8 +347,8 @@ fn reads_after_a_failed_repair_answer_the_latch_fault_never_the_recovered_record
     assert_eq!(
         read(&mut h),
         vec![WalOutput::ReadDone {
-            id: ReadId(3),
-            result: Err(ReadError::Io(IoFault::Eio))
+            id: WalReadId(3),
+            result: Err(WalReadError::Io(IoFault::Eio))
         }]
     );
 }

@@ -1,5 +1,8 @@
 //! Single-record produce: partition choice, refusals and WAL failures.
 
+use narad_core::wal::AppendError;
+use narad_core::IoFault;
+
 use super::*;
 
 async fn produce(f: &Fixture, topic: &str, query: Option<&str>, body: &[u8]) -> Reply {
@@ -176,8 +179,7 @@ async fn invalid_json_is_accepted_without_a_schema() {
 async fn a_wal_failure_is_a_500_and_no_wal_is_a_503() {
     let f = fixture().await;
     topic(&f, "orders", 3, None).await;
-    *f.sink.failure.lock().unwrap() =
-        Some(AppendError::WalFailed("input/output error".to_string()));
+    *f.sink.failure.lock().unwrap() = Some(WalError::Append(AppendError::Disk(IoFault::Eio)));
     assert_error(
         &produce(&f, "orders", None, b"x").await,
         500,
@@ -189,7 +191,17 @@ async fn a_wal_failure_is_a_500_and_no_wal_is_a_503() {
         500,
         "produce failed",
     );
-    *f.sink.failure.lock().unwrap() = Some(AppendError::Unavailable);
+    *f.sink.failure.lock().unwrap() = Some(WalError::Unavailable);
+    assert_error(
+        &produce(&f, "orders", None, b"x").await,
+        503,
+        "ingress WAL unavailable",
+    );
+    // An overloaded WAL is the same retriable 503, not a failure.
+    *f.sink.failure.lock().unwrap() = Some(WalError::Append(AppendError::Overloaded {
+        unflushed_bytes: 2,
+        bytes_max: 1,
+    }));
     assert_error(
         &produce(&f, "orders", None, b"x").await,
         503,

@@ -1,4 +1,4 @@
-use narad_core::disk::sim::{FaultKind, FaultRule, SimDisk};
+use narad_core::disk::sim::{DiskFault, FaultRule, SimDisk};
 use narad_core::ids::TopicId;
 use narad_core::metastore::{CreateTopic, TopicSettings};
 
@@ -150,7 +150,7 @@ async fn a_snapshot_keeps_the_state_and_shortens_the_log() {
 fn fail_next_log_sync(disk: &SimDisk) -> String {
     disk.add_fault(FaultRule {
         path_prefix: "metastore/log".to_string(),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });

@@ -10,7 +10,7 @@ use narad_core::ids::{NodeId, Offset, PartitionId};
 
 use crate::cluster::Cluster;
 use crate::http::{
-    BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadError, ReadOutcome, TopicKey,
+    BoxFuture, PartitionReader, PartitionStat, PartitionStats, ReadOutcome, ReplayError, TopicKey,
 };
 use crate::metastore::Metastore;
 use crate::node::partitions::PartitionHost;
@@ -48,7 +48,7 @@ impl PartitionReader for Forwarding {
         topic: &TopicKey,
         partition: PartitionId,
         offset: Offset,
-    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>> {
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReplayError>> {
         let owner = match self.remote_owner(topic, partition) {
             Some((owner, true)) => owner,
             Some((_, false)) => return Box::pin(std::future::ready(Ok(ReadOutcome::OwnerDown))),
@@ -76,7 +76,7 @@ impl PartitionReader for Forwarding {
                 Ok(ControlAnswer::Replay(ReplayAnswer::OtherIncarnation)) => {
                     Ok(ReadOutcome::OtherIncarnation)
                 }
-                Ok(ControlAnswer::Replay(ReplayAnswer::Failed(reason))) => Err(ReadError(reason)),
+                Ok(ControlAnswer::Replay(ReplayAnswer::Failed(reason))) => Err(ReplayError(reason)),
                 Ok(other) => Ok(ReadOutcome::PeerFailed(format!("owner answered {other:?}"))),
                 Err(error) => Ok(ReadOutcome::PeerFailed(error.to_string())),
             }

@@ -64,8 +64,8 @@ pub(super) struct Peer {
     /// The next persist fails with this fault.
     pub(super) fail_next_persist: Option<IoFault>,
     pub(super) answers: Vec<(ProposalId, Result<Applied, ProposalError>)>,
-    pub(super) reads_ready: Vec<(ReadId, LogIndex)>,
-    pub(super) reads_failed: Vec<(ReadId, ReadIndexError)>,
+    pub(super) reads_ready: Vec<(ReadIndexId, LogIndex)>,
+    pub(super) reads_failed: Vec<(ReadIndexId, ReadIndexError)>,
     pub(super) latched: Vec<ReplicaFailure>,
 }
 

@@ -267,7 +267,12 @@ fn a_proposal_on_a_follower_is_refused_naming_the_leader() {
 }
 
 fn read(cluster: &mut Cluster, id: u64, read: u64) {
-    cluster.handle(id, ReplicaInput::ReadIndex { id: ReadId(read) });
+    cluster.handle(
+        id,
+        ReplicaInput::ReadIndex {
+            id: ReadIndexId(read),
+        },
+    );
 }
 
 fn others(leader: u64) -> Vec<u64> {
@@ -294,7 +299,7 @@ fn a_read_index_completes_only_with_a_quorum() {
     assert!(ready);
     assert_eq!(
         cluster.peer(leader).reads_ready,
-        vec![(ReadId(1), committed)]
+        vec![(ReadIndexId(1), committed)]
     );
 }
 
@@ -308,7 +313,7 @@ fn a_read_index_cut_off_from_its_quorum_times_out_and_the_leader_steps_down() {
     assert!(cluster.peer(leader).reads_ready.is_empty());
     assert_eq!(
         cluster.peer(leader).reads_failed,
-        vec![(ReadId(1), ReadIndexError::TimedOut)]
+        vec![(ReadIndexId(1), ReadIndexError::TimedOut)]
     );
     assert_ne!(cluster.replica(leader).role(), StateRole::Leader);
 }
@@ -327,7 +332,7 @@ fn a_read_index_on_a_follower_is_confirmed_by_the_leader() {
     });
     assert!(ready);
     let (id, index) = cluster.peer(follower).reads_ready[0];
-    assert_eq!(id, ReadId(9));
+    assert_eq!(id, ReadIndexId(9));
     assert_eq!(index, cluster.replica(leader).applied_index());
     assert!(cluster.replica(follower).state().topic("orders").is_some());
 }
@@ -340,10 +345,10 @@ fn a_read_index_on_one_voter_completes_at_once_after_its_election() {
     assert!(cluster.peer(1).reads_ready.is_empty());
     cluster.elect();
     let applied = cluster.replica(1).applied_index();
-    assert_eq!(cluster.peer(1).reads_ready, vec![(ReadId(1), applied)]);
+    assert_eq!(cluster.peer(1).reads_ready, vec![(ReadIndexId(1), applied)]);
     // Asked of an elected sole voter: ready within the same handle, no time passing.
     read(&mut cluster, 1, 2);
-    assert_eq!(cluster.peer(1).reads_ready[1], (ReadId(2), applied));
+    assert_eq!(cluster.peer(1).reads_ready[1], (ReadIndexId(2), applied));
 }
 
 #[test]
@@ -380,7 +385,7 @@ fn a_failed_persist_latches_the_replica() {
     read(&mut cluster, leader, 1);
     assert_eq!(
         cluster.peer(leader).reads_failed,
-        vec![(ReadId(1), ReadIndexError::Latched(failure.clone()))]
+        vec![(ReadIndexId(1), ReadIndexError::Latched(failure.clone()))]
     );
     assert_eq!(cluster.replica(leader).failure(), Some(&failure));
     assert_eq!(cluster.replica(leader).poll_timeout(), None);

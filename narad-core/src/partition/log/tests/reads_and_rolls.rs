@@ -43,14 +43,14 @@ fn reads_below_the_oldest_segment_and_past_the_high_watermark_need_no_io() {
     let mut log = opened(&disk);
     assert_eq!(
         read(&mut log, &disk, 0, 1, 100),
-        Err(ReadError::AtOrPastHighWatermark {
+        Err(LogReadError::AtOrPastHighWatermark {
             high_watermark: Offset(0)
         })
     );
     let _ = commit(&mut log, &disk, 1, &["a"], 1);
     assert_eq!(
         read(&mut log, &disk, 1, 1, 100),
-        Err(ReadError::AtOrPastHighWatermark {
+        Err(LogReadError::AtOrPastHighWatermark {
             high_watermark: Offset(1)
         })
     );
@@ -60,7 +60,7 @@ fn reads_below_the_oldest_segment_and_past_the_high_watermark_need_no_io() {
     log.segments.remove(&Offset(0));
     assert_eq!(
         read(&mut log, &disk, 0, 1, 100),
-        Err(ReadError::BelowOldestRetained { oldest: Offset(1) })
+        Err(LogReadError::BelowOldestRetained { oldest: Offset(1) })
     );
 }
 
@@ -101,7 +101,7 @@ fn the_sparse_index_starts_reads_near_their_offset() {
     log.handle(
         NOW,
         LogInput::Read(ReadRequest {
-            id: ReadId(1),
+            id: LogReadId(1),
             offset: Offset(9),
             records_max: 1,
             bytes_max: 1,
@@ -132,7 +132,7 @@ fn a_frame_larger_than_the_first_read_is_fetched_whole_by_a_second_read() {
     log.handle(
         NOW,
         LogInput::Read(ReadRequest {
-            id: ReadId(1),
+            id: LogReadId(1),
             offset: Offset(1),
             records_max: 1,
             bytes_max: 10,
@@ -166,7 +166,7 @@ fn a_rotten_frame_below_the_high_watermark_is_never_served() {
     );
     assert_eq!(
         read(&mut log, &disk, 1, 1, 100),
-        Err(ReadError::Unreadable {
+        Err(LogReadError::Unreadable {
             offset: Offset(1),
             reason: ReadFault::Damaged(DecodeError::BadChecksum)
         })
@@ -190,7 +190,7 @@ fn a_rotten_header_between_the_index_entry_and_the_wanted_offset_does_not_hide_t
     );
     assert_eq!(
         read(&mut log, &disk, 1, 1, 100),
-        Err(ReadError::Unreadable {
+        Err(LogReadError::Unreadable {
             offset: Offset(1),
             reason: ReadFault::Damaged(DecodeError::BadMagic)
         })
@@ -216,7 +216,7 @@ fn a_reopen_after_a_failed_recovery_sync_truncates_the_durable_tail_the_page_cac
     // while the page cache shows the short file.
     disk.add_fault(FaultRule {
         path_prefix: path(0),
-        kind: FaultKind::SyncEio,
+        kind: DiskFault::SyncEio,
         chance_ppm: 1_000_000,
         remaining: Some(1),
     });

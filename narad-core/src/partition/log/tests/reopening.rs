@@ -109,7 +109,7 @@ fn recovery_skips_damage_with_frames_behind_it_inside_a_sealed_segment() {
     assert_eq!(report.skipped, [checksum_skipped(first, 1, 2)]);
     assert!(matches!(
         read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::Unreadable { .. })
+        Err(LogReadError::Unreadable { .. })
     ));
     assert_eq!(served(&mut log, &disk, 2), ["c"]);
     assert_eq!(served(&mut log, &disk, 3), ["d"]);
@@ -127,7 +127,7 @@ fn a_read_never_numbers_records_across_skipped_damage() {
     assert_eq!(served(&mut log, &disk, 8), ["a"]);
     assert_eq!(
         read(&mut log, &disk, 9, 10, 1000),
-        Err(ReadError::Unreadable {
+        Err(LogReadError::Unreadable {
             offset: Offset(9),
             reason: ReadFault::Skipped
         })
@@ -217,7 +217,7 @@ fn recovery_skips_a_rotten_frame_of_the_last_segment_and_keeps_the_acknowledged_
     assert_eq!(payloads(&read(&mut log, &disk, 0, 1, 1000).unwrap()), ["a"]);
     assert_eq!(
         read(&mut log, &disk, 1, 10, 1000),
-        Err(ReadError::Unreadable {
+        Err(LogReadError::Unreadable {
             offset: Offset(1),
             reason: ReadFault::Damaged(DecodeError::BadChecksum)
         })
@@ -435,7 +435,7 @@ fn an_io_failure_during_recovery_fails_the_open() {
     log.handle(
         NOW,
         LogInput::Read(ReadRequest {
-            id: ReadId(1),
+            id: LogReadId(1),
             offset: Offset(0),
             records_max: 1,
             bytes_max: 1,
@@ -444,8 +444,8 @@ fn an_io_failure_during_recovery_fails_the_open() {
     assert_eq!(
         log.poll_output(),
         Some(LogOutput::ReadDone {
-            id: ReadId(1),
-            result: Err(ReadError::NotOpen)
+            id: LogReadId(1),
+            result: Err(LogReadError::NotOpen)
         })
     );
 }

@@ -11,9 +11,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
 use crate::http::{
-    router, AppendError, BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats,
-    ProduceSink, QueueConsumer, QueueLimits, QueueOutcome, ReadError, ReadOutcome, ReceiptHandle,
-    Settle, SettleOutcome, StoredRecord, TopicKey,
+    router, BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats, ProduceSink,
+    QueueConsumer, QueueLimits, QueueOutcome, ReadOutcome, ReceiptHandle, ReplayError, Settle,
+    SettleOutcome, StoredRecord, TopicKey,
 };
 use crate::http::{App, BODY_BYTES_MAX};
 use crate::metastore::{Metastore, MetastoreOptions};
@@ -23,10 +23,13 @@ use crate::metrics::Metrics;
 struct Sink;
 
 impl ProduceSink for Sink {
-    fn append(&self, _: ProduceRecord) -> BoxFuture<'_, Result<(), AppendError>> {
+    fn append(&self, _: ProduceRecord) -> BoxFuture<'_, Result<(), crate::ingress::WalError>> {
         Box::pin(async { Ok(()) })
     }
-    fn append_many(&self, _: Vec<ProduceRecord>) -> BoxFuture<'_, Result<(), AppendError>> {
+    fn append_many(
+        &self,
+        _: Vec<ProduceRecord>,
+    ) -> BoxFuture<'_, Result<(), crate::ingress::WalError>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -57,7 +60,7 @@ impl PartitionReader for Log {
         _: &TopicKey,
         _: PartitionId,
         offset: Offset,
-    ) -> BoxFuture<'_, Result<ReadOutcome, ReadError>> {
+    ) -> BoxFuture<'_, Result<ReadOutcome, ReplayError>> {
         let outcome = match offset.0 {
             0 | 1 => ReadOutcome::Record(record(offset.0)),
             2 => ReadOutcome::Gone,
