@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use narad_core::planted::Plant;
 
-use crate::probe::Probe;
+use crate::observer::Observer;
 
-/// What a test or the simulator plugs into a node: a probe, smaller files, a planted bug.
+/// What a test or the simulator plugs into a node: an observer, smaller files, a planted bug.
 #[derive(Clone, Debug, Default)]
 pub struct NodeHooks {
-    /// Where hosts report events and broken invariants ([`Probe::none`] in production).
-    pub probe: Probe,
+    /// Where hosts report events and broken invariants ([`Observer::none`] in production).
+    pub observer: Observer,
     /// File sizes overriding production's, so rolls, rotations and compaction happen within seconds.
     pub sizes: StorageSizes,
     /// The bug planted in every actor's configuration (only the simulator can plant one).

@@ -46,6 +46,6 @@ pub mod mailbox;
 pub mod metastore;
 pub mod metrics;
 pub mod node;
-pub mod probe;
+pub mod observer;
 #[cfg(not(madsim))]
 pub mod server;

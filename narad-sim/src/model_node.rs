@@ -27,7 +27,7 @@
 //! `roll-drops-batch-tail` (a batch's last record is acknowledged but never written). The checkpoint and
 //! compaction bugs have no analogue here.
 //!
-//! Invariant reported through the probe: a log's visible frames never extend past its synced bytes.
+//! Invariant reported through the observer: a log's visible frames never extend past its synced bytes.
 
 use std::collections::BTreeMap;
 
@@ -40,8 +40,8 @@ use std::sync::Arc;
 
 use crate::ledger::key_partition;
 use crate::seam::{
-    derive_seed, DiskLayout, NodeContext, NodeError, NodeStatus, PlantedBug, Probe, ProduceRecord,
-    ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
+    derive_seed, DiskLayout, NodeContext, NodeError, NodeStatus, Observer, PlantedBug,
+    ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
 const META: &str = "meta";
@@ -152,7 +152,7 @@ struct ModelState {
 struct Shared {
     disk: SimDisk,
     io: SimIo,
-    probe: Probe,
+    observer: Observer,
     bug: Option<PlantedBug>,
     state: tokio::sync::Mutex<ModelState>,
 }
@@ -224,7 +224,7 @@ impl Shared {
         let scanned = scan(&image, check_crc);
         for (offset, slot) in scanned.frames.iter().enumerate() {
             if !slot.intact {
-                self.probe.event(
+                self.observer.event(
                     "node",
                     format_args!("recover {path}: frame {offset} damaged at byte {}", slot.at),
                 );
@@ -232,7 +232,7 @@ impl Shared {
         }
         let at = scanned.end_bytes;
         if at < len {
-            self.probe.event(
+            self.observer.event(
                 "node",
                 format_args!("recover {path}: truncate {len} -> {at} bytes"),
             );
@@ -274,7 +274,7 @@ impl Shared {
     fn check_invariants(&self, topic: &str, topic_state: &Topic) {
         for (partition, log) in topic_state.logs.iter().enumerate() {
             if log.visible_end_bytes() > log.synced_bytes {
-                self.probe.violation(
+                self.observer.violation(
                     "hwm-above-synced",
                     format_args!(
                         "{topic}/{partition}: visible to byte {} but synced to {}",
@@ -341,7 +341,7 @@ impl Shared {
             let log = &mut topic_state.logs[p as usize];
             self.io.wait(&log.path, false).await;
             if let Err(fault) = self.disk.write_at(&log.path, log.end_bytes, bytes) {
-                self.probe.event(
+                self.observer.event(
                     "node",
                     format_args!("write {} failed: {fault}; latched", log.path),
                 );
@@ -363,14 +363,14 @@ impl Shared {
                     let retried = self.bug == Some(PlantedBug::FsyncRetryAfterEio)
                         && self.disk.sync_data(&log.path).is_ok();
                     if !retried {
-                        self.probe.event(
+                        self.observer.event(
                             "node",
                             format_args!("fsync {} failed: {fault}; latched", log.path),
                         );
                         state.latched = Some(fault.clone());
                         return Err(failed(&fault));
                     }
-                    self.probe.event(
+                    self.observer.event(
                         "node",
                         format_args!("fsync {} failed: {fault}; retried (planted bug)", log.path),
                     );
@@ -379,7 +379,7 @@ impl Shared {
             log.synced_bytes = log.end_bytes;
             log.visible = log.frames.len();
         }
-        self.probe.event(
+        self.observer.event(
             "node",
             format_args!(
                 "accept {topic}#{} records={count} partitions={:?}",
@@ -431,7 +431,7 @@ impl Shared {
                 next_keyless,
             },
         );
-        self.probe.event(
+        self.observer.event(
             "node",
             format_args!("create {name}#{id} partitions={partitions}"),
         );
@@ -449,7 +449,8 @@ impl Shared {
         self.write_meta(&meta).await.map_err(|f| failed(&f))?;
         state.meta = meta;
         let removed = state.topics.remove(name);
-        self.probe.event("node", format_args!("delete {name}#{id}"));
+        self.observer
+            .event("node", format_args!("delete {name}#{id}"));
         if self.bug == Some(PlantedBug::StaleIncarnationIntoRecreatedTopic) {
             return Ok(());
         }
@@ -496,7 +497,7 @@ impl Shared {
                 .map_err(|f| failed(&f))?;
             if found_at(&bytes, 0, check_crc) != Found::Frame(len) {
                 // Bit rot: this frame's record is lost, the ones behind it are served.
-                self.probe.event(
+                self.observer.event(
                     "node",
                     format_args!("read {}: frame {offset} fails its crc, skipped", log.path),
                 );
@@ -687,7 +688,7 @@ impl SimNode for ModelNode {
         let shared = Shared {
             disk: ctx.disk,
             io: ctx.io,
-            probe: ctx.probe,
+            observer: ctx.observer,
             bug: ctx.plant_bug,
             state: tokio::sync::Mutex::new(ModelState {
                 meta: Meta::default(),
@@ -720,7 +721,7 @@ impl SimNode for ModelNode {
                     },
                 );
             }
-            shared.probe.event(
+            shared.observer.event(
                 "node",
                 format_args!("boot {}: recovered {} topics", ctx.boot, topics.len()),
             );

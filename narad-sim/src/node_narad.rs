@@ -7,7 +7,7 @@
 //! - a [`Clock`] started at boot (madsim's virtual `Instant`), and a seed derived from the run's seed and
 //!   the boot number (the keyless rotations' starts; raft's election jitter is irrelevant: a single
 //!   voter campaigns at once);
-//! - [`NodeHooks`]: a probe bridged to the harness's [`Probe`] (trace events and the hosts' invariant
+//! - [`NodeHooks`]: a observer bridged to the harness's [`Observer`] (trace events and the hosts' invariant
 //!   checks), the scenario's file sizes, and the planted bug, if any;
 //!
 //! and returns once recovery finished ([`narad_node::node::Node::wait_ready`]). A failed recovery is a
@@ -40,11 +40,11 @@ use narad_node::hooks::{NodeHooks, StorageSizes};
 use narad_node::http::{self, Body, Reply, TopicKey};
 use narad_node::node::partitions::PartitionReadError;
 use narad_node::node::{self, ClusterSetup, Node, NodeOptions};
-use narad_node::probe::{Invariant, NodeProbe};
+use narad_node::observer::{Invariant, NodeObserver};
 
 use crate::seam::{
-    derive_seed, AckAnswer, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, PlantedBug,
-    Probe, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
+    derive_seed, AckAnswer, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, Observer,
+    PlantedBug, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
 /// The cluster secret every simulated member shares.
@@ -65,10 +65,10 @@ impl DiskLayer for LatencyDisk {
     }
 }
 
-/// The node's probe, reporting into the harness's; in a cluster each source names its node
+/// The node's observer, reporting into the harness's; in a cluster each source names its node
 /// (`wal@1`).
 struct ProbeBridge {
-    probe: Probe,
+    observer: Observer,
     node: Option<usize>,
 }
 
@@ -81,26 +81,27 @@ impl ProbeBridge {
     }
 }
 
-impl NodeProbe for ProbeBridge {
+impl NodeObserver for ProbeBridge {
     fn event(&self, source: &str, args: std::fmt::Arguments<'_>) {
-        self.probe.event(&self.source(source), args);
+        self.observer.event(&self.source(source), args);
     }
 
     fn event_fields(
         &self,
         source: &str,
-        fields: &[narad_node::probe::TraceField<'_>],
+        fields: &[narad_node::observer::TraceField<'_>],
         text: std::fmt::Arguments<'_>,
     ) {
-        self.probe.event_fields(&self.source(source), fields, text);
+        self.observer
+            .event_fields(&self.source(source), fields, text);
     }
 
     fn violation(&self, invariant: Invariant, args: std::fmt::Arguments<'_>) {
         match self.node {
             Some(node) => self
-                .probe
+                .observer
                 .violation(invariant.name(), format_args!("node {node}: {args}")),
-            None => self.probe.violation(invariant.name(), args),
+            None => self.observer.violation(invariant.name(), args),
         }
     }
 }
@@ -109,7 +110,7 @@ impl NodeProbe for ProbeBridge {
 #[derive(Clone)]
 pub struct NaradSimNode {
     node: Node,
-    probe: Probe,
+    observer: Observer,
     /// A single node (no cluster): it leads its own metastore.
     single: bool,
     /// Its member id.
@@ -247,7 +248,7 @@ impl NaradSimNode {
             true => "node".to_string(),
             false => format!("node@{}", self.own.0 - 1),
         };
-        self.probe.event(
+        self.observer.event(
             &source,
             format_args!(
                 "{what} topic {name}: {} {}",
@@ -349,8 +350,8 @@ impl SimNode for NaradSimNode {
         #[cfg(not(madsim))]
         let plant = Plant::NONE;
         let hooks = NodeHooks {
-            probe: narad_node::probe::Probe::new(Arc::new(ProbeBridge {
-                probe: ctx.probe.clone(),
+            observer: narad_node::observer::Observer::new(Arc::new(ProbeBridge {
+                observer: ctx.observer.clone(),
                 node: (ctx.members.len() > 1).then_some(ctx.node_id.0 as usize),
             })),
             sizes: StorageSizes {
@@ -394,7 +395,7 @@ impl SimNode for NaradSimNode {
             .map_err(|error| format!("recovery: {error}"))?;
         Ok(NaradSimNode {
             node,
-            probe: ctx.probe,
+            observer: ctx.observer,
             single: ctx.members.len() <= 1,
             own: narad_core::NodeId(index as u32 + 1),
         })

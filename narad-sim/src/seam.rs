@@ -2,7 +2,7 @@
 //!
 //! A node plugs into the harness by implementing [`SimNode`]. The harness owns everything a node must
 //! not decide: the disk ([`SimDisk`], kept across restarts so a crash can tear it), the I/O latency model
-//! ([`SimIo`]), the trace and invariant sink ([`Probe`]), and which bug to plant ([`PlantedBug`]).
+//! ([`SimIo`]), the trace and invariant sink ([`Observer`]), and which bug to plant ([`PlantedBug`]).
 //!
 //! # Lifecycle
 //! The harness creates one madsim node per cluster member. Its `init` calls [`SimNode::start`] on every
@@ -19,8 +19,8 @@
 //!   request) sleep [`SimIo::op_delay`] in simulated time, or run requests with [`SimIo::execute`].
 //! * Every RNG is seeded from `ctx.seed` and `ctx.boot` (one stream per component); never ambient
 //!   randomness or wall-clock time.
-//! * Report notable events through `ctx.probe.event` (they enter the trace hash) and broken in-node
-//!   invariants through `ctx.probe.violation` (the run fails).
+//! * Report notable events through `ctx.observer.event` (they enter the trace hash) and broken in-node
+//!   invariants through `ctx.observer.violation` (the run fails).
 //! * Honour `ctx.plant_bug` for the bugs [`SimNode::supports`] claims, and nothing else.
 //!
 //! # Plugging in the real node
@@ -31,7 +31,7 @@
 //!   (`Arc<dyn Fn(&IoOp) -> Duration + Send + Sync>`, fed by [`SimIo::op_delay`]; its I/O executor
 //!   sleeps that long with `tokio::time::sleep` before each op instead of `spawn_blocking`), the seed
 //!   and boot number, the planted bug (its own enum or the name string: [`PlantedBug::name`]), and
-//!   two callbacks for trace events and invariant violations (bridged to [`Probe`]); it runs recovery,
+//!   two callbacks for trace events and invariant violations (bridged to [`Observer`]); it runs recovery,
 //!   spawns the actors' tasks with `tokio::spawn` and returns a handle;
 //! * on that handle, the functions the HTTP handlers call (the listener is compiled out): produce,
 //!   batch produce, topic create / delete / describe, consume read, and the readiness flag and backlog
@@ -186,7 +186,7 @@ pub struct NodeContext {
     /// The bug to plant, if any (only ever one the node [`SimNode::supports`]).
     pub plant_bug: Option<PlantedBug>,
     /// Trace events and invariant violations go here.
-    pub probe: Probe,
+    pub observer: Observer,
     /// File sizes the scenario asks for (0 = the node's default).
     pub sizes: NodeSizes,
     /// Every member's cluster address, in node order (`node_id` indexes it); one entry for a single
@@ -338,14 +338,14 @@ struct ProbeState {
 
 /// The trace and invariant sink shared by the harness and the node. Cloning shares it.
 #[derive(Clone)]
-pub struct Probe {
+pub struct Observer {
     state: Arc<Mutex<ProbeState>>,
 }
 
-impl Probe {
-    /// A probe whose events are stamped by `clock` (simulated nanoseconds since the run started).
+impl Observer {
+    /// A observer whose events are stamped by `clock` (simulated nanoseconds since the run started).
     pub fn new(keep_lines: bool, clock: fn() -> u64) -> Self {
-        Probe {
+        Observer {
             state: Arc::new(Mutex::new(ProbeState {
                 trace: Trace::new(keep_lines),
                 violations: Vec::new(),

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-pub use narad_node::probe::TraceField;
+pub use narad_node::observer::TraceField;
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;

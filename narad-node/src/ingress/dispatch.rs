@@ -55,7 +55,7 @@ use crate::host::Turn;
 use crate::ingress::{IngressHost, WalStatus};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::{Metrics, PartitionLabels};
-use crate::probe::{Invariant, Probe, TraceField};
+use crate::observer::{Invariant, Observer, TraceField};
 
 /// A handle on the dispatcher, which runs inside the WAL host's task.
 #[derive(Debug)]
@@ -99,7 +99,7 @@ impl DispatchHost {
             members: BTreeMap::new(),
             reroutes_published: 0,
             produced: ProducedCounters::default(),
-            probe: hooks.probe.clone(),
+            observer: hooks.observer.clone(),
             stopped: false,
         };
         wal.start_dispatch(Box::new(part)).await;
@@ -168,8 +168,8 @@ pub(crate) struct DispatchPart {
     reroutes_published: u64,
     /// The produced-records series, by partition.
     produced: ProducedCounters,
-    /// Events and broken invariants go here (see [`crate::probe`]).
-    probe: Probe,
+    /// Events and broken invariants go here (see [`crate::observer`]).
+    observer: Observer,
     /// Asked to stop: nothing more is fed; the commits in flight still give up at their deadlines.
     stopped: bool,
 }
@@ -294,15 +294,15 @@ impl DispatchPart {
         if self.stopped {
             return;
         }
-        if self.probe.is_watched() {
+        if self.observer.is_watched() {
             match &input {
                 // One per commit: hashed by its fields, formatted only for `--trace`.
-                DispatcherInput::CommitDone { commit_id } => self.probe.event_fields(
+                DispatcherInput::CommitDone { commit_id } => self.observer.event_fields(
                     "dispatch",
                     &[TraceField::Str("commit done"), TraceField::U64(commit_id.0)],
                     format_args!("commit #{} done", commit_id.0),
                 ),
-                DispatcherInput::CommitFailed { commit_id, failure } => self.probe.event(
+                DispatcherInput::CommitFailed { commit_id, failure } => self.observer.event(
                     "dispatch",
                     format_args!("commit #{} failed: {failure:?}", commit_id.0),
                 ),
@@ -469,12 +469,12 @@ impl DispatchPart {
 
     /// A checkpoint on its way to the checkpointer must not pass the first record not done.
     fn audit_checkpoint(&self, seq: Seq) {
-        if !self.probe.is_watched() {
+        if !self.observer.is_watched() {
             return;
         }
         let first_not_done = self.dispatcher.checkpoint();
         if seq > first_not_done {
-            self.probe.violation(
+            self.observer.violation(
                 Invariant::CheckpointPassesNotDone,
                 format_args!("checkpoint {seq} stored while {first_not_done} is not done"),
             );
@@ -515,7 +515,7 @@ impl DispatchPart {
         let topic = Arc::clone(&commit.topic);
         let partition = commit.partition;
         let count = commit.records.len() as u64;
-        if self.probe.is_watched() {
+        if self.observer.is_watched() {
             // What the remote byte budget counts: a commit within one record of it was cut there.
             // Summed only for a watcher: it walks every record of the commit.
             let encoded: usize = commit
@@ -527,7 +527,7 @@ impl DispatchPart {
                 narad_core::dispatcher::CommitOwner::Local => "local".to_string(),
                 narad_core::dispatcher::CommitOwner::Remote(node) => node.0.to_string(),
             };
-            self.probe.event_fields(
+            self.observer.event_fields(
                 "dispatch",
                 &[
                     TraceField::Str("commit"),

@@ -58,7 +58,7 @@ use crate::clock::Clock;
 use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::ingress::dispatch::{DispatchEvent, DispatchPart, WalPort};
 use crate::io::IoExecutor;
-use crate::probe::{Invariant, Probe, TraceField};
+use crate::observer::{Invariant, Observer, TraceField};
 use hosted::Ingress;
 use runner::{Runner, WalAudit};
 
@@ -78,8 +78,8 @@ pub struct IngressHostConfig {
     pub checkpoint: CheckpointerConfig,
     /// Commands the mailbox holds before callers wait.
     pub mailbox_capacity: usize,
-    /// Where the host reports events and broken invariants (see [`crate::probe`]).
-    pub probe: Probe,
+    /// Where the host reports events and broken invariants (see [`crate::observer`]).
+    pub observer: Observer,
 }
 
 impl IngressHostConfig {
@@ -90,7 +90,7 @@ impl IngressHostConfig {
             wal,
             checkpoint,
             mailbox_capacity: MAILBOX_CAPACITY,
-            probe: Probe::none(),
+            observer: Observer::none(),
         }
     }
 }
@@ -289,7 +289,7 @@ impl IngressHost {
         };
         let (status_sender, status_receiver) = watch::channel(status);
         let accept_times = AcceptTimes::new(wal.durable_next_seq());
-        config.probe.event(
+        config.observer.event(
             "wal",
             format_args!(
                 "open: next_seq {} checkpoint {} dispatch_start {} segments {}",
@@ -303,7 +303,7 @@ impl IngressHost {
             mailbox_capacity: config.mailbox_capacity.max(1),
             completions_capacity: COMPLETIONS_CAPACITY,
         };
-        let audit = WalAudit::new(config.probe.clone());
+        let audit = WalAudit::new(config.observer.clone());
         let durable_next = wal.durable_next_seq();
         let command_sender = host::spawn(host_config, clock.clone(), move |completions| {
             let runner = Runner {

@@ -48,25 +48,25 @@ pub(super) struct Runner {
     pub(super) dispatch_inputs: VecDeque<DispatcherInput>,
 }
 
-/// The WAL's invariants as the host sees them (see [`crate::probe`]): what its requests did to the
-/// disk against what it acknowledges and deletes. Kept only while a probe watches.
+/// The WAL's invariants as the host sees them (see [`crate::observer`]): what its requests did to the
+/// disk against what it acknowledges and deletes. Kept only while an observer watches.
 pub(super) struct WalAudit {
-    probe: Probe,
+    observer: Observer,
     /// Segment files with a completed write that no completed fdatasync has covered since.
     unsynced: BTreeSet<String>,
 }
 
 impl WalAudit {
-    pub(super) fn new(probe: Probe) -> WalAudit {
+    pub(super) fn new(observer: Observer) -> WalAudit {
         WalAudit {
-            probe,
+            observer,
             unsynced: BTreeSet::new(),
         }
     }
 
     /// Notes what the ops of a finished request did, up to the first failed one.
     fn on_completed(&mut self, request: &IoRequest, completion: &IoCompletion) {
-        if !self.probe.is_watched() {
+        if !self.observer.is_watched() {
             return;
         }
         let done = match &completion.result {
@@ -107,7 +107,7 @@ impl WalAudit {
             return;
         }
         if let Some(path) = self.unsynced.iter().find(|path| path.ends_with(".wal")) {
-            self.probe.violation(
+            self.observer.violation(
                 Invariant::AckBeforeSync,
                 format_args!(
                     "records {}..{} acknowledged while {path} holds a write no fdatasync covered",
@@ -119,7 +119,7 @@ impl WalAudit {
 
     /// The WAL emitted `request`: a segment deletion must trail the checkpoint an fdatasync made durable.
     fn on_request(&self, request: &IoRequest, oldest_kept: Seq, synced: Option<Seq>) {
-        if !self.probe.is_watched() {
+        if !self.observer.is_watched() {
             return;
         }
         let removes_segment = request
@@ -127,7 +127,7 @@ impl WalAudit {
             .iter()
             .any(|op| matches!(op, IoOp::Remove { path } if path.ends_with(".wal")));
         if removes_segment && synced.is_none_or(|synced| oldest_kept > synced) {
-            self.probe.violation(
+            self.observer.violation(
                 Invariant::CompactionAheadOfSyncedCheckpoint,
                 format_args!(
                     "segments below {oldest_kept} deleted while the synced checkpoint is {synced:?}"
@@ -135,7 +135,7 @@ impl WalAudit {
             );
         }
         if removes_segment {
-            self.probe.event(
+            self.observer.event(
                 "wal",
                 format_args!("compact: oldest kept {oldest_kept}, synced checkpoint {synced:?}"),
             );
@@ -410,7 +410,7 @@ impl Runner {
                     (status.repaired, status.durable_next_seq)
                 };
                 if repaired && next_seq > before {
-                    self.audit.probe.event_fields(
+                    self.audit.observer.event_fields(
                         "wal",
                         &[
                             TraceField::Str("group commit"),
@@ -457,7 +457,7 @@ impl Runner {
             WalOutput::Latched { fault } => {
                 tracing::error!(%fault, "ingress WAL latched: every append is refused until restart");
                 self.audit
-                    .probe
+                    .observer
                     .event("wal", format_args!("latched: {fault}"));
                 self.status
                     .send_modify(|status| status.latched = Some(fault));

@@ -485,7 +485,7 @@ fn wal_config(config: &Config, hooks: &NodeHooks) -> IngressHostConfig {
         wal.prepared_write_run_bytes_max = wal.prepared_write_run_bytes_max.min(half);
     }
     let mut host = IngressHostConfig::new(wal);
-    host.probe = hooks.probe.clone();
+    host.observer = hooks.observer.clone();
     host
 }
 

@@ -49,7 +49,7 @@ use crate::http::{self, BoxFuture, PartitionStat, ReadOutcome, StoredRecord, Top
 use crate::io::{ActorKey, IoExecutor};
 use crate::metastore::{MetaView, Metastore};
 use crate::metrics::Metrics;
-use crate::probe::{Invariant, Probe};
+use crate::observer::{Invariant, Observer};
 use narad_core::codec::partition::verify_frame_checked;
 
 /// Commands the host's mailbox holds before callers wait.
@@ -61,7 +61,7 @@ pub const REPLAY_READ_BYTES_MAX: u32 = 1024 * 1024;
 /// The lane a combiner's logs run recovery and commits on (the owner's removals join it).
 const COMMIT_LANE: IoLane = IoLane(0);
 
-/// For the probe: whether the data a completed request read back decodes as whole frames with valid
+/// For the observer: whether the data a completed request read back decodes as whole frames with valid
 /// checksums (`None` when it read nothing).
 fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
     let Ok(replies) = &completion.result else {
@@ -415,7 +415,7 @@ impl PartitionHost {
             mailbox_capacity: MAILBOX_CAPACITY,
             completions_capacity: COMPLETIONS_CAPACITY,
         };
-        let probe = hooks.probe.clone();
+        let observer = hooks.observer.clone();
         let commands = host::spawn(config, clock.clone(), move |completions| Host {
             owner,
             clock,
@@ -433,7 +433,7 @@ impl PartitionHost {
             next_read: 0,
             status: status_sender,
             metrics,
-            probe,
+            observer,
             stopped: false,
         });
         PartitionHost {
@@ -606,8 +606,8 @@ struct Host {
     next_read: u64,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
-    /// Events and broken invariants go here (see [`crate::probe`]).
-    probe: Probe,
+    /// Events and broken invariants go here (see [`crate::observer`]).
+    observer: Observer,
     /// Every handle on the mailbox is gone.
     stopped: bool,
 }
@@ -777,7 +777,7 @@ impl Host {
                 .ops
                 .iter()
                 .any(|op| matches!(op, IoOp::WriteAt { .. }));
-        let audit = (commit && self.probe.is_watched()).then(|| {
+        let audit = (commit && self.observer.is_watched()).then(|| {
             let verified = read_back_verifies(&completion);
             (self.owner.high_watermark(key), verified)
         });
@@ -786,7 +786,7 @@ impl Host {
             let after = self.owner.high_watermark(key);
             if after > before {
                 let topic = self.owner.partition_of(key).map(|(topic, _)| topic.clone());
-                self.probe.violation(
+                self.observer.violation(
                     Invariant::HighWatermarkAboveVerified,
                     format_args!(
                         "{topic:?} high watermark {before:?} -> {after:?} over a read-back that fails its checks"

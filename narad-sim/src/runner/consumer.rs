@@ -246,7 +246,7 @@ impl<N: SimNode> World<N> {
             deliveries += drain.await.unwrap_or(0);
         }
         let report = lock(&self.consumption).judge(&Observation::default());
-        self.probe.event(
+        self.observer.event(
             "harness",
             format_args!(
                 "drained in {:.1} s ({deliveries} deliveries): {} delivered, {} acked",
@@ -290,14 +290,14 @@ impl<N: SimNode> World<N> {
             Ok(Some(leased)) => leased,
             Ok(None) => return false,
             Err(what) => {
-                self.probe
+                self.observer
                     .event("client", format_args!("drain: consume {topic}: {what}"));
                 tokio::time::sleep(ADMIN_RETRY).await;
                 return false;
             }
         };
         if let Err(what) = self.answer(server, topic, &leased, id, false).await {
-            self.probe.event(
+            self.observer.event(
                 "client",
                 format_args!(
                     "drain: {topic}/{}@{} ({}) not acked: {what}",

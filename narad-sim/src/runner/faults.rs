@@ -188,7 +188,7 @@ impl<N: SimNode> World<N> {
 
     /// Applies one fault to node `index` now; its end (restart, resume, episode end) is a timer task.
     fn apply(self: Arc<Self>, episode: u64, event: FaultEvent, index: usize) {
-        self.probe.event(
+        self.observer.event(
             "fault",
             format_args!("apply {} to node {index}", event.describe()),
         );
@@ -239,7 +239,7 @@ impl<N: SimNode> World<N> {
     fn crash_node(self: Arc<Self>, event: &FaultEvent, index: usize, down_ms: u64) {
         let server = self.servers[index].clone();
         if lock(&server.state).down {
-            self.probe
+            self.observer
                 .event("fault", format_args!("skip: node is down"));
             return;
         }
@@ -263,7 +263,7 @@ impl<N: SimNode> World<N> {
         let generation = {
             let mut state = lock(&server.state);
             if state.down || state.paused {
-                self.probe
+                self.observer
                     .event("fault", format_args!("skip: node is down or paused"));
                 return;
             }
@@ -279,7 +279,7 @@ impl<N: SimNode> World<N> {
             if state.generation == generation && state.paused {
                 state.paused = false;
                 Handle::current().resume(server.madsim_id);
-                self.probe.event("fault", format_args!("resume"));
+                self.observer.event("fault", format_args!("resume"));
             }
         });
     }
@@ -324,7 +324,7 @@ impl<N: SimNode> World<N> {
                     server.disk.add_fault(rule.clone());
                 }
             }
-            self.probe
+            self.observer
                 .event("fault", format_args!("end disk episode {episode}"));
         });
     }
@@ -349,7 +349,7 @@ impl<N: SimNode> World<N> {
             for id in ids {
                 server.io.slow_end(id);
             }
-            self.probe
+            self.observer
                 .event("fault", format_args!("end slow episode {episode}"));
         });
     }
@@ -368,7 +368,7 @@ impl<N: SimNode> World<N> {
         let links = self.links_of(index, peer.map(|peer| peer as usize), one_way);
         if links.is_empty() {
             // The leader of the moment turned out to be the peer itself.
-            self.probe
+            self.observer
                 .event("fault", format_args!("skip: no link to cut"));
             return;
         }
@@ -380,7 +380,7 @@ impl<N: SimNode> World<N> {
                 return;
             }
             lock(&self.net).unclog(&links);
-            self.probe
+            self.observer
                 .event("fault", format_args!("end partition episode {episode}"));
         });
     }
@@ -424,14 +424,14 @@ impl<N: SimNode> World<N> {
                 return;
             }
             server.release_view(false);
-            self.probe
+            self.observer
                 .event("fault", format_args!("end lag episode {episode}"));
         });
     }
 
     /// Applies a fault of the whole network now; its end is a timer task.
     fn apply_global(self: Arc<Self>, episode: u64, event: FaultEvent) {
-        self.probe
+        self.observer
             .event("fault", format_args!("apply {}", event.describe()));
         let FaultEvent::Net {
             loss_ppm,
@@ -457,7 +457,7 @@ impl<N: SimNode> World<N> {
                 return;
             }
             lock(&self.net).end(episode);
-            self.probe
+            self.observer
                 .event("fault", format_args!("end net episode {episode}"));
         });
     }
@@ -480,7 +480,7 @@ impl<N: SimNode> World<N> {
             })
             .collect();
         if candidates.is_empty() {
-            self.probe.event(
+            self.observer.event(
                 "fault",
                 format_args!("bit-rot: no synced data under {prefix:?}"),
             );
@@ -510,7 +510,7 @@ impl<N: SimNode> World<N> {
             });
         let victims = unit.unwrap_or_else(|| payloads_under(disk, &dir));
         let flipped = disk.rot(&path, offset, bit);
-        self.probe.event(
+        self.observer.event(
             "fault",
             format_args!(
                 "bit-rot {path}@{offset} bit {bit} (flipped: {flipped}): {} records excused",
@@ -603,7 +603,7 @@ impl<N: SimNode> World<N> {
                 stranded &= kept.contains(&owner);
             }
             if stranded {
-                self.probe.event(
+                self.observer.event(
                     "harness",
                     format_args!("{}: every partition's owner stays down", topic.spec.name),
                 );
@@ -624,7 +624,7 @@ impl<N: SimNode> World<N> {
             server.release_view(true);
             let state = *lock(&server.state);
             if state.down && kept.contains(&server.index) {
-                self.probe.event(
+                self.observer.event(
                     "harness",
                     format_args!(
                         "node {} stays down through the liveness deadline",
@@ -640,7 +640,7 @@ impl<N: SimNode> World<N> {
                 Handle::current().resume(server.madsim_id);
             }
         }
-        self.probe
+        self.observer
             .event("harness", format_args!("heal: liveness phase starts"));
     }
 }

@@ -46,7 +46,7 @@ use crate::ledger::Ledger;
 use crate::outcome::{panic_text, RunOutcome, RunSpec};
 use crate::scenario::{Knobs, TopicSpec};
 use crate::schedule;
-use crate::seam::{derive_seed, DiskLayout, NodeSizes, PlantedBug, Probe, SimIo, SimNode};
+use crate::seam::{derive_seed, DiskLayout, NodeSizes, Observer, PlantedBug, SimIo, SimNode};
 use server::Server;
 use watchdog::Watchdog;
 
@@ -97,8 +97,8 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
         .set_time_limit(Duration::from_millis(budget_ms) + TIME_LIMIT_MARGIN + consumer::DRAIN_MAX);
     let spec_inner = spec.clone();
     // Made here so a run that panics (a node's assertion, the time limit) still shows its trace.
-    let probe = Probe::new(spec.trace, sim_now_ns);
-    let probe_inner = probe.clone();
+    let observer = Observer::new(spec.trace, sim_now_ns);
+    let observer_inner = observer.clone();
     // tokio's sync primitives (a `watch` receiver picks one of 8 notifiers at random) draw from a
     // per-thread RNG seeded from a process-wide counter: a second run in the same process would wake
     // tasks in another order. Inside a tokio runtime with a fixed seed that RNG replays; the
@@ -110,7 +110,7 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
         .build();
     let result = catch_unwind(AssertUnwindSafe(|| match seeded {
         Ok(tokio_runtime) => tokio_runtime.block_on(real_tokio::task::unconstrained(async {
-            runtime.block_on(simulate::<N>(spec_inner, probe_inner))
+            runtime.block_on(simulate::<N>(spec_inner, observer_inner))
         })),
         Err(error) => panic!("cannot build the seeded tokio context: {error}"),
     }));
@@ -119,10 +119,10 @@ fn run_here<N: SimNode>(spec: &RunSpec) -> RunOutcome {
         Err(payload) => RunOutcome {
             seed: spec.seed,
             errors: vec![format!("panic: {}", panic_text(payload.as_ref()))],
-            violations: probe.violations(),
-            trace_hash: probe.trace_hash(),
-            trace_events: probe.trace_events(),
-            trace_lines: probe.trace_lines(),
+            violations: observer.violations(),
+            trace_hash: observer.trace_hash(),
+            trace_events: observer.trace_events(),
+            trace_lines: observer.trace_lines(),
             ..RunOutcome::default()
         },
     }
@@ -156,7 +156,7 @@ struct World<N: SimNode> {
     servers: Vec<Arc<Server<N>>>,
     /// Turns the node that topic management and reads start from.
     admin_turn: std::sync::atomic::AtomicUsize,
-    probe: Probe,
+    observer: Observer,
     ledger: Mutex<Ledger>,
     topics: Vec<TopicRuntime>,
     safety_end_ns: u64,
@@ -187,7 +187,12 @@ struct World<N: SimNode> {
 
 impl<N: SimNode> World<N> {
     /// The shared state of a run on `servers`, before any task starts.
-    fn new(spec: RunSpec, knobs: Knobs, servers: Vec<Arc<Server<N>>>, probe: Probe) -> Arc<Self> {
+    fn new(
+        spec: RunSpec,
+        knobs: Knobs,
+        servers: Vec<Arc<Server<N>>>,
+        observer: Observer,
+    ) -> Arc<Self> {
         let seed = spec.seed;
         let scenario = spec.scenario.clone();
         let nodes = servers.len();
@@ -196,7 +201,7 @@ impl<N: SimNode> World<N> {
             knobs,
             servers,
             admin_turn: std::sync::atomic::AtomicUsize::new(0),
-            probe,
+            observer,
             ledger: Mutex::new(Ledger::new()),
             topics: scenario
                 .topics
@@ -298,7 +303,7 @@ impl<N: SimNode> World<N> {
     }
 
     fn error(&self, text: String) {
-        self.probe.event("harness", format_args!("ERROR {text}"));
+        self.observer.event("harness", format_args!("ERROR {text}"));
         lock(&self.errors).push(text);
     }
 
@@ -336,7 +341,7 @@ fn member_addr(index: usize) -> std::net::SocketAddr {
 const CLUSTER_PORT: u16 = 7943;
 
 /// The run inside the simulation: the phases of the module documentation, then the verdict.
-async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
+async fn simulate<N: SimNode>(spec: RunSpec, observer: Observer) -> RunOutcome {
     let scenario = spec.scenario.clone();
     let seed = spec.seed;
     if scenario.topology.nodes > N::nodes_max() {
@@ -360,7 +365,7 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(seed, "schedule"));
             schedule::generate(&scenario, &knobs, &mut rng)
         });
-    probe.event(
+    observer.event(
         "harness",
         format_args!(
             "seed {seed} node {} plant_bug {:?} knobs {knobs:?} faults {}",
@@ -369,10 +374,10 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
             events.len()
         ),
     );
-    let servers = boot_servers::<N>(&spec, &knobs, &probe);
+    let servers = boot_servers::<N>(&spec, &knobs, &observer);
     let safety_end_ns = scenario.phases.safety_ms * 1_000_000;
     let liveness_deadline_ns = safety_end_ns + scenario.phases.liveness_ms * 1_000_000;
-    let world = World::new(spec, knobs, servers, probe.clone());
+    let world = World::new(spec, knobs, servers, observer.clone());
 
     // Topics first (the node may still be booting), then the safety phase.
     world.create_topics().await;
@@ -407,11 +412,15 @@ async fn simulate<N: SimNode>(spec: RunSpec, probe: Probe) -> RunOutcome {
     let reads = read_after_faults(&world, liveness_deadline_ns, consumers, consumer_tasks).await;
     operator.abort();
     watchdog.abort();
-    verdict(&world, &probe, reads, consumers > 0, events).await
+    verdict(&world, &observer, reads, consumers > 0, events).await
 }
 
 /// Boots every node on its own disk, each from the seed's streams.
-fn boot_servers<N: SimNode>(spec: &RunSpec, knobs: &Knobs, probe: &Probe) -> Vec<Arc<Server<N>>> {
+fn boot_servers<N: SimNode>(
+    spec: &RunSpec,
+    knobs: &Knobs,
+    observer: &Observer,
+) -> Vec<Arc<Server<N>>> {
     let scenario = &spec.scenario;
     let seed = spec.seed;
     let sizes = NodeSizes {
@@ -440,7 +449,7 @@ fn boot_servers<N: SimNode>(spec: &RunSpec, knobs: &Knobs, probe: &Probe) -> Vec
                 members.clone(),
                 disk,
                 io,
-                probe.clone(),
+                observer.clone(),
                 seed,
                 spec.plant_bug,
                 sizes,
@@ -523,7 +532,7 @@ async fn read_after_faults<N: SimNode>(
 /// The ledger's judgement of the reads, the run's details, and the nodes released.
 async fn verdict<N: SimNode>(
     world: &Arc<World<N>>,
-    probe: &Probe,
+    observer: &Observer,
     reads: Reads,
     consumed: bool,
     events: Vec<crate::fault::FaultEvent>,
@@ -542,7 +551,7 @@ async fn verdict<N: SimNode>(
     if consumed {
         report.consumed = Some(lock(&world.consumption).judge(&after_final));
     }
-    probe.event("harness", format_args!("verdict {}", report.verdict_line()));
+    observer.event("harness", format_args!("verdict {}", report.verdict_line()));
     let details = world.details(&report);
     let timeline = if world.spec.trace {
         let kept: Vec<usize> = kept_down.iter().copied().collect();
@@ -571,11 +580,11 @@ async fn verdict<N: SimNode>(
         seed: world.spec.seed,
         accepted: report.accepted,
         report,
-        violations: probe.violations(),
+        violations: observer.violations(),
         errors,
-        trace_hash: probe.trace_hash(),
-        trace_events: probe.trace_events(),
-        trace_lines: probe.trace_lines(),
+        trace_hash: observer.trace_hash(),
+        trace_events: observer.trace_events(),
+        trace_lines: observer.trace_lines(),
         schedule: events,
         sim_ns: sim_now_ns(),
         produce_calls,

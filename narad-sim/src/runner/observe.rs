@@ -91,7 +91,7 @@ impl<N: SimNode> World<N> {
                 }
             };
             let Some(last) = batch.records.last() else {
-                self.probe.event(
+                self.observer.event(
                     "harness",
                     format_args!(
                         "read {name}/{partition} from node {at}: ends at {from}, high watermark {}",
@@ -112,7 +112,7 @@ impl<N: SimNode> World<N> {
                 ));
             }
             if from >= batch.high_watermark {
-                self.probe.event(
+                self.observer.event(
                     "harness",
                     format_args!(
                         "read {name}/{partition} from node {at}: high watermark {}",
@@ -151,7 +151,7 @@ impl<N: SimNode> World<N> {
             }
         }
         // A deleted topic has no owner to name: node 0 answers for it as any node would.
-        self.probe.event(
+        self.observer.event(
             "harness",
             format_args!("no node names the owner of {name}/{partition}: asking node 0"),
         );
@@ -208,7 +208,7 @@ impl<N: SimNode> World<N> {
             if drained || now >= deadline_ns {
                 // The drain figure: what the dispatchers still held when this phase began, and how
                 // long they took to commit it.
-                self.probe.event(
+                self.observer.event(
                     "harness",
                     format_args!(
                         "{what} backlog: {backlog_at_start} records, {} after {:.1} s",
@@ -228,7 +228,7 @@ impl<N: SimNode> World<N> {
         let missing_now = missing(&observation);
         let now = sim_now_ns();
         if missing_now == 0 || now >= deadline_ns {
-            self.probe.event(
+            self.observer.event(
                 "harness",
                 format_args!(
                     "{what} read: {} served, {missing_now} missing",
@@ -245,7 +245,7 @@ impl<N: SimNode> World<N> {
         }
         tokio::time::sleep(Duration::from_nanos(deadline_ns - now)).await;
         let observation = self.read_all().await;
-        self.probe.event(
+        self.observer.event(
             "harness",
             format_args!(
                 "{what} read at the deadline: {} served, {} missing",

@@ -23,7 +23,7 @@ use narad_core::NodeId;
 
 use super::watchdog::Watchdog;
 use super::{lock, sim_now_ns, STATUS_POLL};
-use crate::seam::{derive_seed, NodeContext, NodeSizes, PlantedBug, Probe, SimIo, SimNode};
+use crate::seam::{derive_seed, NodeContext, NodeSizes, Observer, PlantedBug, SimIo, SimNode};
 
 /// How long a failed boot waits before the supervisor tries again.
 const BOOT_RETRY: Duration = Duration::from_millis(500);
@@ -58,7 +58,7 @@ pub(super) struct Server<N: SimNode> {
     pub(super) disk: SimDisk,
     /// Its disk's latency model.
     pub(super) io: SimIo,
-    probe: Probe,
+    observer: Observer,
     /// Crashes so far (the final one included).
     pub(super) crashes: AtomicU32,
     /// The node's view hold ([`NodeContext::view_hold`]), set while any lag fault holds it.
@@ -97,7 +97,7 @@ impl<N: SimNode> Server<N> {
         members: Vec<std::net::SocketAddr>,
         disk: SimDisk,
         io: SimIo,
-        probe: Probe,
+        observer: Observer,
         seed: u64,
         plant_bug: Option<PlantedBug>,
         sizes: NodeSizes,
@@ -106,7 +106,7 @@ impl<N: SimNode> Server<N> {
         let slot: Arc<Mutex<Option<Booted<N>>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
         let init_slot = slot.clone();
-        let init_probe = probe.clone();
+        let init_observer = observer.clone();
         let init_disk = disk.clone();
         let init_io = io.clone();
         let view_hold = Arc::new(AtomicBool::new(false));
@@ -127,7 +127,7 @@ impl<N: SimNode> Server<N> {
                     disk: init_disk.clone(),
                     io: init_io.clone(),
                     plant_bug,
-                    probe: init_probe.clone(),
+                    observer: init_observer.clone(),
                     sizes,
                     members: members.clone(),
                     legacy_owner,
@@ -138,7 +138,7 @@ impl<N: SimNode> Server<N> {
                 async move {
                     match N::start(ctx.clone()).await {
                         Ok(node) => {
-                            ctx.probe.event(
+                            ctx.observer.event(
                                 "harness",
                                 format_args!("node {} boot {} ready", ctx.node_id.0, ctx.boot),
                             );
@@ -152,7 +152,7 @@ impl<N: SimNode> Server<N> {
                         Err(error) => {
                             // A process whose start-up failed exits; its supervisor starts it again
                             // (the disk keeps everything: this is no power loss).
-                            ctx.probe.event(
+                            ctx.observer.event(
                                 "harness",
                                 format_args!(
                                     "node {} boot {} failed: {error}",
@@ -161,7 +161,7 @@ impl<N: SimNode> Server<N> {
                             );
                             tokio::time::sleep(BOOT_RETRY).await;
                             if let Some(&id) = own_id.get() {
-                                ctx.probe.event(
+                                ctx.observer.event(
                                     "harness",
                                     format_args!(
                                         "process restart of node {} after failed boot {}",
@@ -187,7 +187,7 @@ impl<N: SimNode> Server<N> {
             state: Mutex::new(NodeState::default()),
             disk,
             io,
-            probe,
+            observer,
             crashes: AtomicU32::new(0),
             view_hold,
             view_holds: Mutex::new((0, 0)),
@@ -316,7 +316,7 @@ impl<N: SimNode> Server<N> {
         state.paused = false;
         state.generation += 1;
         self.crashes.fetch_add(1, Ordering::Relaxed);
-        self.probe.event(
+        self.observer.event(
             "fault",
             format_args!("crash ({why}): node {} killed, disk crashed", self.index),
         );
@@ -334,7 +334,7 @@ impl<N: SimNode> Server<N> {
         state.generation += 1;
         Handle::current().kill(self.madsim_id);
         Handle::current().restart(self.madsim_id);
-        self.probe.event(
+        self.observer.event(
             "fault",
             format_args!("process restart ({why}) of node {}", self.index),
         );
@@ -347,7 +347,7 @@ impl<N: SimNode> Server<N> {
         state.paused = false;
         state.generation += 1;
         Handle::current().restart(self.madsim_id);
-        self.probe
+        self.observer
             .event("fault", format_args!("restart of node {}", self.index));
     }
 

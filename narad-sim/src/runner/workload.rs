@@ -48,7 +48,7 @@ impl<N: SimNode> World<N> {
                 })
                 .await;
             if let Call::Done(Ok(info)) = created {
-                self.probe
+                self.observer
                     .event("client", format_args!("created {name}#{}", info.id));
                 self.propagated(topic, info.id, deadline_ns).await;
                 return Some(info.id);
@@ -56,7 +56,7 @@ impl<N: SimNode> World<N> {
             // Ambiguous or refused (it may exist already): ask what is there.
             if let Some(Some(info)) = self.describe(topic).await {
                 if info.partitions == partitions && deleted.is_none_or(|old| info.id > old) {
-                    self.probe
+                    self.observer
                         .event("client", format_args!("found {name}#{}", info.id));
                     self.propagated(topic, info.id, deadline_ns).await;
                     return Some(info.id);
@@ -238,7 +238,7 @@ impl<N: SimNode> World<N> {
         };
         lock(&self.ledger).complete(attempt, outcome);
         // One event per produce call: hashed by its fields, formatted only for `--trace`.
-        self.probe.event_fields(
+        self.observer.event_fields(
             "client",
             &[
                 TraceField::Str("produce"),
@@ -306,7 +306,7 @@ impl<N: SimNode> World<N> {
             let Some(old) = *lock(&topic.current) else {
                 return;
             };
-            self.probe
+            self.observer
                 .event("client", format_args!("churn {}#{old}", topic.spec.name));
             if !self.delete_topic(topic, old, hard_deadline_ns).await {
                 self.error(format!(

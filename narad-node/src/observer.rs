@@ -1,5 +1,5 @@
-//! The node's probe: where a host reports notable events and broken invariants to whoever watches
-//! (the simulator; nobody in production, where [`Probe::none`] makes every call a no-op).
+//! The node's observer: where a host reports notable events and broken invariants to whoever watches
+//! (the simulator; nobody in production, where [`Observer::none`] makes every call a no-op).
 //!
 //! Hosts report what only they can see, after every turn of their actor, from its getters and its
 //! outputs: a report decides nothing and changes nothing. The invariants checked ([`Invariant`]) are
@@ -10,12 +10,12 @@ use std::fmt;
 use std::sync::Arc;
 
 /// What a watcher implements.
-pub trait NodeProbe: Send + Sync {
+pub trait NodeObserver: Send + Sync {
     /// A notable event (recovery, group commit, partition commit, latch): enters the simulator's trace.
     fn event(&self, source: &str, args: fmt::Arguments<'_>);
     /// A frequent event given by its `fields` (everything it says, for the trace hash) and its
     /// readable `text` (formatted only if the watcher keeps lines). Hashing fields instead of formatted
-    /// text is what makes an event per record cheap. By default it is an [`NodeProbe::event`].
+    /// text is what makes an event per record cheap. By default it is an [`NodeObserver::event`].
     fn event_fields(&self, source: &str, fields: &[TraceField<'_>], text: fmt::Arguments<'_>) {
         let _ = fields;
         self.event(source, text);
@@ -24,7 +24,7 @@ pub trait NodeProbe: Send + Sync {
     fn violation(&self, invariant: Invariant, args: fmt::Arguments<'_>);
 }
 
-/// One value of an event reported by [`Probe::event_fields`].
+/// One value of an event reported by [`Observer::event_fields`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceField<'a> {
     /// A number.
@@ -69,19 +69,19 @@ impl fmt::Display for Invariant {
 
 /// A cheap handle on an optional watcher; clones share it.
 #[derive(Clone, Default)]
-pub struct Probe {
-    inner: Option<Arc<dyn NodeProbe>>,
+pub struct Observer {
+    inner: Option<Arc<dyn NodeObserver>>,
 }
 
-impl Probe {
+impl Observer {
     /// No watcher: every report is dropped without being formatted.
-    pub fn none() -> Probe {
-        Probe { inner: None }
+    pub fn none() -> Observer {
+        Observer { inner: None }
     }
 
     /// Reports to `watcher`.
-    pub fn new(watcher: Arc<dyn NodeProbe>) -> Probe {
-        Probe {
+    pub fn new(watcher: Arc<dyn NodeObserver>) -> Observer {
+        Observer {
             inner: Some(watcher),
         }
     }
@@ -98,7 +98,7 @@ impl Probe {
         }
     }
 
-    /// Reports a frequent event by its fields (see [`NodeProbe::event_fields`]).
+    /// Reports a frequent event by its fields (see [`NodeObserver::event_fields`]).
     pub fn event_fields(&self, source: &str, fields: &[TraceField<'_>], text: fmt::Arguments<'_>) {
         if let Some(inner) = &self.inner {
             inner.event_fields(source, fields, text);
@@ -113,19 +113,19 @@ impl Probe {
     }
 }
 
-impl fmt::Debug for Probe {
+impl fmt::Debug for Observer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Probe")
+        f.debug_struct("Observer")
             .field("watched", &self.is_watched())
             .finish()
     }
 }
 
 /// Probes compare equal: a watcher is not part of a configuration's value.
-impl PartialEq for Probe {
-    fn eq(&self, _other: &Probe) -> bool {
+impl PartialEq for Observer {
+    fn eq(&self, _other: &Observer) -> bool {
         true
     }
 }
 
-impl Eq for Probe {}
+impl Eq for Observer {}
