@@ -30,6 +30,7 @@ use base64::Engine as _;
 use narad_core::disk::sim::SimDisk;
 use narad_core::disk::{Disk, DiskLayer, IoOp};
 use narad_core::partition::LogReadError;
+use narad_core::partition::PartitionReadError;
 use narad_core::planted::Plant;
 use narad_core::{Offset, PartitionId};
 use narad_node::clock::Clock;
@@ -38,7 +39,6 @@ use narad_node::cluster::ClusterOptions;
 use narad_node::config::Config;
 use narad_node::hooks::{NodeHooks, StorageSizes};
 use narad_node::http::{self, Body, Reply, TopicKey};
-use narad_node::node::partitions::PartitionReadError;
 use narad_node::node::{self, ClusterSetup, Node, NodeOptions};
 use narad_node::observer::{Invariant, NodeObserver};
 

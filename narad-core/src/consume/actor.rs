@@ -51,9 +51,7 @@ mod interface;
 #[cfg(test)]
 mod tests;
 
-pub use interface::{
-    CallId, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueReadError, QueueTopic,
-};
+pub use interface::{CallId, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueTopic};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -68,7 +66,7 @@ use crate::actor::Actor;
 use crate::codec::cluster::{LeasedRecord, PartitionStat, StoredRecord};
 use crate::disk::{IoCompletion, IoId, IoLane, IoRequest};
 use crate::ids::{Offset, PartitionId, TopicId};
-use crate::partition::{LogReadError, ReadBatch, ReadFault};
+use crate::partition::{LogReadError, PartitionReadError, ReadBatch, ReadFault};
 use crate::planted::PlantedBug;
 use crate::time::Instant;
 
@@ -470,7 +468,7 @@ impl ConsumeActor {
         self.advance(now, id);
     }
 
-    fn on_read(&mut self, now: Instant, id: CallId, result: Result<ReadBatch, QueueReadError>) {
+    fn on_read(&mut self, now: Instant, id: CallId, result: Result<ReadBatch, PartitionReadError>) {
         let call = &self.calls[&id];
         let CallState::Read { offset, nonce } = call.state else {
             panic!("a read the call asked for");
@@ -516,7 +514,7 @@ impl ConsumeActor {
         partition: PartitionId,
         limits: QueueLimits,
         (offset, nonce): (Offset, u64),
-        result: Result<ReadBatch, QueueReadError>,
+        result: Result<ReadBatch, PartitionReadError>,
     ) -> AfterRead {
         let queue = self.queue((topic.id, partition), limits);
         match result {
@@ -537,12 +535,12 @@ impl ConsumeActor {
                     },
                 })
             }
-            Err(QueueReadError::Log(LogReadError::BelowOldestRetained { oldest, .. })) => {
+            Err(PartitionReadError::Log(LogReadError::BelowOldestRetained { oldest, .. })) => {
                 queue.queue.skip_below(oldest);
                 self.mark_dirty(now);
                 AfterRead::Again
             }
-            Err(QueueReadError::Log(LogReadError::Unreadable {
+            Err(PartitionReadError::Log(LogReadError::Unreadable {
                 reason: reason @ (ReadFault::Damaged(_) | ReadFault::Skipped),
                 ..
             })) => {
@@ -558,7 +556,7 @@ impl ConsumeActor {
                 });
                 AfterRead::Again
             }
-            Err(QueueReadError::Log(LogReadError::AtOrPastHighWatermark {
+            Err(PartitionReadError::Log(LogReadError::AtOrPastHighWatermark {
                 high_watermark,
                 ..
             })) => {

@@ -21,6 +21,20 @@ pub mod segment;
 #[cfg(test)]
 mod crash_tests;
 
+/// Why a read of [`ConsumeOutput::Read`] returned no record.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionReadError {
+    /// The log refused or failed the read.
+    #[error(transparent)]
+    Log(#[from] LogReadError),
+    /// The topic was deleted or recreated since the caller looked it up.
+    #[error("topic incarnation {0} is no longer live")]
+    NotLive(crate::ids::TopicId),
+    /// The partition host stopped.
+    #[error("the partition host has stopped")]
+    Stopped,
+}
+
 /// Names one hosted combiner for as long as it lives; its I/O lanes are ordered by it. The owner
 /// hands out the keys and the owner journal names the logs its entries belong to by them, so the key
 /// lives here, below both.

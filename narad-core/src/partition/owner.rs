@@ -141,6 +141,15 @@ pub enum OwnerReadError {
     NotLive(TopicId),
 }
 
+impl From<OwnerReadError> for super::PartitionReadError {
+    fn from(error: OwnerReadError) -> super::PartitionReadError {
+        match error {
+            OwnerReadError::Log(error) => super::PartitionReadError::Log(error),
+            OwnerReadError::NotLive(topic_id) => super::PartitionReadError::NotLive(topic_id),
+        }
+    }
+}
+
 /// The events an [`Owner`] consumes.
 #[derive(Clone, Debug)]
 pub enum OwnerInput {

@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use narad_core::codec::cluster::LeasedRecord;
 use narad_core::consume::actor::{
-    CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueReadError,
-    QueueTopic,
+    CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueTopic,
 };
 use narad_core::consume::table::{CursorSlots, CURSOR_DIR, SLOTS};
 use narad_core::consume::{HandleError, QueueLimits, ReceiptHandle};
@@ -32,7 +31,7 @@ use narad_core::planted::Plant;
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::partitions::{PartitionHost, PartitionReadError};
+use super::partitions::PartitionHost;
 use crate::clock::Clock;
 use crate::host::{self, HostConfig, Hosted, Turn};
 use crate::http::{
@@ -122,7 +121,7 @@ enum Event {
     /// A record read, for a call.
     Read {
         call: CallId,
-        result: Result<narad_core::partition::ReadBatch, QueueReadError>,
+        result: Result<narad_core::partition::ReadBatch, narad_core::partition::PartitionReadError>,
     },
     /// A commit to `topic` was answered (`open`: the watch still stands); the receiver comes back
     /// so a watch asked again misses no commit in between.
@@ -606,10 +605,7 @@ impl Host {
                 let partitions = self.partitions.clone();
                 let key = topic_key(&topic);
                 turn.answer_later(async move {
-                    let result = partitions
-                        .read(&key, partition, offset, 1)
-                        .await
-                        .map_err(queue_read_error);
+                    let result = partitions.read(&key, partition, offset, 1).await;
                     Event::Read { call, result }
                 });
             }
@@ -703,13 +699,5 @@ fn topic_key(topic: &QueueTopic) -> TopicKey {
     TopicKey {
         name: topic.name.to_string(),
         id: topic.id,
-    }
-}
-
-fn queue_read_error(error: PartitionReadError) -> QueueReadError {
-    match error {
-        PartitionReadError::Log(error) => QueueReadError::Log(error),
-        PartitionReadError::NotLive(topic) => QueueReadError::NotLive(topic),
-        PartitionReadError::Stopped => QueueReadError::Stopped,
     }
 }

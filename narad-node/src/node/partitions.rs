@@ -26,18 +26,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
-use narad_core::ids::{NodeId, Offset, PartitionId, TopicId};
+use narad_core::ids::{NodeId, Offset, PartitionId};
 use narad_core::partition::journal::replay::{
     JournalReplay, ReplayConfig, ReplayOutput, ReplayReport,
 };
 use narad_core::partition::journal::{JournalConfig, JournalEvent, JOURNAL_DIR};
 pub use narad_core::partition::owner::{partition_dir, PARKED_READS_MAX, TOPICS_DIR};
 use narad_core::partition::owner::{
-    LogEvent, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead, OwnerReadError,
+    LogEvent, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead,
 };
 use narad_core::partition::{
     BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, LogKey,
-    LogReadError, LogReadId, ReadBatch,
+    LogReadError, LogReadId, PartitionReadError, ReadBatch,
 };
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -202,29 +202,6 @@ pub struct OwnerStorage {
     pub prealloc_bytes: u64,
     /// The owner journal, or `None`: every partition commit pays its own fsync.
     pub journal: Option<JournalConfig>,
-}
-
-/// Why a replay read returned nothing.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PartitionReadError {
-    /// The log refused or failed the read.
-    #[error(transparent)]
-    Log(#[from] LogReadError),
-    /// The topic was deleted or recreated since the caller looked it up.
-    #[error("topic incarnation {0} is no longer live")]
-    NotLive(TopicId),
-    /// The host stopped.
-    #[error("the partition host has stopped")]
-    Stopped,
-}
-
-impl From<OwnerReadError> for PartitionReadError {
-    fn from(error: OwnerReadError) -> PartitionReadError {
-        match error {
-            OwnerReadError::Log(error) => PartitionReadError::Log(error),
-            OwnerReadError::NotLive(topic_id) => PartitionReadError::NotLive(topic_id),
-        }
-    }
 }
 
 /// Why a commit was not made.

@@ -9,7 +9,7 @@ use crate::consume::{HandleError, QueueLimits, ReceiptHandle, Settle};
 use crate::disk::{IoCompletion, IoRequest};
 use crate::error::IoFault;
 use crate::ids::{Offset, PartitionId, TopicId};
-use crate::partition::{LogReadError, ReadBatch, ReadFault};
+use crate::partition::{PartitionReadError, ReadBatch, ReadFault};
 use crate::planted::Plant;
 
 /// Names one call (a consume, a settle or a flush) for as long as it is in progress; chosen by the
@@ -24,20 +24,6 @@ pub struct QueueTopic {
     pub name: Arc<str>,
     /// The incarnation.
     pub id: TopicId,
-}
-
-/// Why a read of [`ConsumeOutput::Read`] returned no record.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum QueueReadError {
-    /// The log refused or failed the read.
-    #[error(transparent)]
-    Log(#[from] LogReadError),
-    /// The topic was deleted or recreated since the call named it.
-    #[error("topic incarnation {0} is no longer live")]
-    NotLive(TopicId),
-    /// The partition host stopped.
-    #[error("the partition host has stopped")]
-    Stopped,
 }
 
 /// Settings of a [`ConsumeActor`].
@@ -105,7 +91,7 @@ pub enum ConsumeInput {
         /// The call that asked.
         call: CallId,
         /// What it read.
-        result: Result<ReadBatch, QueueReadError>,
+        result: Result<ReadBatch, PartitionReadError>,
     },
     /// A commit to the topic of a [`ConsumeOutput::WatchCommits`] was answered.
     Committed {
@@ -157,7 +143,7 @@ pub enum ConsumeEvent {
         /// The record's offset.
         offset: Offset,
         /// The failure (`None`: the read answered another record than the one leased).
-        error: Option<QueueReadError>,
+        error: Option<PartitionReadError>,
     },
     /// A cursor flush failed; the next one writes the same slot again.
     FlushFailed(IoFault),

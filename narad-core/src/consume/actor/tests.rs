@@ -155,7 +155,7 @@ impl Harness {
         })
     }
 
-    fn read_error(&mut self, call: CallId, error: QueueReadError) -> Vec<ConsumeOutput> {
+    fn read_error(&mut self, call: CallId, error: PartitionReadError) -> Vec<ConsumeOutput> {
         self.feed(ConsumeInput::ReadDone {
             call,
             result: Err(error),
@@ -280,7 +280,7 @@ fn a_read_below_the_oldest_retained_record_moves_the_queue_past_it_and_reads_aga
     assert_eq!(h.stat(a, 10, 0), [read_out(a, 0, 0)]);
     let outputs = h.read_error(
         a,
-        QueueReadError::Log(LogReadError::BelowOldestRetained { oldest: Offset(6) }),
+        PartitionReadError::Log(LogReadError::BelowOldestRetained { oldest: Offset(6) }),
     );
     assert_eq!(outputs, [read_out(a, 0, 6)]);
     assert_eq!(h.actor.cursor(T, p(0)), Some(Offset(6)));
@@ -309,7 +309,7 @@ fn a_damaged_record_is_passed_over_as_done_and_the_next_one_read() {
         let offset = h.actor.cursor(T, p(0)).expect("a queue").0;
         let outputs = h.read_error(
             a,
-            QueueReadError::Log(LogReadError::Unreadable {
+            PartitionReadError::Log(LogReadError::Unreadable {
                 offset: Offset(offset),
                 reason: reason.clone(),
             }),
@@ -331,7 +331,7 @@ fn a_disks_read_error_gives_the_lease_back_and_moves_on() {
     let mut h = Harness::new();
     let (a, _) = h.consume(&[0, 1], 1_000);
     h.stat(a, 10, 0);
-    let error = QueueReadError::Log(LogReadError::Unreadable {
+    let error = PartitionReadError::Log(LogReadError::Unreadable {
         offset: Offset(0),
         reason: ReadFault::Io(IoFault::Other("EIO".into())),
     });
@@ -352,10 +352,10 @@ fn a_disks_read_error_gives_the_lease_back_and_moves_on() {
 #[test]
 fn any_other_read_failure_gives_the_lease_back_and_moves_on() {
     let failures = [
-        Err(QueueReadError::Log(LogReadError::Busy)),
-        Err(QueueReadError::Log(LogReadError::NotOpen)),
-        Err(QueueReadError::NotLive(T)),
-        Err(QueueReadError::Stopped),
+        Err(PartitionReadError::Log(LogReadError::Busy)),
+        Err(PartitionReadError::Log(LogReadError::NotOpen)),
+        Err(PartitionReadError::NotLive(T)),
+        Err(PartitionReadError::Stopped),
         // Another record than the one leased.
         Ok(ReadBatch {
             first: Offset(1),
@@ -387,7 +387,7 @@ fn a_read_at_or_past_the_high_watermark_believes_the_log_and_moves_on() {
     assert_eq!(h.stat(a, 5, 0), [read_out(a, 0, 0)]);
     let outputs = h.read_error(
         a,
-        QueueReadError::Log(LogReadError::AtOrPastHighWatermark {
+        PartitionReadError::Log(LogReadError::AtOrPastHighWatermark {
             high_watermark: Offset(0),
         }),
     );
@@ -408,7 +408,7 @@ fn a_partition_whose_reads_keep_failing_holds_a_call_for_at_most_four_reads_a_ro
     for offset in 0..READS_PER_PARTITION_MAX as u64 {
         outputs = h.read_error(
             a,
-            QueueReadError::Log(LogReadError::BelowOldestRetained {
+            PartitionReadError::Log(LogReadError::BelowOldestRetained {
                 oldest: Offset(offset + 1),
             }),
         );
