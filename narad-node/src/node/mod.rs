@@ -700,6 +700,11 @@ async fn recover(
 }
 
 impl Node {
+    /// The node's clock, the one every host reads (a caller's budget is measured on it).
+    pub fn clock(&self) -> &Clock {
+        self.inner.consumers.clock()
+    }
+
     /// The HTTP routes' shared state: call `crate::http::{produce, consume, topics, ops}` with it.
     pub fn app(&self) -> &Arc<App> {
         &self.inner.app

@@ -501,7 +501,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
     let inbound = |ids| NodeInbound {
         partitions: node.partitions().clone(),
         metastore: node.metastore().clone(),
-        clock: Clock::start(),
+        clock: node.clock().clone(),
         ids,
         sync: None,
         metrics: node.metrics().clone(),
@@ -644,7 +644,8 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
     let inbound = NodeInbound {
         partitions: node.partitions().clone(),
         metastore: node.metastore().clone(),
-        clock: Clock::start(),
+        // The node's own clock: the budget's deadline is compared with it by the partition host.
+        clock: node.clock().clone(),
         ids: IdSection::Accept,
         sync: Some(Arc::new(SyncProduce {
             node: NodeId(1),

@@ -397,12 +397,20 @@ async fn a_node_answers_every_operation_as_documented() {
     }
     assert_eq!(exercised, operations(&doc), "a case for every operation");
 
-    // The ghost's bucket had one failure above: four more empty it, then 429.
-    for expected in [401, 401, 401, 401, 429] {
+    // The ghost's bucket had one failure above: four more empty it, then 429. A slow machine may
+    // have refilled one token (one per 12 s) since, which takes one 401 more.
+    let mut failures = 0;
+    loop {
         let answer = send(addr, "GET", "/v1/topics", &[("Authorization", GHOST)], b"").await;
-        assert_eq!(answer.status, expected);
         check(&doc, "GET", "/v1/topics", "GET /v1/topics (ghost)", &answer);
+        if answer.status == 429 {
+            break;
+        }
+        assert_eq!(answer.status, 401);
+        failures += 1;
+        assert!(failures <= 5, "no 429 after {failures} more failures");
     }
+    assert!(failures >= 4, "429 after {failures} more failures, not 4");
 
     // Bodies over 1 MiB.
     let large = vec![b'x'; BODY_BYTES_MAX + 1];
