@@ -191,6 +191,8 @@ impl Runner {
 
     /// Feeds the staged appends to the WAL as one input: one group commit for all of them.
     pub(super) fn feed_appends(&mut self) {
+        // A command before these may have left the WAL's outputs (the drain rule).
+        self.route_all();
         match self.appending.len() {
             0 => {}
             1 => {
@@ -324,6 +326,9 @@ impl Runner {
     /// Routes both actors' outputs until neither has any (a synced checkpoint feeds the WAL), then
     /// answers the appends, so a caller that is answered already sees the status that answer implies.
     pub(super) fn drain(&mut self) {
+        // What the last input asked for goes out before the dispatcher's read and store come in
+        // (the drain rule: an actor takes its next input only once its outputs are carried out).
+        self.route_all();
         let now = self.clock.now();
         if let Some(read) = self.dispatch_read.take() {
             let id = WalReadId(self.next_id());
@@ -375,7 +380,8 @@ impl Runner {
                 idle = false;
                 self.route_wal(output);
             }
-            while let Some(output) = self.checkpointer.poll_output() {
+            // One at a time: a synced checkpoint feeds the WAL, whose outputs go out before the next.
+            if let Some(output) = self.checkpointer.poll_output() {
                 idle = false;
                 self.route_checkpoint(output);
             }
