@@ -644,7 +644,6 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
     let inbound = NodeInbound {
         partitions: node.partitions().clone(),
         metastore: node.metastore().clone(),
-        // The node's own clock: the budget's deadline is compared with it by the partition host.
         clock: node.clock().clone(),
         ids: IdSection::Accept,
         sync: Some(Arc::new(SyncProduce {
