@@ -191,6 +191,9 @@ impl Runner {
 
     /// Feeds the staged appends to the WAL as one input: one group commit for all of them.
     pub(super) fn feed_appends(&mut self) {
+        if self.appending.is_empty() {
+            return;
+        }
         // A command before these may have left the WAL's outputs (the drain rule).
         self.route_all();
         match self.appending.len() {
