@@ -57,11 +57,18 @@ pub enum PlantedBug {
     /// with the section (and keeps sending that owner's batches with it): the owner refuses each
     /// until the budget runs out and the records reroute.
     LegacyResendKeepsIds,
+    /// Retention judges a segment's age by its oldest record instead of its newest: a segment goes
+    /// once its first record has passed retention, records younger than retention with it.
+    RetentionDeletesUnexpired,
+    /// The owner journal's replay takes every partition segment missing from its directory for one
+    /// retention removed and drops its entries, even a segment whose name a crash lost before any
+    /// sync made it durable (its records durable only in the journal).
+    RetentionDeletesJournalNeeded,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 18] = [
+    pub const ALL: [PlantedBug; 20] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -80,6 +87,8 @@ impl PlantedBug {
         PlantedBug::TrimJournalAheadOfPartitionSync,
         PlantedBug::CursorPastLeases,
         PlantedBug::LegacyResendKeepsIds,
+        PlantedBug::RetentionDeletesUnexpired,
+        PlantedBug::RetentionDeletesJournalNeeded,
     ];
 
     /// The command-line name.
@@ -105,6 +114,8 @@ impl PlantedBug {
             PlantedBug::TrimJournalAheadOfPartitionSync => "trim-journal-ahead-of-partition-sync",
             PlantedBug::CursorPastLeases => "cursor-past-leases",
             PlantedBug::LegacyResendKeepsIds => "legacy-resend-keeps-ids",
+            PlantedBug::RetentionDeletesUnexpired => "retention-deletes-unexpired",
+            PlantedBug::RetentionDeletesJournalNeeded => "retention-deletes-journal-needed",
         }
     }
 }

@@ -9,6 +9,10 @@
 //! Decision: families with labels that only the HTTP layer knows up front (`errors_total{http,5xx}`) are
 //! created at start so an alert on them sees a 0, not an absent series.
 
+mod storage;
+
+pub use storage::{RetentionLabels, StorageMetrics};
+
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
@@ -185,12 +189,17 @@ pub struct Metrics {
     pub cluster_raft_leader: Gauge,
     /// `narad_cluster_raft_commit_index`.
     pub cluster_raft_commit_index: Gauge,
+    /// Retention's and the partition logs' families.
+    pub storage: StorageMetrics,
 }
 
 impl Metrics {
     /// Registers every metric under the `narad_` prefix.
     pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("narad");
+        let storage = StorageMetrics::new(&mut registry);
         let mut m = Metrics {
+            storage,
             ingress_dispatch_backlog_records: Gauge::default(),
             ingress_dispatch_backlog_bytes: Gauge::default(),
             ingress_dispatch_oldest_record_age_seconds: Gauge::default(),
@@ -227,7 +236,7 @@ impl Metrics {
             cluster_raft_term: Gauge::default(),
             cluster_raft_leader: Gauge::default(),
             cluster_raft_commit_index: Gauge::default(),
-            registry: Registry::with_prefix("narad"),
+            registry,
             refreshers: Mutex::new(Vec::new()),
         };
         m.register_ingress();

@@ -52,7 +52,7 @@ use std::time::Duration;
 use super::log::{
     AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
     LogOutput, LogReadError, LogReadId, LogStatus, PartitionLog, PartitionLogConfig, ReadBatch,
-    ReadRequest, RecoveryError, RecoveryReport, IO_IDS_PER_LOG,
+    ReadRequest, RecoveryError, RecoveryReport, RetainedRange, RetentionPolicy, IO_IDS_PER_LOG,
 };
 use crate::actor::Actor;
 use crate::codec::partition::FRAME_RECORDS_BYTES_MAX;
@@ -252,6 +252,8 @@ pub enum CombinerInput {
     },
     /// The owner journal wants the held log's files synced ([`CombinerOutput::Synced`] answers).
     Sync,
+    /// A retention check of the held log, if it is the live one.
+    Retain(RetentionPolicy),
 }
 
 /// Outputs of [`Combiner`].
@@ -326,6 +328,10 @@ pub enum CombinerOutput {
         /// The fault.
         fault: IoFault,
     },
+    /// Retention took segments out of the held log.
+    Retained(RetainedRange),
+    /// A step of the held log's retention failed (tried again at the next check).
+    RetentionFailed(IoFault),
     /// A log was let go: its incarnation is no longer live here (the driver may quarantine `dir`).
     LogRetired {
         /// Its incarnation.
@@ -606,6 +612,8 @@ impl Combiner {
                 LogOutput::Synced { through } => CombinerOutput::Synced { through },
                 LogOutput::SyncFailed(fault) => CombinerOutput::SyncFailed { topic_id, fault },
                 LogOutput::SyncDeferred => CombinerOutput::SyncDeferred,
+                LogOutput::Retained(range) => CombinerOutput::Retained(range),
+                LogOutput::RetentionFailed(fault) => CombinerOutput::RetentionFailed(fault),
                 LogOutput::CommitDone { id, result } => {
                     commit_outcomes.push((id, result));
                     continue;
@@ -697,7 +705,10 @@ impl Combiner {
         let retry_due = slot.retry_at.is_none_or(|at| now >= at);
         match status {
             LogStatus::Ready => None,
-            LogStatus::Opening | LogStatus::Repairing | LogStatus::Committing => Some(Step::Wait),
+            LogStatus::Opening
+            | LogStatus::Repairing
+            | LogStatus::Committing
+            | LogStatus::Rolling => Some(Step::Wait),
             // A log whose lazy sync failed has nothing to repair: only a restart replays its journal.
             LogStatus::Latched if retry_due && slot.log.retry_repair() => {
                 slot.retry_at = None;
@@ -946,6 +957,13 @@ impl Actor for Combiner {
             }
             CombinerInput::Sync => {
                 self.feed_log(now, LogInput::Sync);
+                self.advance(now);
+            }
+            CombinerInput::Retain(policy) => {
+                if self.slot_is_live() {
+                    self.feed_log(now, LogInput::Retain(policy));
+                }
+                // A roll holds commits back; its completion (an `Io`) advances the queue.
                 self.advance(now);
             }
         }

@@ -226,7 +226,9 @@ impl Run {
                 | LogOutput::Journal { .. }
                 | LogOutput::Synced { .. }
                 | LogOutput::SyncFailed(_)
-                | LogOutput::SyncDeferred => panic!("unexpected output {output:?}"),
+                | LogOutput::SyncDeferred
+                | LogOutput::Retained(_)
+                | LogOutput::RetentionFailed(_) => panic!("unexpected output {output:?}"),
             }
         }
         assert!(

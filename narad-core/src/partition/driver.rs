@@ -21,7 +21,9 @@ impl IoActor for PartitionLog {
             | LogOutput::Journal { .. }
             | LogOutput::Synced { .. }
             | LogOutput::SyncFailed(_)
-            | LogOutput::SyncDeferred) => Err(other),
+            | LogOutput::SyncDeferred
+            | LogOutput::Retained(_)
+            | LogOutput::RetentionFailed(_)) => Err(other),
         }
     }
 
@@ -48,7 +50,9 @@ impl IoActor for Combiner {
             | CombinerOutput::Journal { .. }
             | CombinerOutput::Synced { .. }
             | CombinerOutput::SyncFailed { .. }
-            | CombinerOutput::SyncDeferred) => Err(other),
+            | CombinerOutput::SyncDeferred
+            | CombinerOutput::Retained(_)
+            | CombinerOutput::RetentionFailed(_)) => Err(other),
         }
     }
 

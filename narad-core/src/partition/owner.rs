@@ -19,6 +19,9 @@
 //!   is listed, then every file in it removed and the directory synced, on that combiner's commit
 //!   lane (behind anything the log still had queued there). Empty directories stay (the `Disk` seam
 //!   has no directory removal).
+//! - **Retention.** Every `retention_check_interval` (a timer of this actor: [`Actor::poll_timeout`])
+//!   each live log is fed its topic's policy ([`RetentionPolicy`], on the combiners' wall clock);
+//!   what the logs remove is reported as [`LogEvent::Retained`] (see the log's `retention` module).
 //! - **Idle combiners** of a name the replica no longer holds are dropped once they hold nothing;
 //!   [`OwnerOutput::Forget`] then tells the driver their lanes may go, once no removal runs on them.
 //!
@@ -27,11 +30,12 @@
 //! that was made against the newer state); after every `handle`, drain `poll_output`: run each
 //! [`OwnerOutput::Io`] on the lanes of its [`LogKey`] (requests of one key and lane in order) and feed
 //! its completion back as [`OwnerInput::IoDone`]; answer the callers; log the [`LogEvent`]s. Feed
-//! [`OwnerInput::Tick`] once `poll_timeout` has passed (only the journal's cohort wait sets one;
-//! without a journal it is always `None`).
+//! [`OwnerInput::Tick`] once `poll_timeout` has passed (the journal's cohort wait and the retention
+//! check set one).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::combiner::{
     BatchId, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch, CommitError,
@@ -40,7 +44,7 @@ use super::combiner::{
 use super::journal::{JournalConfig, JournalEvent, JournalInput, JournalOutput, OwnerJournal};
 use super::log::{
     LogReadError, LogReadId, LogStatus, PartitionStats, ReadBatch, ReadRequest, RecoveryError,
-    RecoveryReport,
+    RecoveryReport, RetainedRange, RetentionPolicy,
 };
 use super::{LogKey, JOURNAL_KEY};
 use crate::actor::Actor;
@@ -109,7 +113,12 @@ pub struct OwnerConfig {
     pub combiner: CombinerConfig,
     /// The owner journal's settings; `None` runs every log on its own fsyncs (one per commit).
     pub journal: Option<JournalConfig>,
+    /// How often retention checks every log ([`RETENTION_CHECK_INTERVAL_DEFAULT`]).
+    pub retention_check_interval: Duration,
 }
+
+/// `storage.retention_check_interval_ms`' default, as Narad's.
+pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 
 /// A replay read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,6 +205,13 @@ pub enum LogEvent {
         /// What recovery found (its `skipped` damage is what an operator must hear of).
         report: RecoveryReport,
     },
+    /// Retention took segments out of the log.
+    Retained(RetainedRange),
+    /// A step of retention failed (tried again at the next check).
+    RetentionFailed {
+        /// The fault.
+        fault: IoFault,
+    },
     /// The log failed to open.
     OpenFailed {
         /// Its incarnation.
@@ -272,6 +288,12 @@ pub enum OwnerOutput {
     },
     /// Something happened to the owner journal.
     Journal(JournalEvent),
+    /// A retention check fed every live log its policy; the size of each open log after its
+    /// decisions, in bytes of frames.
+    RetentionChecked {
+        /// `(topic, partition, size)` of every open log.
+        sizes: Vec<(Arc<str>, PartitionId, u64)>,
+    },
     /// Something happened to a log.
     Log {
         /// The topic name.
@@ -334,6 +356,8 @@ pub struct Owner {
     pumping: bool,
     /// The instant of the input being handled (the combiners are fed it).
     now: Instant,
+    /// When the next retention check is due.
+    next_retention: Instant,
     outputs: VecDeque<OwnerOutput>,
 }
 
@@ -342,6 +366,7 @@ impl Owner {
     pub fn new(mut config: OwnerConfig) -> Owner {
         config.combiner.log.journaled = config.journal.is_some();
         let journal = config.journal.clone().map(OwnerJournal::new);
+        let next_retention = Instant::ZERO + config.retention_check_interval;
         Owner {
             config,
             journal,
@@ -358,6 +383,7 @@ impl Owner {
             open_failed: BTreeSet::new(),
             restart_needed: BTreeSet::new(),
             now: Instant::default(),
+            next_retention,
             outputs: VecDeque::new(),
         }
     }
@@ -649,6 +675,8 @@ impl Owner {
                 CombinerOutput::LogLatched { topic_id, fault } => {
                     LogEvent::Latched { topic_id, fault }
                 }
+                CombinerOutput::Retained(range) => LogEvent::Retained(range),
+                CombinerOutput::RetentionFailed(fault) => LogEvent::RetentionFailed { fault },
                 CombinerOutput::LogRetired { topic_id, dir } => {
                     log_events = true;
                     self.journal_inbox.push_back(JournalInput::Released { key });
@@ -716,6 +744,37 @@ impl Owner {
         if !self.removal_pending(key) {
             self.outputs.push_back(OwnerOutput::Forget { key });
         }
+    }
+
+    // ---- retention ----
+
+    /// Feeds every live log its topic's retention policy.
+    fn check_retention(&mut self) {
+        let now_ms = self.config.combiner.unix_epoch_ms + self.now.as_nanos() / 1_000_000;
+        let keys: Vec<LogKey> = self.slots.keys().copied().collect();
+        for key in keys {
+            let slot = &self.slots[&key];
+            let Some(topic) = self.state.topic(&slot.topic) else {
+                continue;
+            };
+            let policy = RetentionPolicy {
+                now_ms,
+                retention_ms: topic.settings.retention_ms,
+                retention_bytes: retention_bytes(&topic.settings),
+            };
+            self.feed(key, CombinerInput::Retain(policy));
+        }
+        let sizes = self
+            .slots
+            .values()
+            .filter_map(|slot| {
+                let log = slot.combiner.log()?;
+                let open = !matches!(log.status(), LogStatus::Opening | LogStatus::OpenFailed);
+                open.then(|| (slot.topic.clone(), slot.partition, log.stats().size_bytes))
+            })
+            .collect();
+        self.outputs
+            .push_back(OwnerOutput::RetentionChecked { sizes });
     }
 
     // ---- removing retired logs ----
@@ -834,6 +893,10 @@ impl Actor for Owner {
                 }
             }
         }
+        if now >= self.next_retention {
+            self.next_retention = now + self.config.retention_check_interval;
+            self.check_retention();
+        }
         // A walk over every hosted combiner: at thousands of partitions it was a quarter of a
         // release node's CPU.
         if crate::DEEP_CHECKS {
@@ -846,7 +909,8 @@ impl Actor for Owner {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.journal.as_ref().and_then(Actor::poll_timeout)
+        let journal = self.journal.as_ref().and_then(Actor::poll_timeout);
+        Some(journal.map_or(self.next_retention, |at| at.min(self.next_retention)))
     }
 
     fn has_output(&self) -> bool {
@@ -856,3 +920,8 @@ impl Actor for Owner {
 
 #[cfg(test)]
 mod tests;
+
+/// A topic's size bound per partition (0: none).
+fn retention_bytes(_settings: &crate::metastore::TopicSettings) -> u64 {
+    0
+}

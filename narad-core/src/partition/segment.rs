@@ -142,6 +142,9 @@ pub struct SegmentScan {
     pub index: SparseIndex,
     /// The largest commit time among verified records.
     pub committed_at_ms_max: Option<u64>,
+    /// The first verified record's commit time (commit times never decrease along a partition, so
+    /// the oldest record's).
+    pub committed_at_ms_first: Option<u64>,
     /// Byte position of the first of the trailing verified frames that share the last frame's commit
     /// time: a superset of the last run written (every frame of a run carries one commit time, and
     /// times never decrease). `verified_bytes` when no frame verified.
@@ -212,6 +215,7 @@ impl FrameScanner {
                 damage: None,
                 index: SparseIndex::default(),
                 committed_at_ms_max: None,
+                committed_at_ms_first: None,
                 last_run_start: 0,
             },
             last_run_at_ms: None,
@@ -276,6 +280,7 @@ impl FrameScanner {
         scan.index
             .note_frame(header.base_offset, position, self.interval_bytes);
         scan.committed_at_ms_max = scan.committed_at_ms_max.max(frame_max_ms);
+        scan.committed_at_ms_first = scan.committed_at_ms_first.or(frame_at_ms);
         if frame_at_ms != self.last_run_at_ms {
             self.last_run_at_ms = frame_at_ms;
             scan.last_run_start = position;

@@ -21,9 +21,11 @@
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
 //! After every input its outputs are drained at once.
 
+use narad_core::planted::Plant;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use narad_core::disk::{Disk, IoCompletion, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, Offset, PartitionId};
@@ -100,6 +102,7 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
 pub async fn replay_owner_journal(
     disk: Arc<dyn Disk>,
     clock: &Clock,
+    plant: Plant,
 ) -> Result<ReplayReport, IoFault> {
     // The replay takes no decision on time: one reading serves every input.
     let now = clock.now();
@@ -107,7 +110,10 @@ pub async fn replay_owner_journal(
     std::thread::Builder::new()
         .name("narad-journal-replay".into())
         .spawn(move || {
-            let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
+            let mut replay = JournalReplay::start(ReplayConfig {
+                plant,
+                ..ReplayConfig::new(JOURNAL_DIR)
+            });
             let result = loop {
                 match replay.poll_output() {
                     Some(ReplayOutput::Io(request)) => {
@@ -138,8 +144,12 @@ pub async fn replay_owner_journal(
 pub async fn replay_owner_journal(
     disk: Arc<dyn Disk>,
     clock: &Clock,
+    plant: Plant,
 ) -> Result<ReplayReport, IoFault> {
-    let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
+    let mut replay = JournalReplay::start(ReplayConfig {
+        plant,
+        ..ReplayConfig::new(JOURNAL_DIR)
+    });
     loop {
         match replay.poll_output() {
             Some(ReplayOutput::Io(request)) => {
@@ -164,6 +174,7 @@ fn log_replay(report: &ReplayReport) {
             bytes = report.bytes,
             logs = report.logs,
             torn_bytes = report.torn_bytes,
+            retained_entries = report.retained_entries,
             "owner journal replayed"
         );
     }
@@ -202,6 +213,8 @@ pub struct OwnerStorage {
     pub prealloc_bytes: u64,
     /// The owner journal, or `None`: every partition commit pays its own fsync.
     pub journal: Option<JournalConfig>,
+    /// `storage.retention_check_interval_ms`.
+    pub retention_check_interval: Duration,
 }
 
 /// Why a commit was not made.
@@ -369,6 +382,7 @@ impl PartitionHost {
         let OwnerStorage {
             prealloc_bytes,
             journal,
+            retention_check_interval,
         } = storage;
         let (status_sender, status) = watch::channel(PartitionStatus::default());
         let unix_epoch_ms =
@@ -387,6 +401,7 @@ impl PartitionHost {
             node,
             combiner: template,
             journal,
+            retention_check_interval,
         });
         let config = HostConfig {
             mailbox_capacity: MAILBOX_CAPACITY,
@@ -738,7 +753,7 @@ impl Host {
                         next_offset: stats.next_offset,
                         high_watermark: stats.high_watermark,
                         size_bytes: stats.size_bytes,
-                        oldest_segment_at_s: None,
+                        oldest_segment_at_s: stats.oldest_segment_at_ms.map(|ms| ms / 1000),
                     });
                 let _ = reply.send(stat);
             }
@@ -775,7 +790,8 @@ impl Host {
 
     /// Feeds the owner one input and carries out everything it asks for.
     fn feed(&mut self, input: OwnerInput) {
-        narad_core::feed(&mut self.owner, self.clock.now(), input);
+        let started = self.clock.now();
+        narad_core::feed(&mut self.owner, started, input);
         while let Some(output) = self.owner.poll_output() {
             match output {
                 OwnerOutput::Io { key, request } => {
@@ -798,6 +814,7 @@ impl Host {
                     event,
                 } => self.log_event(&topic, partition, event),
                 OwnerOutput::Journal(event) => log_journal_event(event),
+                OwnerOutput::RetentionChecked { sizes } => self.retention_checked(started, sizes),
             }
         }
     }
@@ -867,6 +884,50 @@ impl Host {
                 tracing::warn!(dir, op, %fault, "removing a retired partition log failed; its files stay");
                 self.metrics.error("storage", "retired_log_remove").inc();
             }
+            LogEvent::Retained(range) => {
+                tracing::info!(
+                    topic,
+                    %partition,
+                    reason = range.reason.label(),
+                    segments = range.segments,
+                    records = range.records,
+                    bytes = range.bytes,
+                    oldest_offset = %range.oldest,
+                    "retention removed segments"
+                );
+                self.metrics.storage.retained(
+                    topic,
+                    partition.0,
+                    range.reason.label(),
+                    range.records,
+                    range.bytes,
+                );
+            }
+            LogEvent::RetentionFailed { fault } => {
+                tracing::warn!(topic, %partition, %fault, "a retention step failed; the next check tries again");
+                self.metrics.error("storage", "retention").inc();
+            }
+        }
+    }
+
+    /// A retention check ran (within the input handled since `started`): its duration and the
+    /// sizes of the open logs.
+    fn retention_checked(&self, started: Instant, sizes: Vec<(Arc<str>, PartitionId, u64)>) {
+        let took = self.clock.now().saturating_duration_since(started);
+        let storage = &self.metrics.storage;
+        storage
+            .retention_run_duration_seconds
+            .observe(took.as_secs_f64());
+        storage.open_partition_logs.set(sizes.len() as i64);
+        for (topic, partition, size) in sizes {
+            let labels = crate::metrics::PartitionLabels {
+                topic: topic.to_string(),
+                partition: partition.0.to_string(),
+            };
+            storage
+                .partition_size_bytes
+                .get_or_create(&labels)
+                .set(i64::try_from(size).unwrap_or(i64::MAX));
         }
     }
 }

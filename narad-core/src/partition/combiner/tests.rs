@@ -844,7 +844,9 @@ fn random_walks_commit_every_acknowledged_batch_into_its_own_incarnation_exactly
                     | CombinerOutput::LogOpened { .. }
                     | CombinerOutput::LogOpenFailed { .. }
                     | CombinerOutput::LogLatched { .. }
-                    | CombinerOutput::LogRetired { .. } => {}
+                    | CombinerOutput::LogRetired { .. }
+                    | CombinerOutput::Retained(_)
+                    | CombinerOutput::RetentionFailed(_) => {}
                     CombinerOutput::Journal { .. }
                     | CombinerOutput::Synced { .. }
                     | CombinerOutput::SyncFailed { .. }

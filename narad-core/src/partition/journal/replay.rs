@@ -16,6 +16,14 @@
 //!   roll becomes the exact file a crash-free run would have left), and the touched segments and the
 //!   directory are synced. Entries whose offsets do not continue the previous one are written anyway
 //!   and reported ([`ReplayReport::gaps`]): the partition's own recovery then reports the hole.
+//! - **Retained away.** A directory's leading entries in a partition segment that is missing and
+//!   older than every segment present, whose first retained entry is not at byte 0, are dropped
+//!   ([`ReplayReport::retained_entries`]): retention removed that segment. Bytes before that entry
+//!   were trimmed from the journal, so a lazy sync had covered them, and with them the segment's
+//!   name; a durable name is gone only by an unlink, and retention unlinks only synced segments,
+//!   oldest first. (Rewriting them would bring back a removed segment behind a hole of zeros.) A
+//!   missing segment whose entries start at byte 0 may be one whose name a crash lost: it is written
+//!   again as always.
 //! - **Empty.** Once every directory is rewritten, every journal segment is removed and the
 //!   directory synced; [`ReplayOutput::Done`] reports the next free sequence number.
 //! - **Memory.** At most one piece (or one entry) of journal bytes at a time, plus the index (a few
@@ -36,6 +44,7 @@ use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Offset;
 use crate::partition::segment::{parse_segment_name, segment_name};
+use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
 
 /// The most journal bytes a replay reads at once (an entry larger than this is read whole).
@@ -52,6 +61,8 @@ pub struct ReplayConfig {
     pub io_id_base: u64,
     /// The lane of every request.
     pub lane: IoLane,
+    /// The bug planted in the replay (simulator only; [`Plant::NONE`] everywhere else).
+    pub plant: Plant,
 }
 
 impl ReplayConfig {
@@ -62,6 +73,7 @@ impl ReplayConfig {
             read_bytes_max: REPLAY_READ_BYTES_DEFAULT,
             io_id_base: 0,
             lane: IoLane(0),
+            plant: Plant::NONE,
         }
     }
 }
@@ -83,6 +95,8 @@ pub struct ReplayReport {
     pub damaged: Vec<(u64, u64)>,
     /// Entries that do not continue their directory's previous entry: `(dir, expected, found)`.
     pub gaps: Vec<(String, Offset, Offset)>,
+    /// Entries dropped because retention removed their partition segment (see the module docs).
+    pub retained_entries: u64,
     /// The sequence number the running journal starts at.
     pub next_seq: u64,
 }
@@ -389,6 +403,12 @@ impl JournalReplay {
         let Some(IoReply::Names(names)) = replies.last() else {
             return self.fail(IoFault::Other("unexpected reply to list".into()));
         };
+        let bases: Vec<Offset> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+        if !self.drop_retained(&bases) {
+            // Every entry was of removed segments: nothing to write back here.
+            self.pending.pop_front();
+            return self.next_log();
+        }
         let (dir, locs) = self.current().expect("current log");
         let dir = dir.to_string();
         let first = locs[0];
@@ -401,7 +421,6 @@ impl JournalReplay {
             expected = loc.end;
         }
         self.report.gaps.extend(gaps);
-        let bases: Vec<Offset> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
         let mut ops: Vec<IoOp> = bases
             .iter()
             .filter(|&&base| base > first.segment)
@@ -420,6 +439,35 @@ impl JournalReplay {
         self.touched.insert(first.segment);
         let io = self.request(ops);
         self.phase = Phase::Cutting(io);
+    }
+
+    /// Drops the current directory's leading entries of segments retention removed; false when none
+    /// is left.
+    fn drop_retained(&mut self, bases: &[Offset]) -> bool {
+        let oldest_present = bases.iter().min().copied();
+        let any_missing = self
+            .config
+            .plant
+            .is(PlantedBug::RetentionDeletesJournalNeeded);
+        let dir = self.pending.front().expect("current log").clone();
+        let locs = self.logs.get_mut(&dir).expect("current log");
+        let mut drop = 0;
+        while let Some(first) = locs.get(drop) {
+            let segment = first.segment;
+            let removed = !bases.contains(&segment)
+                && (any_missing
+                    || (first.position > 0 && oldest_present.is_some_and(|o| segment < o)));
+            if !removed {
+                break;
+            }
+            drop += locs[drop..]
+                .iter()
+                .take_while(|loc| loc.segment == segment)
+                .count();
+        }
+        locs.drain(..drop);
+        self.report.retained_entries += drop as u64;
+        !locs.is_empty()
     }
 
     /// Reads the current directory's entries from `from` on, up to `read_bytes_max` bytes at once:

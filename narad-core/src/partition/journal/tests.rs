@@ -364,6 +364,7 @@ impl Crash {
             node: HERE,
             combiner,
             journal: Some(journal),
+            retention_check_interval: crate::partition::owner::RETENTION_CHECK_INTERVAL_DEFAULT,
         })
     }
 

@@ -298,6 +298,7 @@ impl PartitionLog {
             | Phase::Committing(_)
             | Phase::Journaling(_)
             | Phase::Repairing(..)
+            | Phase::Rolling(..)
             | Phase::Latched(..)
             | Phase::OpenFailed(_)) => {
                 // An answer for a commit this log no longer waits for (the planted bug's).
@@ -497,6 +498,8 @@ impl PartitionLog {
                 index: SparseIndex::default(),
                 name_durable: false,
                 synced_bytes: 0,
+                first_at_ms: None,
+                last_at_ms: None,
             },
         );
     }
@@ -518,6 +521,8 @@ impl PartitionLog {
         segment.bytes = pending.position + pending.run_bytes;
         segment.file_bytes = pending.file_bytes;
         segment.end_offset = pending.end_offset;
+        segment.first_at_ms = segment.first_at_ms.or(Some(pending.committed_at_ms));
+        segment.last_at_ms = Some(pending.committed_at_ms);
         // A journaled commit syncs neither the file nor its directory: a lazy sync does.
         segment.name_durable |= !self.config.journaled;
         self.high_watermark = pending.end_offset;

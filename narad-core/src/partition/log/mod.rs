@@ -76,6 +76,7 @@ mod piece_tests;
 mod pieces;
 mod read;
 mod recovery;
+mod retention;
 #[cfg(test)]
 mod tests;
 
@@ -92,6 +93,9 @@ use crate::ids::Offset;
 use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
 use pieces::{PieceRead, PieceScan, PieceScanDone};
+pub use recovery::{RecoveryError, RecoveryReport, SkippedDamage};
+use retention::Retention;
+pub use retention::{RetainReason, RetainedRange, RetentionPolicy};
 
 /// Segment roll threshold: a run that would take the active segment past this starts a new one.
 pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
@@ -337,91 +341,6 @@ pub enum ReadFault {
     Skipped,
 }
 
-/// Damage recovery stepped over because verified frames lie behind it (rot, or a failed commit's
-/// leftovers: not a tear).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SkippedDamage {
-    /// The segment's base offset.
-    pub segment: Offset,
-    /// Byte position of the bad frame.
-    pub byte: u64,
-    /// What is wrong there.
-    pub damage: FrameDamage,
-    /// The offsets lost with the damaged bytes: `[first, end)`.
-    pub offsets: (Offset, Offset),
-}
-
-/// What recovery found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecoveryReport {
-    /// Segments kept.
-    pub segments: usize,
-    /// The oldest retained offset.
-    pub oldest_offset: Offset,
-    /// The recovered high watermark: the end of the verified prefix.
-    pub high_watermark: Offset,
-    /// Bytes truncated from the last segment's tail.
-    pub truncated_bytes: u64,
-    /// Where the last segment's verified prefix ended early, and why: `(segment base, byte, damage)`.
-    pub damage: Option<(Offset, u64, FrameDamage)>,
-    /// Damage with verified frames behind it, in any segment: skipped, never truncated. Its
-    /// offsets stay below the high watermark and read as [`LogReadError::Unreadable`].
-    pub skipped: Vec<SkippedDamage>,
-}
-
-/// Why a log could not be opened. The directory is left as it was (except a truncated tail).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RecoveryError {
-    /// An I/O operation of the recovery failed before anything was changed; opening again may work.
-    #[error("i/o during recovery: {0}")]
-    Io(IoFault),
-    /// The final truncate-and-sync of the recovered tail failed. Which of the tail's bytes are durable
-    /// is now unknown while the page cache still shows them all (fsyncgate), so this process must not
-    /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
-    #[error("sync at the end of recovery failed: {0}")]
-    Sync(IoFault),
-    /// A sealed (not last) segment has a bad frame and its verified frames already reach past the
-    /// next segment's base: the segments contradict each other.
-    #[error("segment {segment} damaged at byte {byte}: {damage}")]
-    Corrupt {
-        /// The segment's base offset.
-        segment: Offset,
-        /// Byte position of the bad frame.
-        byte: u64,
-        /// What is wrong there.
-        damage: FrameDamage,
-    },
-    /// A segment does not start where the previous one ended.
-    #[error("segment {segment} does not continue the log at offset {expected}")]
-    Discontiguous {
-        /// The segment's base offset.
-        segment: Offset,
-        /// Where the previous segment ended.
-        expected: Offset,
-    },
-    /// A segment's length does not fit in memory.
-    #[error("segment {segment} too large to scan ({len} bytes)")]
-    SegmentTooLarge {
-        /// The segment's base offset.
-        segment: Offset,
-        /// Its length.
-        len: u64,
-    },
-}
-
-impl RecoveryError {
-    /// True when opening the log again in this process is safe (nothing was left of unknown durability).
-    pub fn reopen_allowed(&self) -> bool {
-        match self {
-            RecoveryError::Io(_) => true,
-            RecoveryError::Sync(_)
-            | RecoveryError::Corrupt { .. }
-            | RecoveryError::Discontiguous { .. }
-            | RecoveryError::SegmentTooLarge { .. } => false,
-        }
-    }
-}
-
 /// Where the log is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogStatus {
@@ -435,6 +354,8 @@ pub enum LogStatus {
     Repairing,
     /// A repair failed: commits refused until [`PartitionLog::retry_repair`] succeeds.
     Latched,
+    /// Retention is rolling the active segment (an idle partition's data expires too): commits wait.
+    Rolling,
     /// Recovery failed: nothing is served until reopened.
     OpenFailed,
 }
@@ -458,6 +379,8 @@ pub enum LogInput {
     /// Make every visible record of a journaled log durable in its own files; answered
     /// [`LogOutput::Synced`] (at once when nothing is unsynced) or [`LogOutput::SyncFailed`].
     Sync,
+    /// Remove what the topic's retention no longer keeps (see the `retention` module).
+    Retain(RetentionPolicy),
 }
 
 /// A journaled commit's frames, as written to (and read back from) the partition segment: what the
@@ -519,6 +442,10 @@ pub enum LogOutput {
     SyncFailed(IoFault),
     /// A resync must wait for the commit in flight: ask again later.
     SyncDeferred,
+    /// Retention took segments out of the log (their files are unlinked behind the readers).
+    Retained(RetainedRange),
+    /// An unlink or a roll of retention failed; the next check tries again.
+    RetentionFailed(IoFault),
 }
 
 /// The figures `partition_stats` reports.
@@ -534,6 +461,8 @@ pub struct PartitionStats {
     pub high_watermark: Offset,
     /// Verified bytes in all segments.
     pub size_bytes: u64,
+    /// The commit time of the oldest record kept (Unix ms), if any.
+    pub oldest_segment_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -551,6 +480,9 @@ struct Segment {
     name_durable: bool,
     /// Journaled: bytes of frames a successful sync covered (the rest is durable in the journal only).
     synced_bytes: u64,
+    /// The commit time of its first and of its last verified record (retention judges by them).
+    first_at_ms: Option<u64>,
+    last_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -657,6 +589,8 @@ enum Phase {
     /// Written and read back here; waiting for the owner journal's fsync.
     Journaling(Box<PendingCommit>),
     Repairing(IoId, RepairTarget),
+    /// Retention's roll of the active segment (whether it trims the zero fill first).
+    Rolling(IoId, bool),
     Latched(IoFault, RepairTarget),
     OpenFailed(RecoveryError),
 }
@@ -707,6 +641,7 @@ pub struct PartitionLog {
     /// Journaled: syncs of this log's files that failed so far (a sync that overlapped a failure
     /// vouches for nothing: the failure may have dropped pages it was to cover).
     sync_failures: u64,
+    retention: Retention,
     outputs: VecDeque<LogOutput>,
 }
 
@@ -758,6 +693,7 @@ impl PartitionLog {
             sync: None,
             resync: false,
             sync_failures: 0,
+            retention: Retention::default(),
             outputs: VecDeque::new(),
         };
         let dir = log.config.dir.clone();
@@ -782,6 +718,7 @@ impl PartitionLog {
             Phase::Ready => LogStatus::Ready,
             Phase::Committing(..) | Phase::Journaling(..) => LogStatus::Committing,
             Phase::Repairing(..) => LogStatus::Repairing,
+            Phase::Rolling(..) => LogStatus::Rolling,
             Phase::Latched(..) => LogStatus::Latched,
             Phase::OpenFailed(..) => LogStatus::OpenFailed,
         }
@@ -810,6 +747,7 @@ impl PartitionLog {
             next_offset: self.next_offset,
             high_watermark: self.high_watermark,
             size_bytes: self.segments.values().map(|segment| segment.bytes).sum(),
+            oldest_segment_at_ms: self.oldest_segment_at_ms(),
         }
     }
 
@@ -918,13 +856,17 @@ impl PartitionLog {
         {
             return self.on_sync_io(completion);
         }
+        if self.is_retention_io(completion.id) {
+            return self.on_unlink_io(completion);
+        }
         let phase_io = match &self.phase {
             Phase::Listing(io)
             | Phase::Measuring(io, _)
             | Phase::Scanning(io, _)
             | Phase::Rewriting(io, _)
             | Phase::Finalizing(io, _)
-            | Phase::Repairing(io, _) => Some(*io),
+            | Phase::Repairing(io, _)
+            | Phase::Rolling(io, _) => Some(*io),
             Phase::Committing(pending) => Some(pending.io),
             Phase::Ready | Phase::Journaling(..) | Phase::Latched(..) | Phase::OpenFailed(_) => {
                 None
@@ -937,6 +879,7 @@ impl PartitionLog {
         match std::mem::replace(&mut self.phase, Phase::Ready) {
             Phase::Committing(pending) => self.on_commit_io(*pending, completion),
             Phase::Repairing(_, target) => self.on_repair_io(target, completion),
+            Phase::Rolling(_, sealing) => self.on_roll_io(sealing, completion),
             phase @ (Phase::Listing(_)
             | Phase::Measuring(..)
             | Phase::Scanning(..)
@@ -964,6 +907,7 @@ impl Actor for PartitionLog {
             LogInput::Io(completion) => self.on_io(completion),
             LogInput::JournalDone { id, result } => self.on_journal_done(id, result),
             LogInput::Sync => self.on_sync(),
+            LogInput::Retain(policy) => self.on_retain(policy),
         }
         if crate::DEEP_CHECKS {
             self.check_invariants();

@@ -403,6 +403,7 @@ mod reference {
             damage: None,
             index: SparseIndex::default(),
             committed_at_ms_max: None,
+            committed_at_ms_first: None,
             last_run_start: 0,
         };
         let mut last_run_at_ms: Option<u64> = None;
@@ -432,6 +433,7 @@ mod reference {
             scan.index
                 .note_frame(header.base_offset, position as u64, interval_bytes);
             scan.committed_at_ms_max = scan.committed_at_ms_max.max(frame_max_ms);
+            scan.committed_at_ms_first = scan.committed_at_ms_first.or(frame_at_ms);
             if frame_at_ms != last_run_at_ms {
                 last_run_at_ms = frame_at_ms;
                 scan.last_run_start = position as u64;
@@ -492,6 +494,8 @@ mod reference {
                 result.last_run_start = resume + rest.last_run_start;
             }
             result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
+            result.committed_at_ms_first =
+                result.committed_at_ms_first.or(rest.committed_at_ms_first);
             result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
         }
         (result, skipped, zero_tail)

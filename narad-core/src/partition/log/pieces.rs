@@ -287,6 +287,7 @@ fn merge(mut result: SegmentScan, rest: SegmentScan, resume: u64) -> SegmentScan
         result.last_run_start = resume + rest.last_run_start;
     }
     result.committed_at_ms_max = result.committed_at_ms_max.max(rest.committed_at_ms_max);
+    result.committed_at_ms_first = result.committed_at_ms_first.or(rest.committed_at_ms_first);
     result.damage = rest.damage.map(|(at, damage)| (resume + at, damage));
     result
 }

@@ -28,6 +28,7 @@ impl PartitionLog {
             | Phase::Committing(..)
             | Phase::Journaling(..)
             | Phase::Repairing(..)
+            | Phase::Rolling(..)
             | Phase::Latched(..) => {}
             Phase::Listing(..)
             | Phase::Measuring(..)
@@ -153,10 +154,16 @@ impl PartitionLog {
     }
 
     fn finish_read(&mut self, read: PendingRead, result: Result<ReadBatch, LogReadError>) {
+        let result = match (result, self.aged_out(read.segment)) {
+            (Err(_), Some(aged_out)) => Err(aged_out),
+            (result, _) => result,
+        };
         self.outputs.push_back(LogOutput::ReadDone {
             id: read.request.id,
             result,
         });
+        // The read may have been the last pin of a segment retention took away.
+        self.unlink_doomed();
     }
 }
 

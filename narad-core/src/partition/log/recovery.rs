@@ -3,6 +3,91 @@
 
 use super::*;
 
+/// Damage recovery stepped over because verified frames lie behind it (rot, or a failed commit's
+/// leftovers: not a tear).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedDamage {
+    /// The segment's base offset.
+    pub segment: Offset,
+    /// Byte position of the bad frame.
+    pub byte: u64,
+    /// What is wrong there.
+    pub damage: FrameDamage,
+    /// The offsets lost with the damaged bytes: `[first, end)`.
+    pub offsets: (Offset, Offset),
+}
+
+/// What recovery found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Segments kept.
+    pub segments: usize,
+    /// The oldest retained offset.
+    pub oldest_offset: Offset,
+    /// The recovered high watermark: the end of the verified prefix.
+    pub high_watermark: Offset,
+    /// Bytes truncated from the last segment's tail.
+    pub truncated_bytes: u64,
+    /// Where the last segment's verified prefix ended early, and why: `(segment base, byte, damage)`.
+    pub damage: Option<(Offset, u64, FrameDamage)>,
+    /// Damage with verified frames behind it, in any segment: skipped, never truncated. Its
+    /// offsets stay below the high watermark and read as [`LogReadError::Unreadable`].
+    pub skipped: Vec<SkippedDamage>,
+}
+
+/// Why a log could not be opened. The directory is left as it was (except a truncated tail).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecoveryError {
+    /// An I/O operation of the recovery failed before anything was changed; opening again may work.
+    #[error("i/o during recovery: {0}")]
+    Io(IoFault),
+    /// The final truncate-and-sync of the recovered tail failed. Which of the tail's bytes are durable
+    /// is now unknown while the page cache still shows them all (fsyncgate), so this process must not
+    /// open the log again: only a restart that drops the page cache (power cycle, reboot) may.
+    #[error("sync at the end of recovery failed: {0}")]
+    Sync(IoFault),
+    /// A sealed (not last) segment has a bad frame and its verified frames already reach past the
+    /// next segment's base: the segments contradict each other.
+    #[error("segment {segment} damaged at byte {byte}: {damage}")]
+    Corrupt {
+        /// The segment's base offset.
+        segment: Offset,
+        /// Byte position of the bad frame.
+        byte: u64,
+        /// What is wrong there.
+        damage: FrameDamage,
+    },
+    /// A segment does not start where the previous one ended.
+    #[error("segment {segment} does not continue the log at offset {expected}")]
+    Discontiguous {
+        /// The segment's base offset.
+        segment: Offset,
+        /// Where the previous segment ended.
+        expected: Offset,
+    },
+    /// A segment's length does not fit in memory.
+    #[error("segment {segment} too large to scan ({len} bytes)")]
+    SegmentTooLarge {
+        /// The segment's base offset.
+        segment: Offset,
+        /// Its length.
+        len: u64,
+    },
+}
+
+impl RecoveryError {
+    /// True when opening the log again in this process is safe (nothing was left of unknown durability).
+    pub fn reopen_allowed(&self) -> bool {
+        match self {
+            RecoveryError::Io(_) => true,
+            RecoveryError::Sync(_)
+            | RecoveryError::Corrupt { .. }
+            | RecoveryError::Discontiguous { .. }
+            | RecoveryError::SegmentTooLarge { .. } => false,
+        }
+    }
+}
+
 impl PartitionLog {
     pub(super) fn on_recovery_io(&mut self, completion: IoCompletion) {
         let phase = std::mem::replace(&mut self.phase, Phase::Ready);
@@ -27,6 +112,7 @@ impl PartitionLog {
             | Phase::Committing(_)
             | Phase::Journaling(_)
             | Phase::Repairing(..)
+            | Phase::Rolling(..)
             | Phase::Latched(..)
             | Phase::OpenFailed(_)) => unreachable!("recovery completion in phase {other:?}"),
         }
@@ -192,6 +278,8 @@ impl PartitionLog {
                 name_durable: true,
                 // `finalize` syncs the verified frames before anything is served.
                 synced_bytes: result.verified_bytes,
+                first_at_ms: result.committed_at_ms_first,
+                last_at_ms: result.committed_at_ms_max,
             },
         );
         if is_last {
@@ -351,6 +439,7 @@ fn writes_run(phase: &Phase) -> bool {
         | Phase::Committing(_)
         | Phase::Journaling(_)
         | Phase::Repairing(..)
+        | Phase::Rolling(..)
         | Phase::Latched(..)
         | Phase::OpenFailed(_) => false,
     }

@@ -45,6 +45,7 @@ impl Harness {
             journal: None,
             node: HERE,
             combiner: CombinerConfig::new(1_700_000_000_000),
+            retention_check_interval: crate::partition::owner::RETENTION_CHECK_INTERVAL_DEFAULT,
         };
         Harness {
             owner: Owner::new(config),
