@@ -19,8 +19,9 @@
 //! * **reroutes** — copies on another partition of the right incarnation than the one the record was
 //!   aimed at (allowed; counted).
 //!
-//! Records whose incarnation was deleted, and records destroyed by an injected bit rot (the harness
-//! scans the struck file), are excused from lost/unseen; they may still be phantoms or misplaced.
+//! Records whose incarnation was deleted, records destroyed by an injected bit rot (the harness
+//! scans the struck file), and records the topics' retention was entitled to remove by the end of an
+//! observation ([`retention`]) are excused from lost/unseen; they may still be phantoms or misplaced.
 //!
 //! The black-box tests on real `narad` processes (`narad-tests`) judge their replays with this same
 //! ledger: they record keys and read them back, and pass their one read as both observations.
@@ -32,6 +33,11 @@ use std::sync::Arc;
 use narad_core::{Offset, PartitionId, TopicId};
 
 use crate::payload::{self, PayloadError};
+
+mod retention;
+
+use retention::RetainedView;
+pub use retention::{RetentionRule, RECORD_OVERHEAD_MAX};
 
 /// Partition of a keyed record, as Narad /v1 routes it: FNV-1a 32-bit of the key, modulo partitions.
 pub fn key_partition(key: &[u8], partitions: u32) -> PartitionId {
@@ -154,6 +160,8 @@ impl Served {
 pub struct Observation {
     /// The records, in read order.
     pub served: Vec<Served>,
+    /// When the read ended, in nanoseconds of the run (retention's age rule counts to it).
+    pub at_ns: u64,
 }
 
 /// A served record that should not exist where it was found.
@@ -214,6 +222,8 @@ pub struct Report {
     pub excused_deleted: u64,
     /// 202'd records excused because an injected bit rot destroyed them.
     pub excused_rot: u64,
+    /// 202'd records missing at the end that retention was entitled to remove.
+    pub excused_retention: u64,
     /// What the queue-mode consumers saw, when the scenario ran any.
     pub consumed: Option<ConsumeReport>,
 }
@@ -309,6 +319,8 @@ pub struct Ledger {
     /// Topics none of whose partitions has an owner up at the liveness deadline: their records have
     /// no live sibling to reroute to.
     stranded_at_deadline: BTreeSet<Arc<str>>,
+    /// The topics' retention ([`Ledger::set_retention`]).
+    retention: RetentionRule,
 }
 
 /// Where and when a produce call was sent.
@@ -607,6 +619,7 @@ impl Ledger {
     }
 
     fn missing_where(&self, observation: &Observation, counted: impl Fn(u64) -> bool) -> usize {
+        let view = RetainedView::new(observation);
         // Ids are dense from 0: a flag per record instead of a set (this runs once per read).
         let mut served = vec![false; self.records.len()];
         for copy in &observation.served {
@@ -623,7 +636,12 @@ impl Ledger {
             }
         }
         (0..self.records.len() as u64)
-            .filter(|&id| self.must_be_visible(id) && !served[id as usize] && counted(id))
+            .filter(|&id| {
+                self.must_be_visible(id)
+                    && !served[id as usize]
+                    && counted(id)
+                    && !self.retained_away(id, &view)
+            })
             .count()
     }
 
@@ -660,6 +678,8 @@ impl Ledger {
         );
         report.rerouted.sort_unstable();
         report.rerouted.dedup();
+        let deadline_view = RetainedView::new(at_deadline);
+        let final_view = RetainedView::new(after_final);
         for id in 0..self.records.len() as u64 {
             if !self.must_be_visible(id) {
                 continue;
@@ -667,11 +687,18 @@ impl Ledger {
             let at_final = final_copies[id as usize];
             let at_deadline = deadline_copies[id as usize];
             if at_final == 0 {
+                if self.retained_away(id, &final_view) {
+                    report.excused_retention += 1;
+                    continue;
+                }
                 report.lost.push(id);
                 if at_deadline > 0 {
                     report.vanished.push(id);
                 }
-            } else if at_deadline == 0 && !self.excused_at_deadline(id) {
+            } else if at_deadline == 0
+                && !self.excused_at_deadline(id)
+                && !self.retained_away(id, &deadline_view)
+            {
                 report.unseen.push(id);
             }
         }

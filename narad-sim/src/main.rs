@@ -310,7 +310,7 @@ mod sim {
         );
         println!(
             "lost={} unseen={} phantoms={} misplaced={} duplicates={} [{}] reroutes={} \
-             excused_rot={} excused_deleted={} violations={}",
+             excused_rot={} excused_deleted={} excused_retention={} violations={}",
             r.lost.len(),
             r.unseen.len(),
             r.phantoms.len(),
@@ -320,6 +320,7 @@ mod sim {
             r.reroutes,
             r.excused_rot,
             r.excused_deleted,
+            r.excused_retention,
             outcome.violations.len()
         );
         if let Some(c) = &r.consumed {

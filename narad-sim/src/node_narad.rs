@@ -115,6 +115,8 @@ pub struct NaradSimNode {
     single: bool,
     /// Its member id.
     own: narad_core::NodeId,
+    /// Every topic's retention (`[retention]`; 0: the node's default).
+    retention: crate::scenario::RetentionSpec,
 }
 
 /// A cluster member's transport: the run's members as peers, the shared secret, and the QUIC
@@ -398,18 +400,25 @@ impl SimNode for NaradSimNode {
             observer: ctx.observer,
             single: ctx.members.len() <= 1,
             own: narad_core::NodeId(index as u32 + 1),
+            retention: ctx.sizes.retention,
         })
     }
 
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<TopicInfo, NodeError> {
         // One-second leases: a lease a consumer dropped, or one a crash lost, comes back within a
         // run's settle time.
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "name": name,
             "partitions": partitions,
             "visibility_timeout_ms": 1000
-        })
-        .to_string();
+        });
+        if self.retention.retention_ms > 0 {
+            body["retention_ms"] = self.retention.retention_ms.into();
+        }
+        if self.retention.retention_bytes > 0 {
+            body["retention_bytes"] = self.retention.retention_bytes.into();
+        }
+        let body = body.to_string();
         let reply = http::topics::create_topic(
             self.app(),
             &http::auth::Caller::Open,

@@ -9,6 +9,9 @@
 //! A scenario may carry an explicit fault schedule (`[[schedule]]`, written by `shrink`) which replaces
 //! the generated one, and a `[regression]` table naming the seed (and planted bug) it was shrunk from.
 
+mod retention;
+
+pub use retention::RetentionSpec;
 use std::path::Path;
 
 use rand::{Rng, SeedableRng};
@@ -109,6 +112,9 @@ pub struct Scenario {
     /// Node settings (file sizes), so rolls and compaction happen within a run.
     #[serde(default)]
     pub node: NodeSpec,
+    /// Every topic's retention, and how often the nodes enforce it.
+    #[serde(default, skip_serializing_if = "RetentionSpec::is_default")]
+    pub retention: RetentionSpec,
     /// An explicit fault schedule; when present it replaces the generated one (used by `shrink`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<FaultEvent>>,
@@ -495,6 +501,7 @@ impl Scenario {
         self.validate_faults()?;
         self.validate_phases()?;
         self.validate_node()?;
+        self.retention.validate()?;
         if self.faults.warmup_ms >= self.phases.safety_ms {
             return Err("faults.warmup_ms must be below phases.safety_ms".into());
         }

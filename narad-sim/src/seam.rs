@@ -210,6 +210,8 @@ pub struct NodeSizes {
     pub journal_segment_bytes: u64,
     /// `storage.ingress_wal_prealloc`: the WAL prepares its next segments and overwrites them.
     pub wal_prealloc: bool,
+    /// Every topic's retention and the nodes' check interval (`[retention]`).
+    pub retention: crate::scenario::RetentionSpec,
 }
 
 /// A node the harness can run: the real node through an adapter, or (in the harness's own tests) the

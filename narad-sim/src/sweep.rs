@@ -33,6 +33,8 @@ pub struct Tally {
     pub excused_rot: u64,
     /// Records excused by topic deletion.
     pub excused_deleted: u64,
+    /// Records excused by retention.
+    pub excused_retention: u64,
     /// Crashes applied.
     pub crashes: u64,
     /// In-node invariant violations.
@@ -62,6 +64,7 @@ impl Tally {
         self.reroutes += report.reroutes;
         self.excused_rot += report.excused_rot;
         self.excused_deleted += report.excused_deleted;
+        self.excused_retention += report.excused_retention;
         self.crashes += outcome.crashes;
         self.violations += outcome.violations.len() as u64;
         self.errors += outcome.errors.len() as u64;
@@ -83,6 +86,7 @@ impl Tally {
         self.reroutes += other.reroutes;
         self.excused_rot += other.excused_rot;
         self.excused_deleted += other.excused_deleted;
+        self.excused_retention += other.excused_retention;
         self.crashes += other.crashes;
         self.violations += other.violations;
         self.errors += other.errors;
@@ -107,6 +111,7 @@ macro_rules! tally_fields {
             reroutes,
             excused_rot,
             excused_deleted,
+            excused_retention,
             crashes,
             violations,
             errors,
@@ -227,14 +232,14 @@ pub fn table(rows: &[(String, Tally)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<width$} {:>6} {:>6} {:>9} {:>5} {:>6} {:>8} {:>9} {:>5} {:>8} {:>5} {:>7} {:>7} {:>4} {:>9}",
+        "{:<width$} {:>6} {:>6} {:>9} {:>5} {:>6} {:>8} {:>9} {:>5} {:>8} {:>5} {:>7} {:>8} {:>7} {:>4} {:>9}",
         "scenario", "seeds", "failed", "accepted", "lost", "unseen", "phantoms", "misplaced",
-        "dups", "reroutes", "rot", "deleted", "crashes", "inv", "sim_s"
+        "dups", "reroutes", "rot", "deleted", "retained", "crashes", "inv", "sim_s"
     );
     for (name, t) in rows {
         let _ = writeln!(
             out,
-            "{:<width$} {:>6} {:>6} {:>9} {:>5} {:>6} {:>8} {:>9} {:>5} {:>8} {:>5} {:>7} {:>7} {:>4} {:>9.1}",
+            "{:<width$} {:>6} {:>6} {:>9} {:>5} {:>6} {:>8} {:>9} {:>5} {:>8} {:>5} {:>7} {:>8} {:>7} {:>4} {:>9.1}",
             name,
             t.seeds,
             t.failed,
@@ -247,6 +252,7 @@ pub fn table(rows: &[(String, Tally)]) -> String {
             t.reroutes,
             t.excused_rot,
             t.excused_deleted,
+            t.excused_retention,
             t.crashes,
             t.violations,
             t.sim_ns as f64 / 1e9

@@ -336,7 +336,10 @@ mod tests {
     }
 
     fn replay(served: Vec<Served>) -> Observation {
-        Observation { served }
+        Observation {
+            served,
+            ..Observation::default()
+        }
     }
 
     #[test]

@@ -32,7 +32,10 @@ fn ledger() -> Ledger {
 }
 
 fn both(served: Vec<Served>) -> (Observation, Observation) {
-    let observation = Observation { served };
+    let observation = Observation {
+        served,
+        ..Observation::default()
+    };
     (observation.clone(), observation)
 }
 
@@ -63,12 +66,14 @@ fn an_accepted_record_never_served_is_lost() {
 #[test]
 fn a_record_served_at_the_deadline_but_gone_after_the_final_crash_is_lost() {
     let deadline = Observation {
+        at_ns: 0,
         served: vec![
             served("orders", ORDERS, 0, 0, 0),
             served("orders", ORDERS, 0, 1, 1),
         ],
     };
     let last = Observation {
+        at_ns: 0,
         served: vec![served("orders", ORDERS, 0, 0, 0)],
     };
     let report = ledger().check(&deadline, &last);
@@ -80,9 +85,11 @@ fn a_record_served_at_the_deadline_but_gone_after_the_final_crash_is_lost() {
 #[test]
 fn an_accepted_record_missing_at_the_deadline_is_unseen() {
     let deadline = Observation {
+        at_ns: 0,
         served: vec![served("orders", ORDERS, 0, 0, 0)],
     };
     let last = Observation {
+        at_ns: 0,
         served: vec![
             served("orders", ORDERS, 0, 0, 0),
             served("orders", ORDERS, 0, 1, 1),
@@ -243,6 +250,7 @@ fn a_report_breaks_down_by_node_and_by_the_faults_around_each_call() {
     let ledger = three_calls();
     // Record 0 lost, record 1 twice (once rerouted), record 2 in place.
     let last = Observation {
+        at_ns: 0,
         served: vec![
             served("orders", ORDERS, 0, 0, 1),
             served("orders", ORDERS, 1, 0, 1),
@@ -295,6 +303,7 @@ fn records_a_down_node_may_hold_are_excused_at_the_deadline_only() {
     assert_eq!(ledger.missing_at_deadline(&nothing), 1);
     assert_eq!(ledger.missing(&nothing), 3);
     let all = Observation {
+        at_ns: 0,
         served: (0..3)
             .map(|id| served("orders", ORDERS, 0, id, id))
             .collect(),
@@ -311,6 +320,7 @@ fn records_a_down_node_may_hold_are_excused_at_the_deadline_only() {
 fn missing_counts_required_records_not_served_in_place() {
     let ledger = ledger();
     let observation = Observation {
+        at_ns: 0,
         served: vec![
             served("orders", ORDERS, 0, 0, 0),
             served("orders", TopicId(9), 0, 1, 1),

@@ -202,7 +202,14 @@ impl<N: SimNode> World<N> {
             servers,
             admin_turn: std::sync::atomic::AtomicUsize::new(0),
             observer,
-            ledger: Mutex::new(Ledger::new()),
+            ledger: Mutex::new({
+                let mut ledger = Ledger::new();
+                ledger.set_retention(crate::ledger::RetentionRule {
+                    retention_ms: scenario.retention.retention_ms,
+                    retention_bytes: scenario.retention.retention_bytes,
+                });
+                ledger
+            }),
             topics: scenario
                 .topics
                 .iter()
@@ -428,6 +435,7 @@ fn boot_servers<N: SimNode>(
         partition_segment_bytes: knobs.partition_segment_bytes,
         journal_segment_bytes: knobs.journal_segment_bytes,
         wal_prealloc: knobs.wal_prealloc,
+        retention: scenario.retention,
     };
     let nodes = scenario.topology.nodes as usize;
     let members: Vec<std::net::SocketAddr> = (0..nodes).map(member_addr).collect();

@@ -46,6 +46,7 @@ impl<N: SimNode> World<N> {
                     .await;
             }
         }
+        observation.at_ns = sim_now_ns();
         observation
     }
 

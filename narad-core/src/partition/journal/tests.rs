@@ -392,7 +392,10 @@ impl Crash {
                     event: crate::partition::owner::LogEvent::OpenFailed { error, .. },
                     ..
                 } => panic!("a partition log failed to open after a replay: {error}"),
-                OwnerOutput::Forget { .. } | OwnerOutput::Journal(_) | OwnerOutput::Log { .. } => {}
+                OwnerOutput::Forget { .. }
+                | OwnerOutput::Journal(_)
+                | OwnerOutput::Log { .. }
+                | OwnerOutput::RetentionChecked { .. } => {}
             }
         }
     }
@@ -444,7 +447,10 @@ impl Crash {
         if heads.is_empty() {
             // A cohort wait holds staged appends: its deadline (under the 5 ms each input advances
             // the clock) has passed.
-            if self.owner.poll_timeout().is_some() {
+            // (The retention check's timer is always set: only a deadline the next input reaches
+            // counts.)
+            let next = self.now + std::time::Duration::from_millis(5);
+            if self.owner.poll_timeout().is_some_and(|at| at <= next) {
                 self.input(OwnerInput::Tick);
                 return true;
             }

@@ -118,7 +118,8 @@ impl PartitionLog {
         }
         self.delete_expired(policy);
         if matches!(self.phase, Phase::Ready) && self.active_expired(policy) {
-            self.roll_active();
+            // The unlinks follow the roll's completion (one request at a time on the commit lane).
+            return self.roll_active();
         }
         self.unlink_doomed();
     }

@@ -9,6 +9,7 @@ use crate::partition::segment::scan_segment;
 
 mod reads_and_rolls;
 mod reopening;
+mod retention;
 mod zero_fill;
 
 const DIR: &str = "topics/orders/p00000";
