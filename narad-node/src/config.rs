@@ -79,6 +79,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[storage]`.
     pub storage: StorageConfig,
+    /// `[topic]`.
+    pub topic: TopicConfig,
     /// `[log]`.
     pub log: LogConfig,
     /// `[security]`.
@@ -240,6 +242,16 @@ pub struct StorageConfig {
     pub owner_journal_commit_delay_us: u64,
 }
 
+/// `[topic]`: rules this node applies to topic changes before proposing them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicConfig {
+    /// The shortest `retention_ms` (0 aside) a create or PATCH through this node may ask for, ms
+    /// (`NARAD_TOPIC_MIN_RETENTION_MS`); one hour by default, as Narad, and at least the metastore's
+    /// floor (`narad_core::metastore::RETENTION_MS_FLOOR`, 100). Tests and small deployments lower it.
+    pub min_retention_ms: u64,
+}
+
 /// `[log]`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -312,6 +324,14 @@ impl Default for StorageConfig {
             owner_journal_commit_delay_us: OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
             ingress_wal_commit_delay_us: INGRESS_WAL_COMMIT_DELAY_US_DEFAULT,
+        }
+    }
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            min_retention_ms: narad_core::metastore::RETENTION_MS_MIN_DEFAULT,
         }
     }
 }
@@ -496,6 +516,10 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
             Ok(())
         },
     ),
+    ("NARAD_TOPIC_MIN_RETENTION_MS", |config, value| {
+        config.topic.min_retention_ms = parse_number(value)?;
+        Ok(())
+    }),
     ("NARAD_LOG_LEVEL", |config, value| {
         config.log.level = value.to_string();
         Ok(())
@@ -656,6 +680,13 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "storage.owner_journal_commit_delay_us must be at most \
                  {OWNER_JOURNAL_COMMIT_DELAY_US_MAX}, got {delay}"
+            )));
+        }
+        let floor = narad_core::metastore::RETENTION_MS_FLOOR;
+        let min = self.topic.min_retention_ms;
+        if min < floor {
+            return Err(ConfigError::Invalid(format!(
+                "topic.min_retention_ms must be at least {floor}, got {min}"
             )));
         }
         if self.storage.data_dir.as_os_str().is_empty() {

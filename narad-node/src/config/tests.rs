@@ -199,6 +199,23 @@ fn commit_delay_is_settable_off_and_below_the_backstop() {
 }
 
 #[test]
+fn the_minimum_retention_defaults_to_an_hour_and_is_bounded_by_the_floor() {
+    let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
+    assert_eq!(config.topic.min_retention_ms, 3_600_000);
+    let (_dir, flags) = with_file("[topic]\nmin_retention_ms = 2000\n");
+    let config = Config::load(&flags, &env_of(&[])).unwrap();
+    assert_eq!(config.topic.min_retention_ms, 2_000);
+    let env = env_of(&[("NARAD_TOPIC_MIN_RETENTION_MS", "1000")]);
+    let config = Config::load(&flags, &env).unwrap();
+    assert_eq!(config.topic.min_retention_ms, 1_000);
+    let env = env_of(&[("NARAD_TOPIC_MIN_RETENTION_MS", "99")]);
+    assert_eq!(
+        Config::load(&dev_flags(), &env).unwrap_err(),
+        ConfigError::Invalid("topic.min_retention_ms must be at least 100, got 99".to_string())
+    );
+}
+
+#[test]
 fn http_timeouts_and_connection_cap_default_to_the_surface() {
     let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
     assert_eq!(config.http.read_timeout_ms, 10_000);
