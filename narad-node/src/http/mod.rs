@@ -87,6 +87,9 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
+    /// Set by the node's disk guard while the data directory's file system has less free space than
+    /// `storage.min_free_bytes`: produces answer 507.
+    insufficient_storage: AtomicBool,
     /// This node's `topic.min_retention_ms`.
     min_retention_ms: u64,
     schemas: schema::SchemaCache,
@@ -130,6 +133,7 @@ impl App {
             metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            insufficient_storage: AtomicBool::new(false),
             min_retention_ms: narad_core::metastore::RETENTION_MS_MIN_DEFAULT,
             schemas: schema::SchemaCache::default(),
             picker: Mutex::new(PartitionPicker::new(keyless_seed)),
@@ -207,6 +211,16 @@ impl App {
     /// Whether a graceful shutdown is in progress.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Sets or clears the disk guard: while set, produces answer 507 before touching the WAL.
+    pub fn set_insufficient_storage(&self, active: bool) {
+        self.insufficient_storage.store(active, Ordering::Release);
+    }
+
+    /// Whether the disk guard is refusing produces.
+    pub fn is_insufficient_storage(&self) -> bool {
+        self.insufficient_storage.load(Ordering::Acquire)
     }
 }
 
