@@ -250,6 +250,10 @@ pub struct TopicAddArgs {
     /// How long messages are kept (`7d`, `2h`, `90m`, `30s`, `500ms`; a bare number is ms).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub retention: Option<u64>,
+    /// Bytes of its newest messages each partition keeps at least, older ones going past it
+    /// (`10GiB`, `512MiB`, `2GB`; a bare number is bytes; 0: no bound; else at least 1MiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_bytes)]
+    pub retention_bytes: Option<u64>,
     /// Queue-mode lease length (a duration as for `--retention`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub visibility: Option<u64>,
@@ -281,6 +285,10 @@ pub struct TopicEditArgs {
     /// How long messages are kept (a duration as for `topic add --retention`).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
     pub retention: Option<u64>,
+    /// Bytes each partition keeps at least (a size as for `topic add --retention-bytes`; 0: no
+    /// bound).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_bytes)]
+    pub retention_bytes: Option<u64>,
     /// Most messages leased at once per partition (0: the default).
     #[arg(long, value_name = "N")]
     pub max_in_flight: Option<u32>,
@@ -425,6 +433,41 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     number
         .checked_mul(scale)
         .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// A size flag in bytes: digits with an optional unit, binary (`KiB`, `MiB`, `GiB`, `TiB`) or
+/// decimal (`KB`, `MB`, `GB`, `TB`), in any case; bare digits (or `B`) are bytes, as the API's
+/// `*_bytes` fields are.
+pub fn parse_size_bytes(text: &str) -> Result<u64, String> {
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits);
+    let unit = unit.trim();
+    let not_a_size = || format!("{text:?} is not a size such as 10GiB, 512MiB or 1048576");
+    if number.is_empty() || !unit.bytes().all(|byte| byte.is_ascii_alphabetic()) {
+        return Err(not_a_size());
+    }
+    let scale: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} (use KiB, MiB, GiB, TiB, KB, MB, GB, TB, or bytes)"
+            ))
+        }
+    };
+    let number: u64 = number.parse().map_err(|_| not_a_size())?;
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("{text:?} is too large"))
 }
 
 #[cfg(test)]
@@ -602,6 +645,8 @@ mod tests {
             "6",
             "--retention",
             "7d",
+            "--retention-bytes",
+            "10GiB",
             "--visibility",
             "30s",
             "--json",
@@ -618,6 +663,7 @@ mod tests {
                 name: "orders".to_string(),
                 partitions: Some(6),
                 retention: Some(604_800_000),
+                retention_bytes: Some(10 << 30),
                 visibility: Some(30_000),
                 max_in_flight: None,
                 max_acked_ahead: None,
@@ -631,6 +677,11 @@ mod tests {
             ("h:2", TopicCommand::Ls(TopicLsArgs { limit: 100 }))
         );
         assert!(parse(&["narad", "topic", "ls", "--limit", "1001"]).is_err());
+        let error = parse(&["narad", "topic", "edit", "t", "--retention-bytes", "10XB"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("unknown unit \"XB\""), "{error}");
         let Ok(ClientCommand::User(user)) = parse(&[
             "narad",
             "user",
@@ -685,5 +736,28 @@ mod tests {
         assert!(parse_duration_ms("-1s").is_err());
         assert!(parse_duration_ms("99999999999999999999d").is_err());
         assert!(parse_duration_ms("999999999999999d").is_err());
+    }
+
+    #[test]
+    fn sizes_are_bytes_or_carry_a_binary_or_decimal_unit() {
+        assert_eq!(parse_size_bytes("1048576"), Ok(1_048_576));
+        assert_eq!(parse_size_bytes("0"), Ok(0));
+        assert_eq!(parse_size_bytes("512B"), Ok(512));
+        assert_eq!(parse_size_bytes("4KiB"), Ok(4_096));
+        assert_eq!(parse_size_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size_bytes("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_size_bytes("10gib"), Ok(10 << 30));
+        assert_eq!(parse_size_bytes("2TiB"), Ok(2 << 40));
+        assert_eq!(parse_size_bytes("3KB"), Ok(3_000));
+        assert_eq!(parse_size_bytes("5MB"), Ok(5_000_000));
+        assert_eq!(parse_size_bytes("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size_bytes("10 GiB"), Ok(10 << 30));
+        for bad in ["", "GiB", "-1", "10XB", "10G", "99999999999TiB"] {
+            assert!(parse_size_bytes(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_size_bytes("1.5GiB"),
+            Err("\"1.5GiB\" is not a size such as 10GiB, 512MiB or 1048576".to_string())
+        );
     }
 }

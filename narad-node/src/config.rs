@@ -51,6 +51,21 @@ pub const OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT: u64 =
     narad_core::partition::journal::COMMIT_DELAY_US_MAX_DEFAULT;
 /// Largest accepted owner journal cohort wait, µs: the accept→visible target is 10 ms.
 pub const OWNER_JOURNAL_COMMIT_DELAY_US_MAX: u64 = 5_000;
+/// Default interval of each partition owner's retention check, ms (Narad's 60 s).
+pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 60_000;
+/// Shortest accepted retention check interval, ms.
+pub const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 100;
+/// The default free-space floor's cap: 1 GiB (see [`min_free_bytes_default`]).
+pub const MIN_FREE_BYTES_DEFAULT_MAX: u64 = 1 << 30;
+/// Default idle time after which a partition log closes its files, ms (Narad's 30 minutes).
+pub const IDLE_LOG_EVICTION_MS_DEFAULT: u64 = 1_800_000;
+
+/// The free space the disk guard keeps when `storage.min_free_bytes` is not set: 1 GiB, or 5% of the
+/// data directory's file system (`total_bytes`) where that is less, so a small disk is not refused
+/// produces while most of it is free.
+pub fn min_free_bytes_default(total_bytes: u64) -> u64 {
+    MIN_FREE_BYTES_DEFAULT_MAX.min(total_bytes / 20)
+}
 
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -79,6 +94,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[storage]`.
     pub storage: StorageConfig,
+    /// `[topic]`.
+    pub topic: TopicConfig,
     /// `[log]`.
     pub log: LogConfig,
     /// `[security]`.
@@ -238,6 +255,35 @@ pub struct StorageConfig {
     /// times that flush's duration. It delays visibility, never a 202. 0 turns it off; at most
     /// 5,000.
     pub owner_journal_commit_delay_us: u64,
+    /// How often each partition owner applies retention, ms
+    /// (`NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS`); at least 100.
+    pub retention_check_interval_ms: u64,
+    /// The free space the data directory's file system keeps, bytes (`NARAD_STORAGE_MIN_FREE_BYTES`):
+    /// with less, produces answer 507 until there is enough again. Unset: [`min_free_bytes_default`]
+    /// of the file system's size. 0 turns the guard off.
+    pub min_free_bytes: Option<u64>,
+    /// How long a partition log nobody reads or writes keeps its files open, ms
+    /// (`NARAD_STORAGE_IDLE_LOG_EVICTION_MS`).
+    pub idle_log_eviction_ms: u64,
+}
+
+impl StorageConfig {
+    /// The free-space floor of a data directory on a file system of `total_bytes`:
+    /// `min_free_bytes` when set, else [`min_free_bytes_default`].
+    pub fn min_free_bytes_for(&self, total_bytes: u64) -> u64 {
+        self.min_free_bytes
+            .unwrap_or_else(|| min_free_bytes_default(total_bytes))
+    }
+}
+
+/// `[topic]`: rules this node applies to topic changes before proposing them.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicConfig {
+    /// The shortest `retention_ms` (0 aside) a create or PATCH through this node may ask for, ms
+    /// (`NARAD_TOPIC_MIN_RETENTION_MS`); one hour by default, as Narad, and at least the metastore's
+    /// floor (`narad_core::metastore::RETENTION_MS_FLOOR`, 100). Tests and small deployments lower it.
+    pub min_retention_ms: u64,
 }
 
 /// `[log]`.
@@ -312,6 +358,17 @@ impl Default for StorageConfig {
             owner_journal_commit_delay_us: OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
             ingress_wal_commit_delay_us: INGRESS_WAL_COMMIT_DELAY_US_DEFAULT,
+            retention_check_interval_ms: RETENTION_CHECK_INTERVAL_MS_DEFAULT,
+            min_free_bytes: None,
+            idle_log_eviction_ms: IDLE_LOG_EVICTION_MS_DEFAULT,
+        }
+    }
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            min_retention_ms: narad_core::metastore::RETENTION_MS_MIN_DEFAULT,
         }
     }
 }
@@ -496,6 +553,25 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
             Ok(())
         },
     ),
+    (
+        "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS",
+        |config, value| {
+            config.storage.retention_check_interval_ms = parse_number(value)?;
+            Ok(())
+        },
+    ),
+    ("NARAD_STORAGE_MIN_FREE_BYTES", |config, value| {
+        config.storage.min_free_bytes = Some(parse_number(value)?);
+        Ok(())
+    }),
+    ("NARAD_STORAGE_IDLE_LOG_EVICTION_MS", |config, value| {
+        config.storage.idle_log_eviction_ms = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_TOPIC_MIN_RETENTION_MS", |config, value| {
+        config.topic.min_retention_ms = parse_number(value)?;
+        Ok(())
+    }),
     ("NARAD_LOG_LEVEL", |config, value| {
         config.log.level = value.to_string();
         Ok(())
@@ -656,6 +732,20 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "storage.owner_journal_commit_delay_us must be at most \
                  {OWNER_JOURNAL_COMMIT_DELAY_US_MAX}, got {delay}"
+            )));
+        }
+        let interval = self.storage.retention_check_interval_ms;
+        if interval < RETENTION_CHECK_INTERVAL_MS_MIN {
+            return Err(ConfigError::Invalid(format!(
+                "storage.retention_check_interval_ms must be at least \
+                 {RETENTION_CHECK_INTERVAL_MS_MIN}, got {interval}"
+            )));
+        }
+        let floor = narad_core::metastore::RETENTION_MS_FLOOR;
+        let min = self.topic.min_retention_ms;
+        if min < floor {
+            return Err(ConfigError::Invalid(format!(
+                "topic.min_retention_ms must be at least {floor}, got {min}"
             )));
         }
         if self.storage.data_dir.as_os_str().is_empty() {

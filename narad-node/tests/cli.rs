@@ -211,6 +211,7 @@ fn topics_are_created_listed_shown_altered_and_deleted() {
             "NAME",
             "PARTITIONS",
             "RETENTION",
+            "RETENTION_BYTES",
             "VISIBILITY",
             "MAX_IN_FLIGHT",
             "MAX_ACKED_AHEAD",
@@ -218,11 +219,11 @@ fn topics_are_created_listed_shown_altered_and_deleted() {
         ]
     );
     let row: Vec<&str> = lines[1].split_whitespace().collect();
-    assert_eq!(row[..6], ["orders", "4", "2h", "30s", "1024", "1024"]);
+    assert_eq!(row[..7], ["orders", "4", "2h", "-", "30s", "1024", "1024"]);
     assert!(
-        row[6].ends_with('Z') && row[6].len() == 20,
+        row[7].ends_with('Z') && row[7].len() == 20,
         "created {}",
-        row[6]
+        row[7]
     );
 
     let audit = cli.ok(&[
@@ -324,8 +325,37 @@ fn topics_are_created_listed_shown_altered_and_deleted() {
     assert_eq!(high_watermarks(&node, "orders").len(), 6);
     let edited = cli.ok(&["topic", "edit", "orders", "--max-acked-ahead", "16"]);
     assert_eq!(
-        edited.lines()[1].split_whitespace().collect::<Vec<_>>()[..6],
-        ["orders", "6", "3h", "30s", "1024", "16"]
+        edited.lines()[1].split_whitespace().collect::<Vec<_>>()[..7],
+        ["orders", "6", "3h", "-", "30s", "1024", "16"]
+    );
+    let edited = cli.ok(&["topic", "edit", "orders", "--retention-bytes", "10GiB"]);
+    assert_eq!(
+        edited.lines()[1].split_whitespace().collect::<Vec<_>>()[..4],
+        ["orders", "6", "3h", "10GiB"]
+    );
+    let edited = cli
+        .ok(&[
+            "topic",
+            "edit",
+            "orders",
+            "--retention-bytes",
+            "2MB",
+            "--json",
+        ])
+        .json_lines();
+    assert_eq!(edited[0]["retention_bytes"], 2_000_000);
+    // A bad size is the flag parser's usage error (exit 2), before any request.
+    let bad = cli.run(&["topic", "edit", "orders", "--retention-bytes", "1.5GiB"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", bad.stderr);
+    assert!(
+        bad.stderr
+            .contains("\"1.5GiB\" is not a size such as 10GiB"),
+        "{}",
+        bad.stderr
+    );
+    cli.fails(
+        &["topic", "edit", "orders", "--retention-bytes", "1KiB"],
+        "retention_bytes must be 0 (no bound) or at least 1048576 (HTTP 400)",
     );
     cli.fails(&["topic", "edit", "orders"], "nothing to change");
     cli.fails(

@@ -23,11 +23,14 @@
 //! Rebalancing on membership change belongs to the cluster issue.
 //!
 //! # Encoding
-//! Commands and snapshots are postcard (serde) behind one format byte ([`COMMAND_FORMAT_1`],
-//! [`SNAPSHOT_FORMAT_1`]). Postcard encodes enum variants by index and struct fields by position: new
-//! variants go at the end, and a field change needs a new format byte. Decoding is total: bad bytes are an
-//! [`EncodingError`], never a panic.
+//! Commands and snapshots are postcard (serde) behind one format byte ([`COMMAND_FORMAT_2`],
+//! [`SNAPSHOT_FORMAT_4`]). Postcard encodes enum variants by index and struct fields by position: new
+//! variants go at the end, and a field change needs a new format byte. Every earlier format byte is still
+//! decoded, through private structs of its layout (`formats`), into today's types: a raft log or snapshot
+//! written by an earlier release replays. Decoding is total: bad bytes are an [`EncodingError`], never a
+//! panic.
 
+mod formats;
 pub mod liveness;
 pub mod replica;
 mod topic;
@@ -40,9 +43,10 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{NodeId, PartitionId, TopicId};
 
 pub use topic::{
-    normalize_retention_ms, validate_topic_name, AlterTopic, CreateTopic, Topic, TopicError,
-    TopicSettings, ACKED_AHEAD_PER_PARTITION_DEFAULT, IN_FLIGHT_PER_PARTITION_DEFAULT,
-    PARTITIONS_DEFAULT, PARTITIONS_MAX, PARTITIONS_MIN, RETENTION_MS_DEFAULT, RETENTION_MS_MIN,
+    check_retention_bytes, normalize_retention_ms, validate_topic_name, AlterTopic, CreateTopic,
+    Topic, TopicError, TopicSettings, ACKED_AHEAD_PER_PARTITION_DEFAULT,
+    IN_FLIGHT_PER_PARTITION_DEFAULT, PARTITIONS_DEFAULT, PARTITIONS_MAX, PARTITIONS_MIN,
+    RETENTION_BYTES_MIN, RETENTION_MS_DEFAULT, RETENTION_MS_FLOOR, RETENTION_MS_MIN_DEFAULT,
     SCHEMA_BYTES_MAX, TOPICS_MAX, TOPIC_NAME_BYTES_MAX, VISIBILITY_TIMEOUT_MS_DEFAULT,
 };
 
@@ -54,6 +58,7 @@ pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
         partitions,
         settings: TopicSettings {
             retention_ms: 0,
+            retention_bytes: 0,
             visibility_timeout_ms: 0,
             max_in_flight_per_partition: 0,
             max_acked_ahead_per_partition: 0,
@@ -64,15 +69,22 @@ pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
     })
 }
 
-/// Format byte of an encoded [`Command`].
+/// Format byte of a [`Command`] from before `retention_bytes` (still read).
 pub const COMMAND_FORMAT_1: u8 = 1;
+/// Format byte of an encoded [`Command`]: format 1 plus `retention_bytes` in a create's settings and
+/// in a PATCH (after `retention_ms` in both).
+pub const COMMAND_FORMAT_2: u8 = 2;
 /// Format byte of a [`MetaState`] snapshot from before member liveness (still read).
 pub const SNAPSHOT_FORMAT_1: u8 = 1;
 /// Format byte of a [`MetaState`] snapshot from before users (still read): format 1 plus the members
 /// marked dead.
 pub const SNAPSHOT_FORMAT_2: u8 = 2;
-/// Format byte of an encoded [`MetaState`] snapshot: format 2 plus the users.
+/// Format byte of a [`MetaState`] snapshot from before `retention_bytes` (still read): format 2 plus
+/// the users.
 pub const SNAPSHOT_FORMAT_3: u8 = 3;
+/// Format byte of an encoded [`MetaState`] snapshot: format 3 plus each topic's `retention_bytes`
+/// (after `retention_ms`).
+pub const SNAPSHOT_FORMAT_4: u8 = 4;
 /// Most members the state holds.
 pub const MEMBERS_MAX: usize = 1024;
 /// Longest member address, in bytes.
@@ -175,14 +187,18 @@ pub enum Command {
 }
 
 impl Command {
-    /// Encodes the command behind [`COMMAND_FORMAT_1`].
+    /// Encodes the command behind [`COMMAND_FORMAT_2`].
     pub fn encode(&self) -> Vec<u8> {
-        encode_with_format(COMMAND_FORMAT_1, self)
+        encode_with_format(COMMAND_FORMAT_2, self)
     }
 
-    /// Decodes a command written by [`Command::encode`].
+    /// Decodes a command written by [`Command::encode`], or by a release before `retention_bytes`
+    /// (a create or PATCH of then gets `retention_bytes` 0 / none).
     pub fn decode(bytes: &[u8]) -> Result<Command, EncodingError> {
-        decode_with_format(COMMAND_FORMAT_1, bytes)
+        match bytes.first() {
+            Some(&COMMAND_FORMAT_1) => formats::decode_command_format_1(bytes),
+            _ => decode_with_format(COMMAND_FORMAT_2, bytes),
+        }
     }
 }
 
@@ -238,25 +254,6 @@ pub struct MetaState {
     dead: BTreeSet<NodeId>,
     /// Users and their grants.
     users: users::Users,
-}
-
-/// [`SNAPSHOT_FORMAT_2`]'s state: no users.
-#[derive(Deserialize)]
-struct MetaStateFormat2 {
-    topics: BTreeMap<String, Topic>,
-    members: BTreeMap<NodeId, Member>,
-    next_topic_id: u64,
-    version: u64,
-    dead: BTreeSet<NodeId>,
-}
-
-/// [`SNAPSHOT_FORMAT_1`]'s state: no liveness.
-#[derive(Deserialize)]
-struct MetaStateFormat1 {
-    topics: BTreeMap<String, Topic>,
-    members: BTreeMap<NodeId, Member>,
-    next_topic_id: u64,
-    version: u64,
 }
 
 impl MetaState {
@@ -362,38 +359,18 @@ impl MetaState {
         self.version
     }
 
-    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_3`].
+    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_4`].
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        encode_with_format(SNAPSHOT_FORMAT_3, self)
+        encode_with_format(SNAPSHOT_FORMAT_4, self)
     }
 
-    /// Decodes a snapshot written by [`MetaState::encode_snapshot`], or by a release before users (no
-    /// user) or before member liveness (every member alive, no user).
+    /// Decodes a snapshot written by [`MetaState::encode_snapshot`], or by an earlier release: before
+    /// `retention_bytes` (every topic unbounded), before users (no user) or before member liveness
+    /// (every member alive).
     pub fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
         let state: MetaState = match bytes.first() {
-            Some(&SNAPSHOT_FORMAT_1) => {
-                let old: MetaStateFormat1 = decode_with_format(SNAPSHOT_FORMAT_1, bytes)?;
-                MetaState {
-                    topics: old.topics,
-                    members: old.members,
-                    next_topic_id: old.next_topic_id,
-                    version: old.version,
-                    dead: BTreeSet::new(),
-                    users: users::Users::default(),
-                }
-            }
-            Some(&SNAPSHOT_FORMAT_2) => {
-                let old: MetaStateFormat2 = decode_with_format(SNAPSHOT_FORMAT_2, bytes)?;
-                MetaState {
-                    topics: old.topics,
-                    members: old.members,
-                    next_topic_id: old.next_topic_id,
-                    version: old.version,
-                    dead: old.dead,
-                    users: users::Users::default(),
-                }
-            }
-            _ => decode_with_format(SNAPSHOT_FORMAT_3, bytes)?,
+            Some(&(SNAPSHOT_FORMAT_1..=SNAPSHOT_FORMAT_3)) => formats::decode_snapshot(bytes)?,
+            _ => decode_with_format(SNAPSHOT_FORMAT_4, bytes)?,
         };
         state
             .invariant_violation()

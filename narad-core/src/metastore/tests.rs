@@ -3,9 +3,12 @@ use rand_chacha::ChaCha8Rng;
 
 use super::*;
 
+mod formats;
+
 fn settings(retention_ms: u64) -> TopicSettings {
     TopicSettings {
         retention_ms,
+        retention_bytes: 0,
         visibility_timeout_ms: 0,
         max_in_flight_per_partition: 0,
         max_acked_ahead_per_partition: 0,
@@ -59,6 +62,7 @@ fn create_applies_the_defaults_for_zero_fields() {
             schema_version: 0,
             settings: TopicSettings {
                 retention_ms: 604_800_000,
+                retention_bytes: 0,
                 visibility_timeout_ms: 30_000,
                 max_in_flight_per_partition: 1024,
                 max_acked_ahead_per_partition: 1024,
@@ -79,6 +83,7 @@ fn create_keeps_explicit_values_and_schema() {
         partitions: 108,
         settings: TopicSettings {
             retention_ms: 3_600_000,
+            retention_bytes: 1_048_576,
             visibility_timeout_ms: 5,
             max_in_flight_per_partition: 7,
             max_acked_ahead_per_partition: 9,
@@ -93,6 +98,7 @@ fn create_keeps_explicit_values_and_schema() {
         topic.settings,
         TopicSettings {
             retention_ms: 3_600_000,
+            retention_bytes: 1_048_576,
             visibility_timeout_ms: 5,
             max_in_flight_per_partition: 7,
             max_acked_ahead_per_partition: 9,
@@ -144,26 +150,100 @@ fn create_partitions_must_be_zero_or_between_3_and_108() {
 }
 
 #[test]
-fn create_retention_must_be_zero_or_at_least_one_hour() {
+fn create_retention_must_be_zero_or_at_least_the_floor() {
     let mut state = state_with_members(&[1]);
-    for bad in [1, 3_599_999] {
+    for bad in [1, 99] {
         let mut command = create("t", 0);
         if let Command::CreateTopic(create) = &mut command {
             create.settings.retention_ms = bad;
         }
         assert_eq!(
             state.apply(&command),
-            Err(TopicError::RetentionTooShort),
+            Err(TopicError::RetentionTooShort { min: 100 }),
             "{bad}"
         );
     }
     let mut command = create("t", 0);
     if let Command::CreateTopic(create) = &mut command {
-        create.settings.retention_ms = 3_600_000;
+        create.settings.retention_ms = 100;
+    }
+    assert_eq!(created(&mut state, &command).settings.retention_ms, 100);
+}
+
+#[test]
+fn a_node_minimum_applies_only_where_the_node_checks() {
+    let mut create = CreateTopic {
+        name: "t".to_string(),
+        partitions: 0,
+        settings: settings(3_599_999),
+        schema: None,
+        owner: String::new(),
+        created_at_s: 1,
+    };
+    assert_eq!(
+        create.normalized_with_min_retention(3_600_000),
+        Err(TopicError::RetentionTooShort { min: 3_600_000 })
+    );
+    assert_eq!(
+        TopicError::RetentionTooShort { min: 3_600_000 }.to_string(),
+        "invalid argument: retention_ms must be 0 (default) or at least 3600000"
+    );
+    // A node's minimum below the floor does not lower it.
+    create.settings.retention_ms = 50;
+    assert_eq!(
+        create.normalized_with_min_retention(10),
+        Err(TopicError::RetentionTooShort { min: 100 })
+    );
+    create.settings.retention_ms = 1_000;
+    assert_eq!(
+        create
+            .normalized_with_min_retention(1_000)
+            .map(|create| create.settings.retention_ms),
+        Ok(1_000)
+    );
+}
+
+#[test]
+fn retention_bytes_is_zero_or_at_least_one_mebibyte_and_never_defaulted() {
+    let mut state = state_with_members(&[1]);
+    for bad in [1, 1_048_575] {
+        let mut command = create("t", 0);
+        if let Command::CreateTopic(create) = &mut command {
+            create.settings.retention_bytes = bad;
+        }
+        assert_eq!(
+            state.apply(&command),
+            Err(TopicError::RetentionBytesTooSmall),
+            "{bad}"
+        );
     }
     assert_eq!(
-        created(&mut state, &command).settings.retention_ms,
-        3_600_000
+        created(&mut state, &create("t", 0))
+            .settings
+            .retention_bytes,
+        0
+    );
+    let mut change = alter("t");
+    change.retention_bytes = Some(1_048_575);
+    assert_eq!(
+        state.apply(&Command::AlterTopic(change)),
+        Err(TopicError::RetentionBytesTooSmall)
+    );
+    let mut change = alter("t");
+    change.retention_bytes = Some(10 << 30);
+    let Ok(Applied::TopicAltered(topic)) = state.apply(&Command::AlterTopic(change)) else {
+        panic!("alter refused");
+    };
+    assert_eq!(topic.settings.retention_bytes, 10 << 30);
+    let mut change = alter("t");
+    change.retention_bytes = Some(0);
+    let Ok(Applied::TopicAltered(topic)) = state.apply(&Command::AlterTopic(change)) else {
+        panic!("alter refused");
+    };
+    assert_eq!(topic.settings.retention_bytes, 0);
+    assert_eq!(
+        TopicError::RetentionBytesTooSmall.to_string(),
+        "invalid argument: retention_bytes must be 0 (no bound) or at least 1048576"
     );
 }
 
@@ -333,6 +413,7 @@ fn alter_settings_zero_means_default() {
     if let Command::CreateTopic(create) = &mut command {
         create.settings = TopicSettings {
             retention_ms: 7_200_000,
+            retention_bytes: 2 << 20,
             visibility_timeout_ms: 1,
             max_in_flight_per_partition: 2,
             max_acked_ahead_per_partition: 3,
@@ -350,6 +431,7 @@ fn alter_settings_zero_means_default() {
         topic.settings,
         TopicSettings {
             retention_ms: RETENTION_MS_DEFAULT,
+            retention_bytes: 2 << 20,
             visibility_timeout_ms: 1,
             max_in_flight_per_partition: 1024,
             max_acked_ahead_per_partition: 1024,
@@ -364,10 +446,18 @@ fn alter_checks_retention_before_partitions_and_applies_nothing_on_refusal() {
     let before = state.topic("orders").cloned();
     let mut change = alter("orders");
     change.retention_ms = Some(1);
+    change.retention_bytes = Some(1);
     change.partitions = Some(2);
     assert_eq!(
         state.apply(&Command::AlterTopic(change)),
-        Err(TopicError::RetentionTooShort)
+        Err(TopicError::RetentionTooShort { min: 100 })
+    );
+    let mut change = alter("orders");
+    change.retention_bytes = Some(1);
+    change.partitions = Some(2);
+    assert_eq!(
+        state.apply(&Command::AlterTopic(change)),
+        Err(TopicError::RetentionBytesTooSmall)
     );
     let mut change = alter("orders");
     change.retention_ms = Some(7_200_000);
@@ -487,6 +577,7 @@ fn commands_round_trip_through_their_encoding() {
             name: "orders".to_string(),
             partitions: Some(9),
             retention_ms: Some(0),
+            retention_bytes: Some(5 << 20),
             max_in_flight_per_partition: None,
             max_acked_ahead_per_partition: Some(3),
             schema: Some("{}".to_string()),
@@ -505,7 +596,7 @@ fn commands_round_trip_through_their_encoding() {
     ];
     for command in commands {
         let bytes = command.encode();
-        assert_eq!(bytes[0], COMMAND_FORMAT_1);
+        assert_eq!(bytes[0], COMMAND_FORMAT_2);
         assert_eq!(Command::decode(&bytes), Ok(command));
     }
 }
@@ -518,10 +609,10 @@ fn command_decoding_refuses_bad_bytes() {
         Err(EncodingError::UnknownFormat(None))
     );
     let mut other_format = bytes.clone();
-    other_format[0] = 2;
+    other_format[0] = 3;
     assert_eq!(
         Command::decode(&other_format),
-        Err(EncodingError::UnknownFormat(Some(2)))
+        Err(EncodingError::UnknownFormat(Some(3)))
     );
     for cut in 1..bytes.len() {
         assert!(
@@ -581,6 +672,9 @@ fn random_command(rng: &mut ChaCha8Rng) -> Command {
             change.retention_ms = rng
                 .random_bool(0.3)
                 .then(|| rng.random_range(0..2) * 3_600_000);
+            change.retention_bytes = rng
+                .random_bool(0.3)
+                .then(|| rng.random_range(0..3) * (1 << 20));
             change.schema = rng.random_bool(0.2).then(|| "{}".to_string());
             Command::AlterTopic(change)
         }
@@ -673,42 +767,6 @@ fn liveness_is_replicated_state_and_survives_a_snapshot() {
         })
         .unwrap();
     assert!(state.is_alive(NodeId(2)));
-}
-
-#[test]
-fn a_format_1_snapshot_still_reads_with_every_member_alive() {
-    #[derive(serde::Serialize)]
-    struct Format1<'a> {
-        topics: &'a BTreeMap<String, Topic>,
-        members: &'a BTreeMap<NodeId, Member>,
-        next_topic_id: u64,
-        version: u64,
-    }
-    let mut state = MetaState::new();
-    state
-        .apply(&Command::AddMember {
-            node: NodeId(1),
-            addr: "a".to_string(),
-        })
-        .unwrap();
-    state.apply(&create_command("t", 0)).unwrap();
-    let topics: BTreeMap<String, Topic> = state
-        .topics_after("", 10)
-        .0
-        .into_iter()
-        .map(|topic| (topic.name.clone(), topic.clone()))
-        .collect();
-    let mut bytes = vec![SNAPSHOT_FORMAT_1];
-    bytes.extend(
-        postcard::to_allocvec(&Format1 {
-            topics: &topics,
-            members: state.members(),
-            next_topic_id: 2,
-            version: state.version(),
-        })
-        .unwrap(),
-    );
-    assert_eq!(MetaState::decode_snapshot(&bytes).unwrap(), state);
 }
 
 #[test]
@@ -915,22 +973,4 @@ fn only_root_passes_on_admin_and_others_only_what_they_hold() {
     assert!(!orders.may_pass_on(&grant(Produce, &["*"])));
     assert!(!orders.may_pass_on(&grant(Consume, &["audit"])));
     assert!(users::pattern_matches("*", "x") && !users::pattern_matches("a", "ab"));
-}
-
-#[test]
-fn a_format_2_snapshot_still_reads_with_no_users() {
-    let mut state = MetaState::new();
-    state
-        .apply(&Command::AddMember {
-            node: NodeId(1),
-            addr: "a".to_string(),
-        })
-        .unwrap();
-    state.apply(&create_command("t", 0)).unwrap();
-    let mut bytes = state.encode_snapshot();
-    // Format 3 is format 2 plus the users map, last: an empty map is one zero byte.
-    assert_eq!((bytes[0], bytes.last()), (SNAPSHOT_FORMAT_3, Some(&0)));
-    bytes[0] = SNAPSHOT_FORMAT_2;
-    bytes.pop();
-    assert_eq!(MetaState::decode_snapshot(&bytes).unwrap(), state);
 }

@@ -12,8 +12,14 @@ pub const PARTITIONS_MIN: u32 = 3;
 pub const PARTITIONS_MAX: u32 = 108;
 /// Retention when the request says 0: seven days.
 pub const RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
-/// Shortest retention a topic may ask for (0 aside): one hour.
-pub const RETENTION_MS_MIN: u64 = 3_600_000;
+/// Shortest retention the replicated state accepts (0 aside). Each node refuses shorter than its own
+/// `topic.min_retention_ms` before proposing; the state machine keeps only this floor, so a command
+/// proposed by a node configured with a short minimum is never refused when another replica applies it.
+pub const RETENTION_MS_FLOOR: u64 = 100;
+/// The node's default minimum retention (`topic.min_retention_ms`): one hour, as Narad.
+pub const RETENTION_MS_MIN_DEFAULT: u64 = 3_600_000;
+/// Smallest size bound a partition may be given (0 aside, which means no bound): 1 MiB.
+pub const RETENTION_BYTES_MIN: u64 = 1024 * 1024;
 /// Visibility timeout when the request says 0.
 pub const VISIBILITY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// `max_in_flight_per_partition` when the request says 0.
@@ -48,9 +54,13 @@ pub enum TopicError {
         /// The topic's current count.
         current: u32,
     },
-    /// Retention is neither 0 (the default) nor at least one hour.
-    #[error("invalid argument: retention_ms must be 0 (default) or at least 3600000")]
-    RetentionTooShort,
+    /// Retention is neither 0 (the default) nor at least the minimum that applied.
+    #[error("invalid argument: retention_ms must be 0 (default) or at least {min}")]
+    RetentionTooShort {
+        /// The minimum: the proposing node's `topic.min_retention_ms`, or [`RETENTION_MS_FLOOR`] at
+        /// apply.
+        min: u64,
+    },
     /// The schema text is over [`SCHEMA_BYTES_MAX`].
     #[error("invalid argument: schema too large")]
     SchemaTooLarge,
@@ -102,6 +112,9 @@ pub enum TopicError {
     /// A password hash that is not a PHC or bcrypt string.
     #[error("invalid argument: malformed password hash")]
     PasswordHashInvalid,
+    /// A size bound that is neither 0 (no bound) nor at least [`RETENTION_BYTES_MIN`].
+    #[error("invalid argument: retention_bytes must be 0 (no bound) or at least 1048576")]
+    RetentionBytesTooSmall,
 }
 
 impl TopicError {
@@ -131,6 +144,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
 pub struct TopicSettings {
     /// How long records are kept, ms.
     pub retention_ms: u64,
+    /// Bytes of its newest records each partition keeps at least (older segments go past it);
+    /// 0 = no bound. Never defaulted: 0 is stored as 0.
+    pub retention_bytes: u64,
     /// Queue-mode lease length, ms.
     pub visibility_timeout_ms: u64,
     /// Queue-mode reservations per partition.
@@ -139,12 +155,24 @@ pub struct TopicSettings {
     pub max_acked_ahead_per_partition: u32,
 }
 
-/// Retention after the 0-means-default rule, or why it is refused.
-pub fn normalize_retention_ms(retention_ms: u64) -> Result<u64, TopicError> {
+/// Retention after the 0-means-default rule, or why it is refused: shorter than `min_ms` (never
+/// below [`RETENTION_MS_FLOOR`]).
+pub fn normalize_retention_ms(retention_ms: u64, min_ms: u64) -> Result<u64, TopicError> {
+    let min = min_ms.max(RETENTION_MS_FLOOR);
     match retention_ms {
         0 => Ok(RETENTION_MS_DEFAULT),
-        ms if ms < RETENTION_MS_MIN => Err(TopicError::RetentionTooShort),
+        ms if ms < min => Err(TopicError::RetentionTooShort { min }),
         ms => Ok(ms),
+    }
+}
+
+/// A size bound as requested (0 = no bound), or why it is refused.
+pub fn check_retention_bytes(retention_bytes: u64) -> Result<u64, TopicError> {
+    match retention_bytes {
+        bytes if bytes != 0 && bytes < RETENTION_BYTES_MIN => {
+            Err(TopicError::RetentionBytesTooSmall)
+        }
+        bytes => Ok(bytes),
     }
 }
 
@@ -214,15 +242,25 @@ pub struct CreateTopic {
 impl CreateTopic {
     /// Applies the defaults and checks every field; the result is what the state machine stores.
     ///
-    /// Check order: name, partitions, retention, schema size.
+    /// Check order: name, partitions, retention, size bound, schema size.
     pub fn normalized(&self) -> Result<CreateTopic, TopicError> {
+        self.normalized_with_min_retention(RETENTION_MS_FLOOR)
+    }
+
+    /// [`CreateTopic::normalized`] with the proposing node's minimum retention (`min_retention_ms`,
+    /// never below [`RETENTION_MS_FLOOR`]), in the same check order.
+    pub fn normalized_with_min_retention(
+        &self,
+        min_retention_ms: u64,
+    ) -> Result<CreateTopic, TopicError> {
         validate_topic_name(&self.name)?;
         let partitions = or_default(self.partitions, PARTITIONS_DEFAULT);
         if !(PARTITIONS_MIN..=PARTITIONS_MAX).contains(&partitions) {
             return Err(TopicError::PartitionsOutOfRange);
         }
         let settings = TopicSettings {
-            retention_ms: normalize_retention_ms(self.settings.retention_ms)?,
+            retention_ms: normalize_retention_ms(self.settings.retention_ms, min_retention_ms)?,
+            retention_bytes: check_retention_bytes(self.settings.retention_bytes)?,
             visibility_timeout_ms: or_default(
                 self.settings.visibility_timeout_ms,
                 VISIBILITY_TIMEOUT_MS_DEFAULT,
@@ -264,6 +302,8 @@ pub struct AlterTopic {
     pub partitions: Option<u32>,
     /// New retention (0 = default).
     pub retention_ms: Option<u64>,
+    /// New size bound per partition (0 = no bound).
+    pub retention_bytes: Option<u64>,
     /// New in-flight cap (0 = default).
     pub max_in_flight_per_partition: Option<u32>,
     /// New acked-ahead cap (0 = default).
@@ -281,11 +321,12 @@ pub(crate) struct AlterPlan {
 }
 
 impl AlterTopic {
-    /// Checks the PATCH against the topic, in the surface's order (retention → caps → partitions →
-    /// schema); the whole PATCH applies or none of it does.
+    /// Checks the PATCH against the topic, in the surface's order (retention → size bound → caps →
+    /// partitions → schema); the whole PATCH applies or none of it does.
     pub(crate) fn plan(&self, topic: &Topic) -> Result<AlterPlan, TopicError> {
         let nothing = self.partitions.is_none()
             && self.retention_ms.is_none()
+            && self.retention_bytes.is_none()
             && self.max_in_flight_per_partition.is_none()
             && self.max_acked_ahead_per_partition.is_none()
             && self.schema.is_none();
@@ -294,7 +335,10 @@ impl AlterTopic {
         }
         let mut settings = topic.settings.clone();
         if let Some(retention_ms) = self.retention_ms {
-            settings.retention_ms = normalize_retention_ms(retention_ms)?;
+            settings.retention_ms = normalize_retention_ms(retention_ms, RETENTION_MS_FLOOR)?;
+        }
+        if let Some(retention_bytes) = self.retention_bytes {
+            settings.retention_bytes = check_retention_bytes(retention_bytes)?;
         }
         if let Some(cap) = self.max_in_flight_per_partition {
             settings.max_in_flight_per_partition = or_default(cap, IN_FLIGHT_PER_PARTITION_DEFAULT);

@@ -175,6 +175,25 @@ pub fn cell(value: Option<&Value>) -> String {
     }
 }
 
+/// Bytes in the largest binary unit that divides them (`10GiB`, `1536KiB`, `1000B`), as
+/// `--retention-bytes` takes them.
+pub fn size_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    if bytes == 0 {
+        return "0B".to_string();
+    }
+    UNITS
+        .iter()
+        .find(|(scale, _)| bytes % scale == 0)
+        .map(|(scale, unit)| format!("{}{unit}", bytes / scale))
+        .unwrap_or_else(|| format!("{bytes}B"))
+}
+
 /// Milliseconds in the largest unit that divides them (`7d`, `2h`, `1500ms`), as `--retention`
 /// takes them.
 pub fn duration_ms(ms: u64) -> String {
@@ -284,6 +303,10 @@ mod tests {
         assert_eq!(duration_ms(30_000), "30s");
         assert_eq!(duration_ms(1_500), "1500ms");
         assert_eq!(duration_ms(0), "0ms");
+        assert_eq!(size_bytes(10 << 30), "10GiB");
+        assert_eq!(size_bytes(1_572_864), "1536KiB");
+        assert_eq!(size_bytes(1_000), "1000B");
+        assert_eq!(size_bytes(0), "0B");
         assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_time(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(utc_time(1_785_326_400), "2026-07-29T12:00:00Z");

@@ -6,14 +6,15 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::http::{topic_path, Client, Reply};
-use super::output::{cell, duration_ms, print_line, table, utc_time};
+use super::output::{cell, duration_ms, print_line, size_bytes, table, utc_time};
 use crate::cli::{TopicAddArgs, TopicArgs, TopicCommand, TopicEditArgs};
 
 /// The columns of a topic's row, and the JSON field each shows.
-const TOPIC_COLUMNS: [(&str, &str); 6] = [
+const TOPIC_COLUMNS: [(&str, &str); 7] = [
     ("NAME", "name"),
     ("PARTITIONS", "partitions"),
     ("RETENTION", "retention_ms"),
+    ("RETENTION_BYTES", "retention_bytes"),
     ("VISIBILITY", "visibility_timeout_ms"),
     ("MAX_IN_FLIGHT", "max_in_flight_per_partition"),
     ("MAX_ACKED_AHEAD", "max_acked_ahead_per_partition"),
@@ -77,8 +78,8 @@ pub fn run(args: &TopicArgs) -> anyhow::Result<()> {
             let fields = edit_fields(edit);
             if fields.is_empty() {
                 anyhow::bail!(
-                    "nothing to change: give --partitions, --retention, --max-in-flight or \
-                     --max-acked-ahead"
+                    "nothing to change: give --partitions, --retention, --retention-bytes, \
+                     --max-in-flight or --max-acked-ahead"
                 );
             }
             let body = Value::Object(fields).to_string();
@@ -106,6 +107,7 @@ fn add_fields(args: &TopicAddArgs) -> Map<String, Value> {
     let optional = [
         ("partitions", args.partitions.map(u64::from)),
         ("retention_ms", args.retention),
+        ("retention_bytes", args.retention_bytes),
         ("visibility_timeout_ms", args.visibility),
         (
             "max_in_flight_per_partition",
@@ -126,6 +128,7 @@ fn edit_fields(args: &TopicEditArgs) -> Map<String, Value> {
     let optional = [
         ("partitions", args.partitions.map(u64::from)),
         ("retention_ms", args.retention),
+        ("retention_bytes", args.retention_bytes),
         (
             "max_in_flight_per_partition",
             args.max_in_flight.map(u64::from),
@@ -200,7 +203,8 @@ fn print_topic(reply: &Reply, json: bool) -> anyhow::Result<()> {
     )
 }
 
-/// Topics as a table (durations as `7d`, the creation time in UTC).
+/// Topics as a table (durations as `7d`, sizes as `10GiB`, no size bound as `-`, the creation time
+/// in UTC).
 fn topic_table(topics: &[Value]) -> String {
     let mut headers: Vec<&str> = TOPIC_COLUMNS.iter().map(|(header, _)| *header).collect();
     headers.push("CREATED");
@@ -209,12 +213,11 @@ fn topic_table(topics: &[Value]) -> String {
         .map(|topic| {
             let mut row: Vec<String> = TOPIC_COLUMNS
                 .iter()
-                .map(
-                    |(_, field)| match (field.ends_with("_ms"), topic[field].as_u64()) {
-                        (true, Some(ms)) => duration_ms(ms),
-                        _ => cell(topic.get(field)),
-                    },
-                )
+                .map(|(_, field)| match topic[field].as_u64() {
+                    Some(ms) if field.ends_with("_ms") => duration_ms(ms),
+                    Some(bytes) if field.ends_with("_bytes") => size_bytes(bytes),
+                    _ => cell(topic.get(field)),
+                })
                 .collect();
             row.push(
                 topic["created_at"]
@@ -238,6 +241,7 @@ mod tests {
             name: "orders".to_string(),
             partitions: Some(6),
             retention: Some(7_200_000),
+            retention_bytes: Some(10 << 30),
             visibility: None,
             max_in_flight: None,
             max_acked_ahead: Some(10),
@@ -248,6 +252,7 @@ mod tests {
                 "name": "orders",
                 "partitions": 6,
                 "retention_ms": 7_200_000,
+                "retention_bytes": 10_737_418_240u64,
                 "max_acked_ahead_per_partition": 10,
             })
         );
@@ -255,17 +260,19 @@ mod tests {
             name: "orders".to_string(),
             partitions: None,
             retention: None,
+            retention_bytes: None,
             max_in_flight: None,
             max_acked_ahead: None,
         };
         assert!(edit_fields(&edit).is_empty());
         let edit = TopicEditArgs {
             partitions: Some(9),
+            retention_bytes: Some(0),
             ..edit
         };
         assert_eq!(
             Value::Object(edit_fields(&edit)),
-            serde_json::json!({ "partitions": 9 })
+            serde_json::json!({ "partitions": 9, "retention_bytes": 0 })
         );
     }
 
@@ -276,11 +283,16 @@ mod tests {
             "visibility_timeout_ms": 30_000, "max_in_flight_per_partition": 1024,
             "max_acked_ahead_per_partition": 1024, "created_at": 1_785_326_400u64,
         });
+        let mut sized = topic.clone();
+        sized["retention_bytes"] = Value::from(10u64 << 30);
         assert_eq!(
-            topic_table(&[topic]),
-            "NAME    PARTITIONS  RETENTION  VISIBILITY  MAX_IN_FLIGHT  MAX_ACKED_AHEAD  CREATED\n\
-             orders  3           7d         30s         1024           1024             \
-             2026-07-29T12:00:00Z\n"
+            topic_table(&[topic, sized]),
+            "NAME    PARTITIONS  RETENTION  RETENTION_BYTES  VISIBILITY  MAX_IN_FLIGHT  \
+             MAX_ACKED_AHEAD  CREATED\n\
+             orders  3           7d         -                30s         1024           \
+             1024             2026-07-29T12:00:00Z\n\
+             orders  3           7d         10GiB            30s         1024           \
+             1024             2026-07-29T12:00:00Z\n"
         );
     }
 }

@@ -199,6 +199,79 @@ fn commit_delay_is_settable_off_and_below_the_backstop() {
 }
 
 #[test]
+fn retention_and_disk_guard_settings_default_to_narad() {
+    let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
+    assert_eq!(config.storage.retention_check_interval_ms, 60_000);
+    assert_eq!(config.storage.min_free_bytes, None);
+    assert_eq!(config.storage.idle_log_eviction_ms, 1_800_000);
+    assert_eq!(config.topic.min_retention_ms, 3_600_000);
+}
+
+#[test]
+fn the_default_free_space_floor_is_1_gib_or_5_percent_where_less() {
+    let storage = StorageConfig::default();
+    let gib = 1u64 << 30;
+    // 5% of 64 MiB is 3.2 MiB; of 20 GiB exactly 1 GiB; of 1 TiB far more than 1 GiB.
+    assert_eq!(storage.min_free_bytes_for(64 << 20), (64 << 20) / 20);
+    assert_eq!(storage.min_free_bytes_for(20 * gib), gib);
+    assert_eq!(storage.min_free_bytes_for(1 << 40), gib);
+    assert_eq!(storage.min_free_bytes_for(0), 0);
+    let set = StorageConfig {
+        min_free_bytes: Some(5),
+        ..StorageConfig::default()
+    };
+    assert_eq!(set.min_free_bytes_for(1 << 40), 5);
+}
+
+#[test]
+fn retention_and_disk_guard_settings_come_from_the_file_then_the_environment() {
+    let (_dir, flags) = with_file(
+        "[storage]\nretention_check_interval_ms = 500\nmin_free_bytes = 4096\n\
+         idle_log_eviction_ms = 7000\n[topic]\nmin_retention_ms = 2000\n",
+    );
+    let config = Config::load(&flags, &env_of(&[])).unwrap();
+    assert_eq!(config.storage.retention_check_interval_ms, 500);
+    assert_eq!(config.storage.min_free_bytes, Some(4096));
+    assert_eq!(config.storage.idle_log_eviction_ms, 7_000);
+    assert_eq!(config.topic.min_retention_ms, 2_000);
+    let env = env_of(&[
+        ("NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "100"),
+        ("NARAD_STORAGE_MIN_FREE_BYTES", "0"),
+        ("NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "9000"),
+        ("NARAD_TOPIC_MIN_RETENTION_MS", "1000"),
+    ]);
+    let config = Config::load(&flags, &env).unwrap();
+    assert_eq!(config.storage.retention_check_interval_ms, 100);
+    assert_eq!(config.storage.min_free_bytes, Some(0));
+    assert_eq!(config.storage.idle_log_eviction_ms, 9_000);
+    assert_eq!(config.topic.min_retention_ms, 1_000);
+}
+
+#[test]
+fn retention_check_interval_and_minimum_retention_are_bounded() {
+    let env = env_of(&[("NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS", "99")]);
+    assert_eq!(
+        Config::load(&dev_flags(), &env).unwrap_err(),
+        ConfigError::Invalid(
+            "storage.retention_check_interval_ms must be at least 100, got 99".to_string()
+        )
+    );
+    let env = env_of(&[("NARAD_TOPIC_MIN_RETENTION_MS", "99")]);
+    assert_eq!(
+        Config::load(&dev_flags(), &env).unwrap_err(),
+        ConfigError::Invalid("topic.min_retention_ms must be at least 100, got 99".to_string())
+    );
+    let env = env_of(&[("NARAD_STORAGE_MIN_FREE_BYTES", "1GiB")]);
+    assert!(matches!(
+        Config::load(&dev_flags(), &env),
+        Err(ConfigError::Env {
+            var: "NARAD_STORAGE_MIN_FREE_BYTES",
+            ..
+        })
+    ));
+}
+
+#[test]
 fn http_timeouts_and_connection_cap_default_to_the_surface() {
     let config = Config::load(&dev_flags(), &env_of(&[])).unwrap();
     assert_eq!(config.http.read_timeout_ms, 10_000);

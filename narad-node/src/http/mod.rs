@@ -87,6 +87,11 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
+    /// Set by the node's disk guard while the data directory's file system has less free space than
+    /// `storage.min_free_bytes`: produces answer 507.
+    insufficient_storage: AtomicBool,
+    /// This node's `topic.min_retention_ms`.
+    min_retention_ms: u64,
     schemas: schema::SchemaCache,
     /// The accept-time partition picker (keyless rotations need `&mut`).
     picker: Mutex<PartitionPicker>,
@@ -128,6 +133,8 @@ impl App {
             metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            insufficient_storage: AtomicBool::new(false),
+            min_retention_ms: narad_core::metastore::RETENTION_MS_MIN_DEFAULT,
             schemas: schema::SchemaCache::default(),
             picker: Mutex::new(PartitionPicker::new(keyless_seed)),
             clock: Clock::start(),
@@ -143,6 +150,17 @@ impl App {
     pub fn with_auth(mut self, enabled: bool) -> App {
         self.auth = auth::Auth::new(enabled, self.clock.clone());
         self
+    }
+
+    /// The app with this node's `topic.min_retention_ms` (one hour unless set).
+    pub fn with_min_retention_ms(mut self, min_retention_ms: u64) -> App {
+        self.min_retention_ms = min_retention_ms;
+        self
+    }
+
+    /// The shortest `retention_ms` (0 aside) a create or PATCH through this node may ask for.
+    pub fn min_retention_ms(&self) -> u64 {
+        self.min_retention_ms
     }
 
     /// The accept-time partition of a record of `topic` (`partitions` of them).
@@ -193,6 +211,16 @@ impl App {
     /// Whether a graceful shutdown is in progress.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Sets or clears the disk guard: while set, produces answer 507 before touching the WAL.
+    pub fn set_insufficient_storage(&self, active: bool) {
+        self.insufficient_storage.store(active, Ordering::Release);
+    }
+
+    /// Whether the disk guard is refusing produces.
+    pub fn is_insufficient_storage(&self) -> bool {
+        self.insufficient_storage.load(Ordering::Acquire)
     }
 }
 

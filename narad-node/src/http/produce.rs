@@ -3,15 +3,20 @@
 //!
 //! Single produce, in the surface's check order: query (`key`, `partition`: repeated, malformed →
 //! 400) → body (over 1 MiB → 413, empty → 400 `message required`) → topic (404) → schema (400, counted in
-//! `produce_rejections_total{reason="schema"}`) → partition range (400) → WAL append and group commit →
-//! 202 with no body and `Narad-Durability: local-wal-fsync`.
+//! `produce_rejections_total{reason="schema"}`) → partition range (400) → free space (507) → WAL append
+//! and group commit → 202 with no body and `Narad-Durability: local-wal-fsync`.
 //!
 //! Batch: `Content-Encoding` (absent/`identity`, `gzip`, `zstd`; others 415) → raw body over 16 MiB →
 //! 413 → decoding, bounded at 16 MiB of output (a decompression bomb is a 413 once the bound is passed,
 //! never a larger allocation) → strict JSON `{"messages":[…]}` with 1–1,000 messages (the parser stops
 //! at the 1,001st) → topic (404) → every message checked in order (key, partition, payload, schema,
-//! partition range); the first failure refuses the whole batch with 400 `messages[i]: …` → one
-//! `append_many` → 202 `{"accepted":N}`.
+//! partition range); the first failure refuses the whole batch with 400 `messages[i]: …` → free space
+//! (507) → one `append_many` → 202 `{"accepted":N}`.
+//!
+//! Free space: while the node's disk guard finds less free space on the data directory's file system
+//! than `storage.min_free_bytes`, both routes answer 507 `{"error":"insufficient storage"}` without
+//! touching the WAL (or the keyless rotation), so a filling disk refuses new records instead of
+//! latching the WAL on ENOSPC; they take records again by themselves once there is space.
 //!
 //! A payload is any JSON value: a JSON string is stored as its text, any other value as its JSON text
 //! verbatim (as it appeared in the body); with `"payload_encoding":"base64"` the string is decoded
@@ -204,6 +209,15 @@ fn topic_not_found() -> Reply {
     Reply::error(404, "topic not found")
 }
 
+/// 507 while the disk guard holds (see the module doc).
+fn check_free_space(app: &App) -> Result<(), Reply> {
+    if app.is_insufficient_storage() {
+        Err(Reply::error(507, "insufficient storage"))
+    } else {
+        Ok(())
+    }
+}
+
 /// The answer to an append, the one place a produce's outcome becomes HTTP: 202 once durable; 503
 /// when no WAL takes it or it is overloaded (the client retries elsewhere or later); 500 when the
 /// disk failed (the latch holds until restart) or the WAL refused a record the HTTP checks passed.
@@ -271,6 +285,7 @@ async fn produce_one(
     let topic = view.state.topic(topic_name).ok_or_else(topic_not_found)?;
     let pinned =
         check_against_topic(app, topic, pinned, &payload).map_err(|error| invalid(&error))?;
+    check_free_space(app)?;
     let message = Checked {
         key,
         pinned,
@@ -534,6 +549,7 @@ async fn produce_many(
         })?;
         checked.push(message);
     }
+    check_free_space(app)?;
     let timestamp_ms = app.clock.unix_ms();
     let records = checked
         .into_iter()

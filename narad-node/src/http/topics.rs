@@ -2,14 +2,19 @@
 //!
 //! Request bodies are strict JSON (unknown field, trailing value → 400; over 1 MiB → 413). The topic JSON
 //! lists the always-present fields first, in the surface's order (`name, partitions, retention_ms,
-//! visibility_timeout_ms, max_in_flight_per_partition, max_acked_ahead_per_partition, created_at`), then
-//! `owner` when not empty, then `partition_stats` on a get. `schema` is never returned. Fan-out fields
+//! visibility_timeout_ms, max_in_flight_per_partition, max_acked_ahead_per_partition, created_at`), with
+//! `retention_bytes` right after `retention_ms` when it is not 0 (no bound), then `owner` when not
+//! empty, then `partition_stats` on a get.
+//!
+//! `retention_ms` is checked against this node's `topic.min_retention_ms` ([`App::min_retention_ms`])
+//! before proposing; the metastore only keeps a floor under every node's minimum. `schema` is never returned. Fan-out fields
 //! (`parent`, `fanout_delay_ms`) are accepted by the parser, so they are not "unknown", but refused
 //! while fan-out is not built.
 
 use narad_core::ids::PartitionId;
 use narad_core::metastore::{
-    AlterTopic, Applied, Command, CreateTopic, Topic, TopicError, TopicSettings,
+    normalize_retention_ms, AlterTopic, Applied, Command, CreateTopic, Topic, TopicError,
+    TopicSettings,
 };
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -35,6 +40,7 @@ struct CreateRequest {
     name: String,
     partitions: i64,
     retention_ms: i64,
+    retention_bytes: i64,
     visibility_timeout_ms: i64,
     max_in_flight_per_partition: i64,
     max_acked_ahead_per_partition: i64,
@@ -52,6 +58,7 @@ struct CreateRequest {
 struct AlterRequest {
     partitions: Option<i64>,
     retention_ms: Option<i64>,
+    retention_bytes: Option<i64>,
     max_in_flight_per_partition: Option<i64>,
     max_acked_ahead_per_partition: Option<i64>,
     schema: Option<Box<RawValue>>,
@@ -103,6 +110,14 @@ fn visibility_ms(value: i64) -> Result<u64, Reply> {
     Ok(ms)
 }
 
+/// A PATCH's `retention_ms`, checked against this node's minimum (the metastore checks only its
+/// floor).
+fn retention_ms(app: &App, value: i64) -> Result<u64, Reply> {
+    let ms = non_negative("retention_ms", value)?;
+    normalize_retention_ms(ms, app.min_retention_ms()).map_err(|error| topic_error(&error))?;
+    Ok(ms)
+}
+
 fn count(name: &str, value: i64) -> Result<u32, Reply> {
     u32::try_from(non_negative(name, value)?)
         .map_err(|_| Reply::error(400, &format!("invalid argument: {name} is too large")))
@@ -145,7 +160,8 @@ pub fn topic_error(error: &TopicError) -> Reply {
         | TopicError::NameReserved
         | TopicError::PartitionsOutOfRange
         | TopicError::PartitionsNotIncreased { .. }
-        | TopicError::RetentionTooShort
+        | TopicError::RetentionTooShort { .. }
+        | TopicError::RetentionBytesTooSmall
         | TopicError::SchemaTooLarge
         | TopicError::NothingToChange
         | TopicError::TooManyTopics
@@ -189,6 +205,7 @@ async fn create(app: &App, caller: &Caller, body: Body) -> Result<Reply, Reply> 
     };
     let settings = TopicSettings {
         retention_ms: non_negative("retention_ms", request.retention_ms)?,
+        retention_bytes: non_negative("retention_bytes", request.retention_bytes)?,
         visibility_timeout_ms: visibility_ms(request.visibility_timeout_ms)?,
         max_in_flight_per_partition: count(
             "max_in_flight_per_partition",
@@ -208,7 +225,9 @@ async fn create(app: &App, caller: &Caller, body: Body) -> Result<Reply, Reply> 
         created_at_s: clock::unix_s(),
     };
     // Field checks before the (costlier) schema compile.
-    let mut create = create.normalized().map_err(|error| topic_error(&error))?;
+    let mut create = create
+        .normalized_with_min_retention(app.min_retention_ms())
+        .map_err(|error| topic_error(&error))?;
     create.schema = schema_text(request.schema)?;
     match app.metastore.propose(Command::CreateTopic(create)).await {
         Ok(Applied::TopicCreated(topic)) => Ok(Reply::json(201, topic_json(&topic, None))),
@@ -349,7 +368,11 @@ async fn alter(app: &App, caller: &Caller, name: &str, body: Body) -> Result<Rep
         partitions,
         retention_ms: request
             .retention_ms
-            .map(|value| non_negative("retention_ms", value))
+            .map(|value| retention_ms(app, value))
+            .transpose()?,
+        retention_bytes: request
+            .retention_bytes
+            .map(|value| non_negative("retention_bytes", value))
             .transpose()?,
         max_in_flight_per_partition: request
             .max_in_flight_per_partition
@@ -411,7 +434,11 @@ pub fn topic_json(topic: &Topic, partition_stats: Option<&[String]>) -> String {
     let mut object = JsonObject::new()
         .string("name", &topic.name)
         .number("partitions", u64::from(topic.partitions()))
-        .number("retention_ms", settings.retention_ms)
+        .number("retention_ms", settings.retention_ms);
+    if settings.retention_bytes != 0 {
+        object = object.number("retention_bytes", settings.retention_bytes);
+    }
+    object = object
         .number("visibility_timeout_ms", settings.visibility_timeout_ms)
         .number(
             "max_in_flight_per_partition",

@@ -241,7 +241,8 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             metrics.clone(),
             seed,
         )
-        .with_auth(config.security.enabled),
+        .with_auth(config.security.enabled)
+        .with_min_retention_ms(config.topic.min_retention_ms),
     );
     let inbound = cluster.as_ref().map(|cluster| {
         serve_peers(

@@ -208,3 +208,52 @@ async fn a_wal_failure_is_a_500_and_no_wal_is_a_503() {
         "ingress WAL unavailable",
     );
 }
+
+#[tokio::test]
+async fn the_disk_guard_refuses_produces_with_507_before_the_wal_and_lets_them_through_once_cleared(
+) {
+    let f = fixture().await;
+    topic(&f, "orders", 4, None).await;
+    f.app.set_insufficient_storage(true);
+    assert_error(
+        &produce(&f, "orders", None, b"x").await,
+        507,
+        "insufficient storage",
+    );
+    let batch = "{\"messages\":[{\"payload\":1},{\"payload\":2}]}";
+    assert_error(
+        &produce::produce_batch(&f.app, "orders", None, json(batch)).await,
+        507,
+        "insufficient storage",
+    );
+    // The earlier checks still answer first: a bad request is a 400, an unknown topic a 404.
+    assert_error(
+        &produce(&f, "orders", None, b"").await,
+        400,
+        "message required",
+    );
+    assert_error(
+        &produce(&f, "nope", None, b"x").await,
+        404,
+        "topic not found",
+    );
+    assert!(f.sink.calls().is_empty(), "nothing reached the WAL");
+    f.app.set_insufficient_storage(false);
+    assert_eq!(produce(&f, "orders", None, b"x").await.status, 202);
+    let reply = produce::produce_batch(&f.app, "orders", None, json(batch)).await;
+    assert_reply(&reply, 202, "{\"accepted\":2}\n");
+    // The refused keyless records did not move the rotation: the same records on a node that
+    // refused nothing (same seed) land on the same partitions.
+    let fresh = fixture().await;
+    topic(&fresh, "orders", 4, None).await;
+    produce(&fresh, "orders", None, b"x").await;
+    produce::produce_batch(&fresh.app, "orders", None, json(batch)).await;
+    let partitions = |f: &Fixture| -> Vec<PartitionId> {
+        f.sink
+            .records()
+            .iter()
+            .map(|record| record.partition)
+            .collect()
+    };
+    assert_eq!(partitions(&f), partitions(&fresh));
+}

@@ -35,6 +35,62 @@ async fn create_keeps_explicit_values() {
 }
 
 #[tokio::test]
+async fn retention_bytes_is_set_on_create_and_patch_and_shown_after_retention_ms_when_set() {
+    let f = fixture().await;
+    let reply = create(
+        &f,
+        "{\"name\":\"o\",\"retention_ms\":3600000,\"retention_bytes\":10737418240}",
+    )
+    .await;
+    let shown = |bound: &str| {
+        format!(
+            "{{\"name\":\"o\",\"partitions\":3,\"retention_ms\":3600000,{bound}\
+             \"visibility_timeout_ms\":30000,\"max_in_flight_per_partition\":1024,\
+             \"max_acked_ahead_per_partition\":1024,\"created_at\":{}}}\n",
+            created_at(&f, "o")
+        )
+    };
+    assert_reply(&reply, 201, &shown("\"retention_bytes\":10737418240,"));
+    let reply = alter(&f, "o", "{\"retention_bytes\":1048576}").await;
+    assert_reply(&reply, 200, &shown("\"retention_bytes\":1048576,"));
+    let reply = topics::get_topic(&f.app, "o", None).await;
+    assert!(
+        reply
+            .text()
+            .contains("\"retention_ms\":3600000,\"retention_bytes\":1048576,"),
+        "{}",
+        reply.text()
+    );
+    // 0: no bound, and not shown.
+    let reply = alter(&f, "o", "{\"retention_bytes\":0}").await;
+    assert_reply(&reply, 200, &shown(""));
+    let view = f.app.metastore.view();
+    assert_eq!(view.state.topic("o").unwrap().settings.retention_bytes, 0);
+}
+
+#[tokio::test]
+async fn the_minimum_retention_is_the_nodes_own() {
+    let mut f = fixture().await;
+    f.app = f.app.with_min_retention_ms(1_000);
+    assert_error(
+        &create(&f, "{\"name\":\"t\",\"retention_ms\":999}").await,
+        400,
+        "invalid argument: retention_ms must be 0 (default) or at least 1000",
+    );
+    let reply = create(&f, "{\"name\":\"t\",\"retention_ms\":1000}").await;
+    assert_eq!(reply.status, 201, "{}", reply.text());
+    assert_error(
+        &alter(&f, "t", "{\"retention_ms\":500}").await,
+        400,
+        "invalid argument: retention_ms must be 0 (default) or at least 1000",
+    );
+    let reply = alter(&f, "t", "{\"retention_ms\":2000}").await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let view = f.app.metastore.view();
+    assert_eq!(view.state.topic("t").unwrap().settings.retention_ms, 2_000);
+}
+
+#[tokio::test]
 async fn create_refuses_a_duplicate_name_with_409() {
     let f = fixture().await;
     topic(&f, "orders", 3, None).await;
@@ -77,6 +133,14 @@ async fn create_validation_failures_are_400_with_the_reason() {
         (
             "{\"name\":\"t\",\"retention_ms\":3599999}",
             "invalid argument: retention_ms must be 0 (default) or at least 3600000",
+        ),
+        (
+            "{\"name\":\"t\",\"retention_bytes\":-1}",
+            "invalid argument: retention_bytes must not be negative",
+        ),
+        (
+            "{\"name\":\"t\",\"retention_bytes\":1048575}",
+            "invalid argument: retention_bytes must be 0 (no bound) or at least 1048576",
         ),
         (
             "{\"name\":\"t\",\"visibility_timeout_ms\":999}",
@@ -314,6 +378,21 @@ async fn alter_refusals_are_400_404_as_the_surface_says() {
             "{\"retention_ms\":5}",
             400,
             "invalid argument: retention_ms must be 0 (default) or at least 3600000",
+        ),
+        (
+            "{\"retention_ms\":3599999,\"partitions\":4}",
+            400,
+            "invalid argument: retention_ms must be 0 (default) or at least 3600000",
+        ),
+        (
+            "{\"retention_bytes\":-1}",
+            400,
+            "invalid argument: retention_bytes must not be negative",
+        ),
+        (
+            "{\"retention_bytes\":1,\"partitions\":4}",
+            400,
+            "invalid argument: retention_bytes must be 0 (no bound) or at least 1048576",
         ),
         ("{}", 400, "invalid argument: no field to change"),
         ("", 400, "invalid argument: request body required"),

@@ -14,6 +14,7 @@ fn create(name: &str) -> Command {
         partitions: 0,
         settings: TopicSettings {
             retention_ms: 0,
+            retention_bytes: 0,
             visibility_timeout_ms: 0,
             max_in_flight_per_partition: 0,
             max_acked_ahead_per_partition: 0,

@@ -433,6 +433,35 @@ async fn a_node_answers_every_operation_as_documented() {
         );
     }
 
+    // While the disk guard holds: 507, as documented.
+    app.set_insufficient_storage(true);
+    for (path, target, body) in [
+        (
+            "/v1/topics/{topic}/produce",
+            "/v1/topics/orders/produce",
+            &b"x"[..],
+        ),
+        (
+            "/v1/topics/{topic}/produce/batch",
+            "/v1/topics/orders/produce/batch",
+            &br#"{"messages":[{"payload":1}]}"#[..],
+        ),
+    ] {
+        // The topic was deleted above: the guard answers only requests that pass every other check.
+        let created = send(addr, "POST", "/v1/topics", &[], br#"{"name":"orders"}"#).await;
+        assert!(matches!(created.status, 201 | 409));
+        let answer = send(addr, "POST", target, &[], body).await;
+        assert_eq!(answer.status, 507, "POST {target}");
+        check(
+            &doc,
+            "POST",
+            path,
+            &format!("POST {target} (disk full)"),
+            &answer,
+        );
+    }
+    app.set_insufficient_storage(false);
+
     // The route serves the document itself.
     let answer = send(addr, "GET", "/v1/openapi.json", &[], b"").await;
     assert_eq!(answer.body, DOCUMENT.as_bytes());
