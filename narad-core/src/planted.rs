@@ -60,9 +60,9 @@ pub enum PlantedBug {
     /// Retention judges a segment's age by its oldest record instead of its newest: a segment goes
     /// once its first record has passed retention, records younger than retention with it.
     RetentionDeletesUnexpired,
-    /// The owner journal's replay takes every partition segment missing from its directory for one
-    /// retention removed and drops its entries, even a segment whose name a crash lost before any
-    /// sync made it durable (its records durable only in the journal).
+    /// Once retention removed a log's segments, the owner lets the journal forget the log's entries
+    /// as it does for a retired log: the journal trims entries of later records still durable only
+    /// there, and a crash loses them.
     RetentionDeletesJournalNeeded,
 }
 

@@ -347,6 +347,14 @@ impl SimNode for NaradSimNode {
         config.security.enabled = false;
         config.cluster.node_id = ctx.node_id.0 + 1;
         config.storage.ingress_wal_prealloc = ctx.sizes.wal_prealloc;
+        let retention = ctx.sizes.retention;
+        if retention.retention_ms > 0 {
+            config.topic.min_retention_ms =
+                config.topic.min_retention_ms.min(retention.retention_ms);
+        }
+        if retention.check_interval_ms > 0 {
+            config.storage.retention_check_interval_ms = retention.check_interval_ms;
+        }
         #[cfg(madsim)]
         let plant = Plant::new(ctx.plant_bug);
         #[cfg(not(madsim))]

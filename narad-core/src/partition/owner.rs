@@ -52,6 +52,7 @@ use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::{NodeId, Offset, PartitionId, TopicId};
 use crate::metastore::MetaState;
+use crate::planted::PlantedBug;
 use crate::time::Instant;
 
 /// The directory of every topic's partition logs (relative to the data directory).
@@ -675,7 +676,18 @@ impl Owner {
                 CombinerOutput::LogLatched { topic_id, fault } => {
                     LogEvent::Latched { topic_id, fault }
                 }
-                CombinerOutput::Retained(range) => LogEvent::Retained(range),
+                CombinerOutput::Retained(range) => {
+                    if self
+                        .config
+                        .combiner
+                        .log
+                        .plant
+                        .is(PlantedBug::RetentionDeletesJournalNeeded)
+                    {
+                        self.journal_inbox.push_back(JournalInput::Released { key });
+                    }
+                    LogEvent::Retained(range)
+                }
                 CombinerOutput::RetentionFailed(fault) => LogEvent::RetentionFailed { fault },
                 CombinerOutput::LogRetired { topic_id, dir } => {
                     log_events = true;
@@ -760,7 +772,7 @@ impl Owner {
             let policy = RetentionPolicy {
                 now_ms,
                 retention_ms: topic.settings.retention_ms,
-                retention_bytes: retention_bytes(&topic.settings),
+                retention_bytes: topic.settings.retention_bytes,
             };
             self.feed(key, CombinerInput::Retain(policy));
         }
@@ -920,8 +932,3 @@ impl Actor for Owner {
 
 #[cfg(test)]
 mod tests;
-
-/// A topic's size bound per partition (0: none).
-fn retention_bytes(_settings: &crate::metastore::TopicSettings) -> u64 {
-    0
-}

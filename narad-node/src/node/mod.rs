@@ -199,7 +199,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         cluster
     });
     // Before any partition log opens: what its own files lost, the journal still holds.
-    let replayed = partitions::replay_owner_journal(Arc::clone(&disk), &clock, hooks.plant)
+    let replayed = partitions::replay_owner_journal(Arc::clone(&disk), &clock)
         .await
         .map_err(|fault| StartError::Partitions(format!("owner journal replay: {fault}")))?;
     let partitions = PartitionHost::spawn(
@@ -211,8 +211,9 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         partitions::OwnerStorage {
             prealloc_bytes: config.storage.partition_prealloc_bytes,
             journal: owner_journal_config(&config, &hooks, replayed.next_seq),
-            retention_check_interval:
-                narad_core::partition::owner::RETENTION_CHECK_INTERVAL_DEFAULT,
+            retention_check_interval: std::time::Duration::from_millis(
+                config.storage.retention_check_interval_ms,
+            ),
         },
         &hooks,
     );

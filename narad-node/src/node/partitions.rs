@@ -21,7 +21,6 @@
 //! itself with the task's waker (one `poll_fn` loop, no `select!` futures made and dropped per turn).
 //! After every input its outputs are drained at once.
 
-use narad_core::planted::Plant;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,7 +101,6 @@ fn read_back_verifies(completion: &IoCompletion) -> Option<bool> {
 pub async fn replay_owner_journal(
     disk: Arc<dyn Disk>,
     clock: &Clock,
-    plant: Plant,
 ) -> Result<ReplayReport, IoFault> {
     // The replay takes no decision on time: one reading serves every input.
     let now = clock.now();
@@ -110,10 +108,7 @@ pub async fn replay_owner_journal(
     std::thread::Builder::new()
         .name("narad-journal-replay".into())
         .spawn(move || {
-            let mut replay = JournalReplay::start(ReplayConfig {
-                plant,
-                ..ReplayConfig::new(JOURNAL_DIR)
-            });
+            let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
             let result = loop {
                 match replay.poll_output() {
                     Some(ReplayOutput::Io(request)) => {
@@ -144,12 +139,8 @@ pub async fn replay_owner_journal(
 pub async fn replay_owner_journal(
     disk: Arc<dyn Disk>,
     clock: &Clock,
-    plant: Plant,
 ) -> Result<ReplayReport, IoFault> {
-    let mut replay = JournalReplay::start(ReplayConfig {
-        plant,
-        ..ReplayConfig::new(JOURNAL_DIR)
-    });
+    let mut replay = JournalReplay::start(ReplayConfig::new(JOURNAL_DIR));
     loop {
         match replay.poll_output() {
             Some(ReplayOutput::Io(request)) => {

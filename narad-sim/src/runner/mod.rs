@@ -557,7 +557,23 @@ async fn verdict<N: SimNode>(
         world.check_legacy_homes(&report, &untouched).await;
     }
     if consumed {
-        report.consumed = Some(lock(&world.consumption).judge(&after_final));
+        let owed = if world.spec.scenario.retention.is_default() {
+            after_final.clone()
+        } else {
+            // Retention may remove what the final read served before the drain reaches it: owed
+            // are the records served both then and after the drain.
+            let still = world.read_all().await;
+            let ids: std::collections::BTreeSet<u64> = still
+                .served
+                .iter()
+                .filter_map(|served| served.record_id().ok())
+                .collect();
+            let mut owed = after_final.clone();
+            owed.served
+                .retain(|served| served.record_id().is_ok_and(|id| ids.contains(&id)));
+            owed
+        };
+        report.consumed = Some(lock(&world.consumption).judge(&owed));
     }
     observer.event("harness", format_args!("verdict {}", report.verdict_line()));
     let details = world.details(&report);

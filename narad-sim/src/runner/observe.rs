@@ -32,7 +32,7 @@ const OWNER_ASKS_MAX: usize = 250;
 
 impl<N: SimNode> World<N> {
     /// Reads every partition of every topic's current incarnation.
-    async fn read_all(&self) -> Observation {
+    pub(super) async fn read_all(&self) -> Observation {
         let mut observation = Observation::default();
         let kept_down = lock(&self.kept_down).clone();
         for topic in &self.topics {

@@ -217,7 +217,8 @@ impl<N: SimNode> World<N> {
                     .expect("a node serves this incarnation")
             }
         };
-        if self.servers.len() > 1 {
+        // When a call was sent also bounds when its records were committed (retention's age rule).
+        if self.servers.len() > 1 || !self.spec.scenario.retention.is_default() {
             lock(&self.ledger).set_via(attempt, via as u32, sim_now_ns());
         }
         let result = self.servers[via]

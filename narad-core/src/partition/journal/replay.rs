@@ -44,7 +44,6 @@ use crate::disk::{join, IoCompletion, IoId, IoLane, IoOp, IoReply, IoRequest};
 use crate::error::IoFault;
 use crate::ids::Offset;
 use crate::partition::segment::{parse_segment_name, segment_name};
-use crate::planted::{Plant, PlantedBug};
 use crate::time::Instant;
 
 /// The most journal bytes a replay reads at once (an entry larger than this is read whole).
@@ -61,8 +60,6 @@ pub struct ReplayConfig {
     pub io_id_base: u64,
     /// The lane of every request.
     pub lane: IoLane,
-    /// The bug planted in the replay (simulator only; [`Plant::NONE`] everywhere else).
-    pub plant: Plant,
 }
 
 impl ReplayConfig {
@@ -73,7 +70,6 @@ impl ReplayConfig {
             read_bytes_max: REPLAY_READ_BYTES_DEFAULT,
             io_id_base: 0,
             lane: IoLane(0),
-            plant: Plant::NONE,
         }
     }
 }
@@ -445,18 +441,14 @@ impl JournalReplay {
     /// is left.
     fn drop_retained(&mut self, bases: &[Offset]) -> bool {
         let oldest_present = bases.iter().min().copied();
-        let any_missing = self
-            .config
-            .plant
-            .is(PlantedBug::RetentionDeletesJournalNeeded);
         let dir = self.pending.front().expect("current log").clone();
         let locs = self.logs.get_mut(&dir).expect("current log");
         let mut drop = 0;
         while let Some(first) = locs.get(drop) {
             let segment = first.segment;
             let removed = !bases.contains(&segment)
-                && (any_missing
-                    || (first.position > 0 && oldest_present.is_some_and(|o| segment < o)));
+                && first.position > 0
+                && oldest_present.is_some_and(|oldest| segment < oldest);
             if !removed {
                 break;
             }
