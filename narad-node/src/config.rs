@@ -55,6 +55,9 @@ pub const OWNER_JOURNAL_COMMIT_DELAY_US_MAX: u64 = 5_000;
 pub const RETENTION_CHECK_INTERVAL_MS_DEFAULT: u64 = 60_000;
 /// Shortest accepted retention check interval, ms.
 pub const RETENTION_CHECK_INTERVAL_MS_MIN: u64 = 100;
+/// The smallest `storage.partition_segment_bytes`: a segment holds at least one largest frame's worth
+/// of small records, and a file per 64 KiB is as many files as anyone should want.
+pub const PARTITION_SEGMENT_BYTES_MIN: u64 = 64 * 1024;
 /// The default free-space floor's cap: 1 GiB (see [`min_free_bytes_default`]).
 pub const MIN_FREE_BYTES_DEFAULT_MAX: u64 = 1 << 30;
 /// Default idle time after which a partition log closes its files, ms (Narad's 30 minutes).
@@ -238,6 +241,10 @@ pub struct StorageConfig {
     /// data only, not the file's size and blocks; at most an eighth of a segment. 0 turns it off (on
     /// copy-on-write file systems, btrfs or ZFS, the zeros save nothing).
     pub partition_prealloc_bytes: u64,
+    /// A partition log's segment size, bytes (`NARAD_STORAGE_PARTITION_SEGMENT_BYTES`; at least
+    /// 64 KiB): the unit retention removes, so a partition with `retention_bytes` holds at most the
+    /// bound plus one segment.
+    pub partition_segment_bytes: u64,
     /// Group-commit backstop: bounds a missed wake-up of the WAL sync loop, ms.
     pub ingress_wal_sync_interval_ms: u64,
     /// Longest a group commit waits for the producers the previous one answered to come back, µs;
@@ -354,6 +361,7 @@ impl Default for StorageConfig {
             data_dir: PathBuf::from(DATA_DIR_DEFAULT),
             ingress_wal_prealloc: false,
             partition_prealloc_bytes: narad_core::partition::PREALLOCATE_BYTES_DEFAULT,
+            partition_segment_bytes: narad_core::partition::SEGMENT_BYTES_MAX_DEFAULT,
             owner_journal: true,
             owner_journal_commit_delay_us: OWNER_JOURNAL_COMMIT_DELAY_US_DEFAULT,
             ingress_wal_sync_interval_ms: INGRESS_WAL_SYNC_INTERVAL_MS_DEFAULT,
@@ -553,6 +561,10 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
             Ok(())
         },
     ),
+    ("NARAD_STORAGE_PARTITION_SEGMENT_BYTES", |config, value| {
+        config.storage.partition_segment_bytes = parse_number(value)?;
+        Ok(())
+    }),
     (
         "NARAD_STORAGE_RETENTION_CHECK_INTERVAL_MS",
         |config, value| {
@@ -732,6 +744,13 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "storage.owner_journal_commit_delay_us must be at most \
                  {OWNER_JOURNAL_COMMIT_DELAY_US_MAX}, got {delay}"
+            )));
+        }
+        let segment = self.storage.partition_segment_bytes;
+        if segment < PARTITION_SEGMENT_BYTES_MIN {
+            return Err(ConfigError::Invalid(format!(
+                "storage.partition_segment_bytes must be at least \
+                 {PARTITION_SEGMENT_BYTES_MIN}, got {segment}"
             )));
         }
         let interval = self.storage.retention_check_interval_ms;

@@ -52,5 +52,5 @@ pub use log::{
     AppendRecord, CommitFault, CommitRequest, CommittedRun, JournalRun, LogCommitId, LogInput,
     LogOutput, LogReadError, LogReadId, LogStatus, PartitionLog, PartitionLogConfig,
     PartitionStats, ReadBatch, ReadFault, ReadRequest, RecoveryError, RecoveryReport,
-    PREALLOCATE_BYTES_DEFAULT,
+    PREALLOCATE_BYTES_DEFAULT, SEGMENT_BYTES_MAX_DEFAULT,
 };

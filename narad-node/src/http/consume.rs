@@ -268,7 +268,7 @@ async fn replay(app: &App, topic_name: &str, partition: u64, offset: u64) -> Res
             message_json(&topic.name, partition, &record, None),
         )),
         Ok(ReadOutcome::PastEnd) => Ok(Reply::empty(204)),
-        Ok(ReadOutcome::Gone) => Err(Reply::error(410, "offset is no longer retained")),
+        Ok(ReadOutcome::Gone) => Err(Reply::error(410, "offset aged out")),
         // Cluster forwarding's errors are plain text, as the surface gives them.
         Ok(ReadOutcome::OwnerDown) => {
             Err(Reply::plain(503, "partition owner is down; retry later"))

@@ -210,6 +210,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         metrics.clone(),
         partitions::OwnerStorage {
             prealloc_bytes: config.storage.partition_prealloc_bytes,
+            segment_bytes: config.storage.partition_segment_bytes,
             journal: owner_journal_config(&config, &hooks, replayed.next_seq),
             retention_check_interval: std::time::Duration::from_millis(
                 config.storage.retention_check_interval_ms,

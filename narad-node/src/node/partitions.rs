@@ -202,6 +202,8 @@ fn log_journal_event(event: JournalEvent) {
 pub struct OwnerStorage {
     /// Each partition log's zero fill (`storage.partition_prealloc_bytes`; unused when journaled).
     pub prealloc_bytes: u64,
+    /// Each partition log's segment size (`storage.partition_segment_bytes`).
+    pub segment_bytes: u64,
     /// The owner journal, or `None`: every partition commit pays its own fsync.
     pub journal: Option<JournalConfig>,
     /// `storage.retention_check_interval_ms`.
@@ -372,6 +374,7 @@ impl PartitionHost {
     ) -> PartitionHost {
         let OwnerStorage {
             prealloc_bytes,
+            segment_bytes,
             journal,
             retention_check_interval,
         } = storage;
@@ -383,6 +386,7 @@ impl PartitionHost {
         let mut template = CombinerConfig::new(unix_epoch_ms);
         template.log.commit_lane = COMMIT_LANE;
         template.log.preallocate_bytes = prealloc_bytes;
+        template.log.segment_bytes_max = segment_bytes;
         template.log.plant = hooks.plant;
         template.plant = hooks.plant;
         if let Some(segment_bytes_max) = hooks.sizes.partition_segment_bytes_max {

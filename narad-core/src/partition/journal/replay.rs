@@ -16,14 +16,15 @@
 //!   roll becomes the exact file a crash-free run would have left), and the touched segments and the
 //!   directory are synced. Entries whose offsets do not continue the previous one are written anyway
 //!   and reported ([`ReplayReport::gaps`]): the partition's own recovery then reports the hole.
-//! - **Retained away.** A directory's leading entries in a partition segment that is missing and
-//!   older than every segment present, whose first retained entry is not at byte 0, are dropped
-//!   ([`ReplayReport::retained_entries`]): retention removed that segment. Bytes before that entry
-//!   were trimmed from the journal, so a lazy sync had covered them, and with them the segment's
-//!   name; a durable name is gone only by an unlink, and retention unlinks only synced segments,
-//!   oldest first. (Rewriting them would bring back a removed segment behind a hole of zeros.) A
-//!   missing segment whose entries start at byte 0 may be one whose name a crash lost: it is written
-//!   again as always.
+//! - **Retained away.** A directory's leading entries in partition segments that are missing and
+//!   older than every segment present are dropped ([`ReplayReport::retained_entries`]): retention
+//!   removed those segments (it unlinks only segments synced in their own files, oldest first, a
+//!   directory sync after each). Nothing else makes an older segment go missing while a younger one
+//!   is present: the namespace of a directory survives a crash as a prefix of its operations
+//!   (journaled metadata, as ext4 and XFS keep it, and as the simulated disk models it), so a segment
+//!   whose creation a crash lost has no younger segment behind it. Without the rule, the journal,
+//!   which trims whole segments only and may hold hours of a quiet node's entries, would bring back
+//!   every removed segment it still holds at each restart.
 //! - **Empty.** Once every directory is rewritten, every journal segment is removed and the
 //!   directory synced; [`ReplayOutput::Done`] reports the next free sequence number.
 //! - **Memory.** At most one piece (or one entry) of journal bytes at a time, plus the index (a few
@@ -446,9 +447,8 @@ impl JournalReplay {
         let mut drop = 0;
         while let Some(first) = locs.get(drop) {
             let segment = first.segment;
-            let removed = !bases.contains(&segment)
-                && first.position > 0
-                && oldest_present.is_some_and(|oldest| segment < oldest);
+            let removed =
+                !bases.contains(&segment) && oldest_present.is_some_and(|oldest| segment < oldest);
             if !removed {
                 break;
             }

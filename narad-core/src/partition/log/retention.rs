@@ -13,7 +13,9 @@
 //!   frames, and at most that plus one segment.
 //! - **Only durable segments.** A segment goes only once it is sealed, its name is durable and, in a
 //!   journaled log, its frames are synced in its own file (it is not dirty, no resync is owed): the
-//!   owner journal then holds none of its bytes it would need to replay. The journal may still hold
+//!   owner journal then holds none of its bytes it would need to replay. An entitled segment that is
+//!   not synced yet starts a lazy sync ([`LogOutput::Synced`] goes to the journal as any other), and
+//!   the next check removes it. The journal may still hold
 //!   entries of it physically (it trims whole segments, oldest first); its replay drops the entries
 //!   of a segment that is missing and whose first retained entry is not at byte 0, which only a
 //!   retention can leave (see `journal::replay`).
@@ -129,11 +131,10 @@ impl PartitionLog {
         let unexpired_bug = self.config.plant.is(PlantedBug::RetentionDeletesUnexpired);
         let mut total: u64 = self.segments.values().map(|segment| segment.bytes).sum();
         let mut taken: [Option<RetainedRange>; 2] = [None, None];
+        let mut sync_wanted = false;
         while self.segments.len() > 1 {
             let (&base, segment) = self.segments.iter().next().expect("more than one");
-            if !self.removable(base, segment) {
-                break;
-            }
+            let removable = self.removable(base, segment);
             let judged_at = if unexpired_bug {
                 segment.first_at_ms
             } else {
@@ -150,6 +151,13 @@ impl PartitionLog {
                 (false, true) => RetainReason::Bytes,
                 (false, false) => break,
             };
+            if !removable {
+                // Entitled, but its frames are durable only in the owner journal so far: a lazy
+                // sync now, and the next check removes it (the journal alone asks for syncs only as
+                // its own segments fill, which a quiet node may take hours to do).
+                sync_wanted = true;
+                break;
+            }
             let segment = self.segments.remove(&base).expect("found above");
             total -= segment.bytes;
             let slot = &mut taken[usize::from(reason == RetainReason::Bytes)];
@@ -169,6 +177,9 @@ impl PartitionLog {
         for mut range in taken.into_iter().flatten() {
             range.oldest = oldest;
             self.outputs.push_back(LogOutput::Retained(range));
+        }
+        if sync_wanted && self.sync.is_none() {
+            self.on_sync();
         }
     }
 

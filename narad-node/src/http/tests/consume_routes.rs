@@ -62,7 +62,7 @@ async fn replay_renders_the_three_payload_encodings_in_field_order() {
          \"payload_encoding\":\"base64\",\"timestamp\":1700000000}\n",
     );
     assert_reply(&read(13).await, 204, "");
-    assert_error(&read(9).await, 410, "offset is no longer retained");
+    assert_error(&read(9).await, 410, "offset aged out");
 }
 
 #[tokio::test]
