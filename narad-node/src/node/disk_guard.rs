@@ -28,6 +28,7 @@ use std::time::Duration;
 use narad_core::disk::{Disk, DiskSpace};
 
 use crate::config::StorageConfig;
+use crate::http::App;
 use crate::metrics::Metrics;
 
 /// How often the guard samples the file system's free space.
@@ -109,15 +110,12 @@ impl DiskGuard {
     }
 }
 
-/// Starts the guard's task over `disk`, setting `flag` (the app's
-/// [`crate::http::App::insufficient_storage_flag`]) while it is active; see the module doc.
-pub fn spawn(
-    disk: Arc<dyn Disk>,
-    flag: Weak<AtomicBool>,
-    metrics: Arc<Metrics>,
-    storage: &StorageConfig,
-) {
+/// Starts the guard's task over `disk`, setting the app's free-space flag
+/// ([`App::insufficient_storage_flag`]) while it is active, and its metrics; see the module doc.
+pub fn spawn(disk: Arc<dyn Disk>, app: &App, storage: &StorageConfig) {
     let guard = DiskGuard::new(storage);
+    let flag = app.insufficient_storage_flag();
+    let metrics = app.metrics.clone();
     tokio::spawn(run(
         disk,
         flag,

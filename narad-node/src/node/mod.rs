@@ -232,26 +232,20 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     })
     .await
     .map_err(|error| StartError::Partitions(error.to_string()))?;
-    let queue = queue_seam(&consumers, cluster.as_ref(), &metastore);
     let app = Arc::new(
         App::new(
             metastore.clone(),
             sink.clone(),
             reader,
             stats,
-            queue,
+            queue_seam(&consumers, cluster.as_ref(), &metastore),
             metrics.clone(),
             seed,
         )
         .with_auth(config.security.enabled)
         .with_min_retention_ms(config.topic.min_retention_ms),
     );
-    disk_guard::spawn(
-        Arc::clone(&disk),
-        app.insufficient_storage_flag(),
-        metrics.clone(),
-        &config.storage,
-    );
+    disk_guard::spawn(Arc::clone(&disk), &app, &config.storage);
     let inbound = cluster.as_ref().map(|cluster| {
         serve_peers(
             cluster,
