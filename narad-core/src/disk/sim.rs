@@ -452,10 +452,14 @@ impl Inner {
 
     /// Changes inode `ino`'s live image with `change`, counting its length change as used.
     fn resize_live(&mut self, ino: u64, change: impl FnOnce(&mut Image)) {
-        let before = self.live_len(ino);
-        let inode = self.inodes.get_mut(&ino).expect("name points at an inode");
-        change(&mut inode.live);
-        let after = inode.live.len() as u64;
+        let live = &mut self
+            .inodes
+            .get_mut(&ino)
+            .expect("name points at an inode")
+            .live;
+        let before = live.len() as u64;
+        change(live);
+        let after = live.len() as u64;
         self.used_bytes = self.used_bytes - before + after;
     }
 
