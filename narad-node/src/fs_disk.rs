@@ -21,7 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use narad_core::disk::Disk;
+use narad_core::disk::{Disk, DiskSpace};
 use narad_core::IoFault;
 
 use crate::failpoints::{Failpoints, Verdict};
@@ -351,6 +351,43 @@ impl Disk for FsDisk {
         names.sort();
         Ok(names)
     }
+
+    fn space(&self) -> Result<DiskSpace, IoFault> {
+        let stat = rustix::fs::statvfs(&self.root).map_err(|errno| fault(errno.into()))?;
+        Ok(DiskSpace {
+            available_bytes: stat.f_bavail.saturating_mul(stat.f_frsize),
+            total_bytes: stat.f_blocks.saturating_mul(stat.f_frsize),
+        })
+    }
+
+    fn root_size_bytes(&self) -> Result<u64, IoFault> {
+        tree_bytes(&self.root)
+    }
+}
+
+/// Bytes of the files under `dir`, symbolic links not followed. An entry removed during the walk
+/// (a segment retention deleted) is skipped, not an error.
+fn tree_bytes(dir: &Path) -> Result<u64, IoFault> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(fault(error)),
+    };
+    let mut bytes = 0u64;
+    for entry in entries {
+        let entry = entry.map_err(fault)?;
+        let metadata = match entry.metadata() {
+            Ok(metadata) => metadata,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(fault(error)),
+        };
+        if metadata.is_dir() {
+            bytes = bytes.saturating_add(tree_bytes(&entry.path())?);
+        } else if metadata.is_file() {
+            bytes = bytes.saturating_add(metadata.len());
+        }
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -464,6 +501,23 @@ mod tests {
         assert_eq!(disk.read_at("f", 0, 10).unwrap(), b"ab");
         disk.set_len("f", 4).unwrap();
         assert_eq!(disk.read_at("f", 0, 10).unwrap(), b"ab\0\0");
+    }
+
+    #[test]
+    fn space_is_the_file_systems_and_the_root_size_sums_every_file_below() {
+        let (_dir, disk) = disk();
+        let space = disk.space().unwrap();
+        assert!(space.total_bytes > 0 && space.available_bytes <= space.total_bytes);
+        assert_eq!(disk.root_size_bytes(), Ok(0));
+        disk.create_dir_all("topics/t/1/p00000").unwrap();
+        disk.create("topics/t/1/p00000/a.log").unwrap();
+        disk.write_at("topics/t/1/p00000/a.log", 0, &[1; 5_000])
+            .unwrap();
+        disk.create("checkpoint").unwrap();
+        disk.write_at("checkpoint", 0, b"abc").unwrap();
+        assert_eq!(disk.root_size_bytes(), Ok(5_003));
+        // A root that went away measures nothing (the guard's walk races a removal).
+        assert_eq!(tree_bytes(&disk.root().join("nope")), Ok(0));
     }
 
     #[test]

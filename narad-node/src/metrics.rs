@@ -191,6 +191,12 @@ pub struct Metrics {
     pub cluster_raft_commit_index: Gauge,
     /// Retention's and the partition logs' families.
     pub storage: StorageMetrics,
+    /// `narad_disk_guard_active`: 1 while produces answer 507 for want of free space.
+    pub disk_guard_active: Gauge,
+    /// `narad_data_dir_available_bytes`: free space of the data directory's file system.
+    pub data_dir_available_bytes: Gauge,
+    /// `narad_data_dir_size_bytes`: bytes of the files under the data directory.
+    pub data_dir_size_bytes: Gauge,
 }
 
 impl Metrics {
@@ -236,6 +242,9 @@ impl Metrics {
             cluster_raft_term: Gauge::default(),
             cluster_raft_leader: Gauge::default(),
             cluster_raft_commit_index: Gauge::default(),
+            disk_guard_active: Gauge::default(),
+            data_dir_available_bytes: Gauge::default(),
+            data_dir_size_bytes: Gauge::default(),
             registry,
             refreshers: Mutex::new(Vec::new()),
         };
@@ -244,6 +253,7 @@ impl Metrics {
         m.register_produce();
         m.register_http();
         m.register_cluster();
+        m.register_data_dir();
         m.error("http", "5xx");
         m
     }
@@ -453,6 +463,26 @@ impl Metrics {
         );
     }
 
+    /// Registers the disk guard's and the data directory's metrics.
+    fn register_data_dir(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "disk_guard_active",
+            "1 while produces answer 507: the data directory's file system has less free space than storage.min_free_bytes",
+            self.disk_guard_active.clone(),
+        );
+        r.register(
+            "data_dir_available_bytes",
+            "Bytes available on the data directory's file system, as the disk guard last sampled them",
+            self.data_dir_available_bytes.clone(),
+        );
+        r.register(
+            "data_dir_size_bytes",
+            "Bytes of the files under the data directory, measured at most every 10 s",
+            self.data_dir_size_bytes.clone(),
+        );
+    }
+
     /// The counter `errors_total{component, kind}`.
     pub fn error(&self, component: &str, kind: &str) -> Counter {
         self.errors
@@ -609,5 +639,15 @@ mod tests {
         assert!(fresh.contains("narad_errors_total{component=\"http\",kind=\"5xx\"} 0\n"));
         assert!(fresh.contains("narad_ingress_wal_failed 0\n"));
         assert!(fresh.contains("narad_ingress_dispatch_backlog_records 0\n"));
+        for gauge in [
+            "narad_disk_guard_active",
+            "narad_data_dir_available_bytes",
+            "narad_data_dir_size_bytes",
+        ] {
+            assert!(
+                fresh.contains(&format!("# TYPE {gauge} gauge\n{gauge} 0\n")),
+                "{gauge}"
+            );
+        }
     }
 }

@@ -387,3 +387,175 @@ fn metrics_carry_real_values_after_produces() {
     );
     assert!(metric_sum(&text, "narad_http_requests_total") >= 9.0);
 }
+
+/// The disk guard's file system: a 64 MiB tmpfs when this process may mount one (root, with the
+/// capability), unmounted when dropped (after the node, which is declared later and so dropped
+/// first), else a directory on the test's own file system.
+struct SmallFs {
+    dir: tempfile::TempDir,
+    tmpfs: bool,
+}
+
+/// Size of the tmpfs.
+const SMALL_FS_BYTES: u64 = 64 << 20;
+
+impl SmallFs {
+    fn new() -> SmallFs {
+        let dir = tempfile::tempdir().expect("temporary dir");
+        let tmpfs = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={SMALL_FS_BYTES}")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        SmallFs { dir, tmpfs }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Bytes an unprivileged writer may still allocate there (what the node's guard reads).
+    fn available(&self) -> u64 {
+        let stat = rustix::fs::statvfs(self.path()).expect("statvfs");
+        stat.f_bavail * stat.f_frsize
+    }
+
+    /// Writes `bytes` of real (allocated, synced) data to `name`.
+    fn fill(&self, name: &str, bytes: u64) {
+        let mut file = std::fs::File::create(self.path().join(name)).expect("filler");
+        let chunk = vec![0x5a_u8; 1 << 20];
+        let mut left = bytes;
+        while left > 0 {
+            let step = left.min(chunk.len() as u64) as usize;
+            file.write_all(&chunk[..step]).expect("filler fits");
+            left -= step as u64;
+        }
+        file.sync_all().expect("filler synced");
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        if self.tmpfs {
+            let unmounted = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .status()
+                .is_ok_and(|status| status.success());
+            if !unmounted {
+                // Still busy: detach it now, the kernel frees it once the last user lets go.
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(self.dir.path())
+                    .status();
+            }
+        }
+    }
+}
+
+/// One produce of `{"n": n}` (single, or a batch of one when `batch`): its status, and the body of a
+/// refusal.
+fn try_produce(node: &Node, n: u64, batch: bool) -> (u16, String) {
+    let payload = format!(r#"{{"n":{n}}}"#);
+    let answer = if batch {
+        let body = format!(r#"{{"messages":[{{"payload":{payload}}}]}}"#);
+        node.post("/v1/topics/guarded/produce/batch", body.as_bytes())
+    } else {
+        node.post("/v1/topics/guarded/produce", payload.as_bytes())
+    };
+    (answer.status, answer.text())
+}
+
+#[test]
+fn the_disk_guard_answers_507_on_a_full_file_system_and_202_again_once_space_is_freed() {
+    let fs = SmallFs::new();
+    // The floor: a quarter of the tmpfs; on a shared file system, what is free now less a margin
+    // larger than what the node writes on its own, so the filler below crosses it.
+    let margin = 32 << 20;
+    let floor = if fs.tmpfs {
+        SMALL_FS_BYTES / 4
+    } else {
+        fs.available().saturating_sub(margin)
+    };
+    let floor_text = floor.to_string();
+    let node = Node::start_in_with_env(
+        binary(),
+        &fs.path().join("data"),
+        &[("NARAD_STORAGE_MIN_FREE_BYTES", &floor_text)],
+    );
+    node.create_topic("guarded", 3);
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    let mut next = 0u64;
+    for _ in 0..5 {
+        assert_eq!(try_produce(&node, next, next % 2 == 1).0, 202);
+        accepted.push(next);
+        next += 1;
+    }
+    let gauge = |name: &str| metric(&metrics_text(&node), name).unwrap_or(-1.0);
+    assert_eq!(gauge("narad_disk_guard_active"), 0.0);
+
+    // Fill the file system to 8 MiB under the floor: produces turn 507 within a sample or two.
+    fs.fill("filler", fs.available() - floor + (8 << 20));
+    wait_until("a 507", || {
+        let (status, text) = try_produce(&node, next, false);
+        next += 1;
+        match status {
+            202 => accepted.push(next - 1),
+            507 => {
+                assert_eq!(text, "{\"error\":\"insufficient storage\"}\n");
+                refused.push(next - 1);
+                return Some(());
+            }
+            other => panic!("{other}: {text}"),
+        }
+        None
+    });
+    for batch in [false, true, false, true] {
+        let (status, text) = try_produce(&node, next, batch);
+        assert_eq!(
+            (status, text.as_str()),
+            (507, "{\"error\":\"insufficient storage\"}\n")
+        );
+        refused.push(next);
+        next += 1;
+    }
+    assert_eq!(node.get("/readyz").status, 200, "ready all along");
+    assert_eq!(gauge("narad_disk_guard_active"), 1.0);
+    let available = gauge("narad_data_dir_available_bytes");
+    assert!(available >= 0.0 && available < floor as f64, "{available}");
+
+    // An operator frees space: produces are taken again, by themselves.
+    std::fs::remove_file(fs.path().join("filler")).expect("filler removed");
+    wait_until("a 202 again", || {
+        let (status, text) = try_produce(&node, next, true);
+        next += 1;
+        match status {
+            202 => {
+                accepted.push(next - 1);
+                return Some(());
+            }
+            507 => refused.push(next - 1),
+            other => panic!("{other}: {text}"),
+        }
+        None
+    });
+    for _ in 0..5 {
+        assert_eq!(try_produce(&node, next, false).0, 202);
+        accepted.push(next);
+        next += 1;
+    }
+    assert_eq!(gauge("narad_disk_guard_active"), 0.0);
+    assert!(gauge("narad_data_dir_size_bytes") > 0.0);
+
+    // What got a 202 is there, and nothing that got a 507.
+    wait_visible(&node, "guarded", accepted.len() as u64);
+    let mut stored: Vec<u64> = (0..3)
+        .flat_map(|partition| partition_payloads(&node, "guarded", partition))
+        .map(|payload| payload["n"].as_u64().expect("a number"))
+        .collect();
+    stored.sort_unstable();
+    assert_eq!(stored, accepted, "refused: {refused:?}");
+    assert!(refused.len() >= 5);
+}

@@ -136,6 +136,18 @@ impl Node {
         node
     }
 
+    /// Starts a node on `data_dir` (kept after the test) with extra environment variables (kept for
+    /// every restart) and waits until it is ready.
+    pub fn start_in_with_env(binary: &Path, data_dir: &Path, env: &[(&str, &str)]) -> Node {
+        let env = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        let mut node = Node::spawn(binary, Mode::Dev, data_dir, None, env);
+        node.wait_ready();
+        node
+    }
+
     /// Starts a cluster member: `narad serve --log-format text` without `--dev` or address flags, on
     /// `data_dir` (which the caller keeps; it is passed as `NARAD_DATA_DIR`), configured by `env`
     /// (kept for every restart). Returns once it logged `http listening`, without waiting for `ready`:

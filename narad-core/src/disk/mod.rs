@@ -52,6 +52,12 @@ pub trait Disk: Send + Sync {
         let bytes = self.read_at(path, offset, len)?;
         Ok((crc32fast::hash(&bytes), bytes.len()))
     }
+    /// The space of the file system holding the disk's root, as the node's disk guard samples it
+    /// (a `statvfs` on real files; the capacity left on a simulated disk).
+    fn space(&self) -> Result<DiskSpace, IoFault>;
+    /// Bytes of every file under the disk's root (the data directory's size). A real disk walks the
+    /// whole tree: call it rarely and off the async threads.
+    fn root_size_bytes(&self) -> Result<u64, IoFault>;
     /// How long `op` takes on a *simulated* disk: a driver running under the simulator sleeps this
     /// long (in simulated time) before it runs the op. Real disks take their own time: zero. A wrapper
     /// disk must forward it.
@@ -121,6 +127,14 @@ pub trait DiskLayer: Send + Sync {
     fn read_crc(&self, path: &str, offset: u64, len: usize) -> Result<(u32, usize), IoFault> {
         self.inner().read_crc(path, offset, len)
     }
+    /// [`Disk::space`].
+    fn space(&self) -> Result<DiskSpace, IoFault> {
+        self.inner().space()
+    }
+    /// [`Disk::root_size_bytes`].
+    fn root_size_bytes(&self) -> Result<u64, IoFault> {
+        self.inner().root_size_bytes()
+    }
     /// [`Disk::latency`].
     fn latency(&self, op: &IoOp) -> core::time::Duration {
         self.inner().latency(op)
@@ -167,9 +181,24 @@ impl<L: DiskLayer> Disk for L {
     fn read_crc(&self, path: &str, offset: u64, len: usize) -> Result<(u32, usize), IoFault> {
         DiskLayer::read_crc(self, path, offset, len)
     }
+    fn space(&self) -> Result<DiskSpace, IoFault> {
+        DiskLayer::space(self)
+    }
+    fn root_size_bytes(&self) -> Result<u64, IoFault> {
+        DiskLayer::root_size_bytes(self)
+    }
     fn latency(&self, op: &IoOp) -> core::time::Duration {
         DiskLayer::latency(self, op)
     }
+}
+
+/// The space of the file system holding a disk's root ([`Disk::space`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// Bytes an unprivileged writer can still allocate (`f_bavail`: without the root reserve).
+    pub available_bytes: u64,
+    /// The file system's size.
+    pub total_bytes: u64,
 }
 
 /// One I/O command, as an actor emits it.
@@ -454,6 +483,10 @@ mod tests {
         assert_eq!(disk.list("d").unwrap(), ["g"]);
         disk.remove("d/g").unwrap();
         assert_eq!(disk.list("d").unwrap(), Vec::<String>::new());
+        disk.create("d/h").unwrap();
+        disk.write_at("d/h", 0, b"abcd").unwrap();
+        assert_eq!(disk.root_size_bytes(), Ok(4));
+        assert_eq!(disk.space(), layered.0.inner.space());
         assert_eq!(layered.0.syncs.load(Ordering::Relaxed), 1);
         let op = IoOp::SyncDir { dir: "d".into() };
         assert_eq!(disk.latency(&op), Duration::from_millis(3));

@@ -9,6 +9,11 @@
 //! extent (a prepared segment) persist block by block in any order, leaving holes; appends past the
 //! durable end persist as a prefix, then stop. Live images are reset to what survived.
 //!
+//! Capacity: a disk made with a capacity ([`SimDisk::set_capacity`]) counts as used the live length of
+//! every named file; a write, zero fill or `set_len` that would grow the files past it fails with
+//! ENOSPC and changes nothing (what a full file system does), and [`Disk::space`] reports what is
+//! left. Without one the disk is unbounded and reports [`UNBOUNDED_TOTAL_BYTES`].
+//!
 //! Faults: `sync_data` failing with EIO drops the pending pages *and marks them clean* (fsyncgate), so a
 //! later sync "succeeds" without them; writes failing with EIO or ENOSPC write nothing; bit rot flips a
 //! bit of synced data on the medium, and in what reads see only where they see the medium's byte (not
@@ -29,11 +34,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{parent_dir, Disk};
+use super::{parent_dir, Disk, DiskSpace};
 use crate::error::IoFault;
 
 /// The unit a crash tears writes into.
 pub const BLOCK_BYTES: u64 = 4096;
+
+/// The size [`Disk::space`] reports for a disk without a capacity: 1 PiB, so a free-space floor
+/// never trips.
+pub const UNBOUNDED_TOTAL_BYTES: u64 = 1 << 50;
 
 /// The size of one page of a file image (a multiple of [`BLOCK_BYTES`]; only memory layout).
 pub const PAGE_BYTES: usize = 16 * 1024;
@@ -226,6 +235,10 @@ struct Inner {
     rules: Vec<FaultRule>,
     lying_sync: bool,
     stats: SimDiskStats,
+    /// Most bytes the named files may hold; `None`: unbounded.
+    capacity_bytes: Option<u64>,
+    /// The live length of every named file, summed (kept as lengths change).
+    used_bytes: u64,
 }
 
 /// The simulated disk. Cloning shares the same disk (the harness keeps a handle to crash it).
@@ -248,6 +261,8 @@ impl SimDisk {
             rules: Vec::new(),
             lying_sync: false,
             stats: SimDiskStats::default(),
+            capacity_bytes: None,
+            used_bytes: 0,
         };
         SimDisk {
             inner: Arc::new(Mutex::new(inner)),
@@ -276,6 +291,17 @@ impl SimDisk {
         self.lock().lying_sync = lying;
     }
 
+    /// Bounds the bytes the files may hold (`None`: unbounded, the default). A capacity below what
+    /// they hold already refuses every growth until enough is removed.
+    pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
+        self.lock().capacity_bytes = capacity_bytes;
+    }
+
+    /// The live length of every file, summed: what counts against the capacity.
+    pub fn used_bytes(&self) -> u64 {
+        self.lock().used_bytes
+    }
+
     /// Drops every file and directory: the disk is empty from now on. A simulator run ends with it,
     /// because madsim keeps a finished run's nodes (and the handles their start-up closures hold)
     /// alive until the process exits.
@@ -286,6 +312,7 @@ impl SimDisk {
         inner.durable_names = BTreeMap::new();
         inner.pending_ns = BTreeMap::new();
         inner.dirs = BTreeSet::from([String::new()]);
+        inner.used_bytes = 0;
     }
 
     /// Simulates a power loss: see the module documentation.
@@ -407,10 +434,54 @@ impl Inner {
         }
     }
 
+    /// The live length of inode `ino`.
+    fn live_len(&self, ino: u64) -> u64 {
+        self.inodes[&ino].live.len() as u64
+    }
+
+    /// Refuses growing inode `ino` to `new_len` past the capacity (ENOSPC, as a full file system).
+    fn check_growth(&self, ino: u64, new_len: u64) -> Result<(), IoFault> {
+        let growth = new_len.saturating_sub(self.live_len(ino));
+        match self.capacity_bytes {
+            Some(capacity) if growth > 0 && self.used_bytes + growth > capacity => {
+                Err(IoFault::NoSpace)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Changes inode `ino`'s live image with `change`, counting its length change as used.
+    fn resize_live(&mut self, ino: u64, change: impl FnOnce(&mut Image)) {
+        let live = &mut self
+            .inodes
+            .get_mut(&ino)
+            .expect("name points at an inode")
+            .live;
+        let before = live.len() as u64;
+        change(live);
+        let after = live.len() as u64;
+        self.used_bytes = self.used_bytes - before + after;
+    }
+
+    /// Sums the live lengths of the named files (after a crash replaced the namespace).
+    fn recount_used(&mut self) {
+        self.used_bytes = self
+            .live_names
+            .values()
+            .map(|ino| self.inodes[ino].live.len() as u64)
+            .sum();
+    }
+
     fn ns_change(&mut self, dir: &str, op: NsOp) {
         for (name, target) in &op {
+            // A name holds one inode and an inode one name (renames move it), so the files' bytes
+            // change by what the name stops and starts pointing at.
+            if let Some(old) = self.live_names.get(name).copied() {
+                self.used_bytes -= self.live_len(old);
+            }
             match target {
                 Some(ino) => {
+                    self.used_bytes += self.live_len(*ino);
                     self.live_names.insert(name.clone(), *ino);
                 }
                 None => {
@@ -457,6 +528,7 @@ impl Inner {
             tear(&mut self.rng, &mut inode);
             self.inodes.insert(ino, inode);
         }
+        self.recount_used();
     }
 }
 
@@ -545,10 +617,11 @@ impl Disk for SimDisk {
     fn write_at(&self, path: &str, offset: u64, data: &[u8]) -> Result<(), IoFault> {
         let mut inner = self.lock();
         let ino = inner.ino(path)?;
+        inner.check_growth(ino, offset + data.len() as u64)?;
         inner.write_fault(path)?;
         inner.stats.writes += 1;
+        inner.resize_live(ino, |live| live.write(offset, data));
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        inode.live.write(offset, data);
         let start = inode.pending_bytes.len();
         inode.pending_bytes.extend_from_slice(data);
         inode.pending.push(Pending::Write {
@@ -562,10 +635,11 @@ impl Disk for SimDisk {
     fn write_zeros(&self, path: &str, offset: u64, len: u64) -> Result<(), IoFault> {
         let mut inner = self.lock();
         let ino = inner.ino(path)?;
+        inner.check_growth(ino, offset + len)?;
         inner.write_fault(path)?;
         inner.stats.writes += 1;
+        inner.resize_live(ino, |live| live.zero(offset, len));
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        inode.live.zero(offset, len);
         inode.pending.push(Pending::Zeros { offset, len });
         Ok(())
     }
@@ -588,13 +662,14 @@ impl Disk for SimDisk {
     fn set_len(&self, path: &str, len: u64) -> Result<(), IoFault> {
         let mut inner = self.lock();
         let ino = inner.ino(path)?;
-        if len > inner.inodes[&ino].live.len() as u64 {
+        inner.check_growth(ino, len)?;
+        if len > inner.live_len(ino) {
             if let Some(DiskFault::NoSpace) = inner.draw_fault(path, &[DiskFault::NoSpace]) {
                 return Err(IoFault::NoSpace);
             }
         }
+        inner.resize_live(ino, |live| live.set_len(len as usize));
         let inode = inner.inodes.get_mut(&ino).expect("name points at an inode");
-        inode.live.set_len(len as usize);
         inode.pending.push(Pending::SetLen(len));
         Ok(())
     }
@@ -687,6 +762,19 @@ impl Disk for SimDisk {
             .filter(|name| parent_dir(name) == dir)
             .map(|name| super::file_name(name).to_string())
             .collect())
+    }
+
+    fn space(&self) -> Result<DiskSpace, IoFault> {
+        let inner = self.lock();
+        let total_bytes = inner.capacity_bytes.unwrap_or(UNBOUNDED_TOTAL_BYTES);
+        Ok(DiskSpace {
+            available_bytes: total_bytes.saturating_sub(inner.used_bytes),
+            total_bytes,
+        })
+    }
+
+    fn root_size_bytes(&self) -> Result<u64, IoFault> {
+        Ok(self.lock().used_bytes)
     }
 }
 

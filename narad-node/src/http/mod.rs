@@ -88,8 +88,8 @@ pub struct App {
     ready: AtomicBool,
     shutting_down: AtomicBool,
     /// Set by the node's disk guard while the data directory's file system has less free space than
-    /// `storage.min_free_bytes`: produces answer 507.
-    insufficient_storage: AtomicBool,
+    /// `storage.min_free_bytes`: produces answer 507. The guard holds it weakly.
+    insufficient_storage: Arc<AtomicBool>,
     /// This node's `topic.min_retention_ms`.
     min_retention_ms: u64,
     schemas: schema::SchemaCache,
@@ -133,7 +133,7 @@ impl App {
             metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
-            insufficient_storage: AtomicBool::new(false),
+            insufficient_storage: Arc::new(AtomicBool::new(false)),
             min_retention_ms: narad_core::metastore::RETENTION_MS_MIN_DEFAULT,
             schemas: schema::SchemaCache::default(),
             picker: Mutex::new(PartitionPicker::new(keyless_seed)),
@@ -221,6 +221,12 @@ impl App {
     /// Whether the disk guard is refusing produces.
     pub fn is_insufficient_storage(&self) -> bool {
         self.insufficient_storage.load(Ordering::Acquire)
+    }
+
+    /// The flag [`App::set_insufficient_storage`] sets, for the disk guard's task: held weakly, so the
+    /// task ends with the app.
+    pub fn insufficient_storage_flag(&self) -> std::sync::Weak<AtomicBool> {
+        Arc::downgrade(&self.insufficient_storage)
     }
 }
 

@@ -4,12 +4,12 @@
 //! lists the always-present fields first, in the surface's order (`name, partitions, retention_ms,
 //! visibility_timeout_ms, max_in_flight_per_partition, max_acked_ahead_per_partition, created_at`), with
 //! `retention_bytes` right after `retention_ms` when it is not 0 (no bound), then `owner` when not
-//! empty, then `partition_stats` on a get.
+//! empty, then `partition_stats` on a get. `schema` is never returned. Fan-out fields (`parent`,
+//! `fanout_delay_ms`) are accepted by the parser, so they are not "unknown", but refused while fan-out
+//! is not built.
 //!
 //! `retention_ms` is checked against this node's `topic.min_retention_ms` ([`App::min_retention_ms`])
-//! before proposing; the metastore only keeps a floor under every node's minimum. `schema` is never returned. Fan-out fields
-//! (`parent`, `fanout_delay_ms`) are accepted by the parser, so they are not "unknown", but refused
-//! while fan-out is not built.
+//! before proposing; the metastore keeps only a floor under every node's minimum.
 
 use narad_core::ids::PartitionId;
 use narad_core::metastore::{

@@ -4,8 +4,9 @@
 //! # Start-up ([`start`])
 //! 1. The metastore opens on the disk (`metastore/`) and replays its log in the background.
 //! 2. The partition host starts and follows the replica; the HTTP [`App`] is built around it, the WAL
-//!    sink (empty until the WAL opens: produces get 503) and the metrics. [`start`] returns here, so a
-//!    listener can answer `/readyz` with 503 while recovery runs.
+//!    sink (empty until the WAL opens: produces get 503) and the metrics; the [`disk_guard`] starts
+//!    sampling the disk's free space. [`start`] returns here, so a listener can answer `/readyz` with
+//!    503 while recovery runs.
 //! 3. In the background, recovery: the metastore catches up and lists this node as a member; the
 //!    ingress WAL and its checkpoint open (the checkpoint's startup sync, then the WAL's torn-tail
 //!    repair: its reads serve nothing before that); the sink is attached; every partition log of every
@@ -25,6 +26,7 @@
 //! `checkpoint`); `topics/<topic>/<incarnation id>/p<05 partition>/` (`<20-digit offset>.log` segments).
 
 pub mod consumers;
+pub mod disk_guard;
 pub mod local_transport;
 pub mod metered_disk;
 pub mod partitions;
@@ -143,6 +145,8 @@ pub struct NodeStatus {
     pub metastore_failed: bool,
     /// Partition logs that only a restart can open again (their recovery's final sync failed).
     pub partitions_restart_needed: usize,
+    /// `narad_disk_guard_active`: produces answer 507 for want of free space.
+    pub disk_guard_active: bool,
 }
 
 /// A running node; clones share it.
@@ -232,20 +236,20 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     })
     .await
     .map_err(|error| StartError::Partitions(error.to_string()))?;
-    let queue = queue_seam(&consumers, cluster.as_ref(), &metastore);
     let app = Arc::new(
         App::new(
             metastore.clone(),
             sink.clone(),
             reader,
             stats,
-            queue,
+            queue_seam(&consumers, cluster.as_ref(), &metastore),
             metrics.clone(),
             seed,
         )
         .with_auth(config.security.enabled)
         .with_min_retention_ms(config.topic.min_retention_ms),
     );
+    disk_guard::spawn(Arc::clone(&disk), &app, &config.storage);
     let inbound = cluster.as_ref().map(|cluster| {
         serve_peers(
             cluster,
@@ -760,6 +764,7 @@ impl Node {
             wal_failed: wal.is_some_and(IngressHost::is_latched),
             metastore_failed: self.inner.metastore.view().failed.is_some(),
             partitions_restart_needed: self.inner.partitions.status().restart_needed,
+            disk_guard_active: self.inner.app.is_insufficient_storage(),
         }
     }
 

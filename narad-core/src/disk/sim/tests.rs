@@ -392,3 +392,93 @@ fn a_seed_replays_exactly() {
         assert_eq!(run(seed), run(seed));
     }
 }
+
+#[test]
+fn a_capacity_refuses_growth_past_it_with_enospc_and_changes_nothing() {
+    let disk = disk_with_dir(1);
+    let space = |disk: &SimDisk| disk.space().unwrap();
+    assert_eq!(
+        space(&disk),
+        DiskSpace {
+            available_bytes: UNBOUNDED_TOTAL_BYTES,
+            total_bytes: UNBOUNDED_TOTAL_BYTES
+        }
+    );
+    disk.set_capacity(Some(10_000));
+    disk.create("d/a").unwrap();
+    disk.write_at("d/a", 0, &[1; 6_000]).unwrap();
+    assert_eq!(
+        space(&disk),
+        DiskSpace {
+            available_bytes: 4_000,
+            total_bytes: 10_000
+        }
+    );
+    let writes = disk.stats().writes;
+    // Past the capacity: ENOSPC, the very fault a full disk's injected rule gives, and no change.
+    assert_eq!(
+        disk.write_at("d/a", 5_000, &[2; 5_001]),
+        Err(IoFault::NoSpace)
+    );
+    assert_eq!(disk.write_zeros("d/a", 6_000, 4_001), Err(IoFault::NoSpace));
+    assert_eq!(disk.set_len("d/a", 10_001), Err(IoFault::NoSpace));
+    assert_eq!(disk.stats().writes, writes);
+    assert_eq!(disk.len("d/a").unwrap(), 6_000);
+    assert_eq!(disk.read_at("d/a", 5_000, 1).unwrap(), [1]);
+    // Overwrites need no space; growth up to the capacity exactly is fine.
+    disk.write_at("d/a", 0, &[3; 6_000]).unwrap();
+    disk.create("d/b").unwrap();
+    disk.write_zeros("d/b", 0, 4_000).unwrap();
+    assert_eq!(space(&disk).available_bytes, 0);
+    assert_eq!(disk.write_at("d/b", 4_000, b"x"), Err(IoFault::NoSpace));
+    // Removing, truncating, recreating and renaming over a file give its bytes back.
+    disk.set_len("d/b", 1_000).unwrap();
+    assert_eq!(disk.used_bytes(), 7_000);
+    disk.create("d/b").unwrap();
+    assert_eq!(disk.used_bytes(), 6_000);
+    disk.write_at("d/b", 0, &[4; 500]).unwrap();
+    disk.rename("d/b", "d/a").unwrap();
+    assert_eq!(disk.used_bytes(), 500);
+    disk.rename("d/a", "d/a").unwrap();
+    assert_eq!(disk.used_bytes(), 500);
+    disk.remove("d/a").unwrap();
+    assert_eq!(space(&disk).available_bytes, 10_000);
+    assert_eq!(disk.root_size_bytes(), Ok(0));
+    // A capacity below what the files hold refuses growth until enough goes.
+    disk.create("d/c").unwrap();
+    disk.write_at("d/c", 0, &[5; 3_000]).unwrap();
+    disk.set_capacity(Some(2_000));
+    assert_eq!(space(&disk).available_bytes, 0);
+    assert_eq!(disk.write_at("d/c", 3_000, b"x"), Err(IoFault::NoSpace));
+    disk.set_capacity(None);
+    disk.write_at("d/c", 3_000, b"x").unwrap();
+}
+
+#[test]
+fn used_bytes_after_a_crash_are_those_of_the_files_that_survived() {
+    for seed in 0..32 {
+        let disk = disk_with_dir(seed);
+        disk.set_capacity(Some(1 << 20));
+        disk.create("d/kept").unwrap();
+        disk.write_at("d/kept", 0, &[1; 3 * BLOCK_BYTES as usize])
+            .unwrap();
+        disk.sync_data("d/kept").unwrap();
+        disk.sync_dir("d").unwrap();
+        disk.write_at("d/kept", 3 * BLOCK_BYTES, &[2; 2 * BLOCK_BYTES as usize])
+            .unwrap();
+        disk.create("d/maybe").unwrap();
+        disk.write_at("d/maybe", 0, &[3; 100]).unwrap();
+        disk.crash();
+        let survived: u64 = disk
+            .paths()
+            .iter()
+            .map(|path| disk.len(path).unwrap())
+            .sum();
+        assert_eq!(disk.used_bytes(), survived, "seed {seed}");
+        assert_eq!(
+            disk.space().unwrap().available_bytes,
+            (1 << 20) - survived,
+            "seed {seed}"
+        );
+    }
+}

@@ -36,6 +36,7 @@ struct OldAlter {
 
 /// The first three variants of format 1, at their indexes.
 #[derive(Serialize)]
+#[allow(clippy::enum_variant_names)] // The names of the variants they stand for.
 enum OldCommand {
     CreateTopic(OldCreate),
     AlterTopic(OldAlter),
