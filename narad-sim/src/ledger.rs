@@ -114,6 +114,8 @@ pub struct Served {
     /// The key the read served with it (`Some(None)`: none), when the reader reports keys
     /// ([`Served::with_key`]); `None` when it does not, and then no key is checked.
     key: Option<Option<Box<[u8]>>>,
+    /// Its commit time, when the read reported it (retention's size rule orders by it).
+    committed_at_ms: Option<u64>,
 }
 
 impl Served {
@@ -134,7 +136,14 @@ impl Served {
             payload,
             decoded,
             key: None,
+            committed_at_ms: None,
         }
+    }
+
+    /// The same copy, with the commit time the read served with it (Unix ms on the node's clock).
+    pub fn with_committed_at(mut self, committed_at_ms: Option<u64>) -> Served {
+        self.committed_at_ms = committed_at_ms;
+        self
     }
 
     /// The same copy, with the key the read served with it (`None`: keyless), to be checked against
@@ -321,6 +330,8 @@ pub struct Ledger {
     stranded_at_deadline: BTreeSet<Arc<str>>,
     /// The topics' retention ([`Ledger::set_retention`]).
     retention: RetentionRule,
+    /// The nodes' clock at the run's instant 0 ([`Ledger::set_clock_base`]).
+    clock_base_ms: Option<u64>,
 }
 
 /// Where and when a produce call was sent.

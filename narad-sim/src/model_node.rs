@@ -506,6 +506,7 @@ impl Shared {
             records.push(ReadRecord {
                 offset: Offset(offset as u64),
                 payload: bytes[FRAME_HEADER_BYTES as usize..].to_vec(),
+                committed_at_ms: None,
             });
         }
         Ok(ReadBatch {

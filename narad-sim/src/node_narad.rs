@@ -158,7 +158,8 @@ fn cluster_setup(
 fn status_of(reply: &Reply) -> Result<(), NodeError> {
     match reply.status {
         200..=299 => Ok(()),
-        400..=499 => Err(NodeError::Refused(format!(
+        // 507 (the disk guard) is answered before anything is stored, as a 4xx is.
+        400..=499 | 507 => Err(NodeError::Refused(format!(
             "{} {}",
             reply.status,
             reply.text().trim_end()
@@ -355,6 +356,9 @@ impl SimNode for NaradSimNode {
         if retention.check_interval_ms > 0 {
             config.storage.retention_check_interval_ms = retention.check_interval_ms;
         }
+        if retention.min_free_bytes > 0 {
+            config.storage.min_free_bytes = Some(retention.min_free_bytes);
+        }
         #[cfg(madsim)]
         let plant = Plant::new(ctx.plant_bug);
         #[cfg(not(madsim))]
@@ -517,6 +521,7 @@ impl SimNode for NaradSimNode {
                         .map(|(index, record)| ReadRecord {
                             offset: Offset(batch.first.0 + index as u64),
                             payload: record.payload,
+                            committed_at_ms: Some(record.committed_at_ms),
                         })
                         .collect();
                     if let Some(first) = records.first() {

@@ -99,6 +99,8 @@ pub struct ReadRecord {
     pub offset: Offset,
     /// Its payload.
     pub payload: Vec<u8>,
+    /// Its commit time (Unix ms on the node's clock), when the node reports it.
+    pub committed_at_ms: Option<u64>,
 }
 
 /// The answer to a partition read.

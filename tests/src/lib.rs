@@ -332,8 +332,12 @@ impl Node {
         }
     }
 
-    /// Sends `signal` (a `kill(1)` name such as `STOP` or `CONT`) to the running node: `STOP` freezes
-    /// every thread of it at once, as a stalled machine does, with its sockets and files held.
+    /// The running process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the node is running").id()
+    }
+
+    /// Sends `signal` (a name, `STOP`, `CONT`, ...) to the running process.
     pub fn signal(&self, signal: &str) {
         let child = self.child.as_ref().expect("the node is running");
         let status = Command::new("kill")

@@ -6,11 +6,13 @@
 //!   `retention_ms` before an observation ended may be gone from it.
 //! - **Size.** Retention removes the oldest segment of a partition only while what remains holds at
 //!   least `retention_bytes` of frames, so whenever something was removed the partition still holds
-//!   the bound. A record may be missing when a partition it may be in (its aimed partition; any of the
-//!   topic's for a keyless one) was trimmed (its first served offset is above 0) and what the
-//!   observation served there could amount to the bound: each record counted with the most a frame
-//!   could add to it ([`RECORD_OVERHEAD_MAX`]), so a node that kept the bound is never flagged, and
-//!   one that kept much less is.
+//!   the bound, and what it removed was committed before everything it kept. A record may be missing
+//!   when some partition of its topic (a record may be rerouted to any) was trimmed (its first served
+//!   offset is above 0), what the observation served there could amount to the bound (each record
+//!   counted with the most a frame could add to it, [`RECORD_OVERHEAD_MAX`]: a node that kept the
+//!   bound is never flagged, one that kept much less is), and the record was sent no later than the
+//!   first kept record there was committed (it was committed after it was sent; a record sent later
+//!   can only sit behind that one). Without commit times in the read, only its aimed partition counts.
 //!
 //! Everything else missing is lost, however old.
 
@@ -34,18 +36,27 @@ pub struct RetentionRule {
     pub retention_bytes: u64,
 }
 
-/// What one observation says about each partition: its first served offset and how many frame bytes
-/// its served records could take at most.
+/// What one observation says about a partition.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    /// The first served offset.
+    first: Offset,
+    /// The commit time of the record at `first`, when the read reported it (Unix ms).
+    first_committed_at_ms: Option<u64>,
+    /// How many frame bytes its served records could take at most.
+    bytes: u64,
+}
+
+/// What one observation says about each partition.
 #[derive(Debug, Default)]
 pub(super) struct RetainedView {
     at_ns: u64,
-    partitions: BTreeMap<(Arc<str>, TopicId, PartitionId), (Offset, u64)>,
+    partitions: BTreeMap<(Arc<str>, TopicId, PartitionId), Kept>,
 }
 
 impl RetainedView {
     pub(super) fn new(observation: &Observation) -> RetainedView {
-        let mut partitions: BTreeMap<(Arc<str>, TopicId, PartitionId), (Offset, u64)> =
-            BTreeMap::new();
+        let mut partitions: BTreeMap<(Arc<str>, TopicId, PartitionId), Kept> = BTreeMap::new();
         for served in &observation.served {
             let bytes = served.payload.len() as u64
                 + served
@@ -56,9 +67,16 @@ impl RetainedView {
                 + RECORD_OVERHEAD_MAX;
             let entry = partitions
                 .entry((served.topic.clone(), served.topic_id, served.partition))
-                .or_insert((served.offset, 0));
-            entry.0 = entry.0.min(served.offset);
-            entry.1 += bytes;
+                .or_insert(Kept {
+                    first: served.offset,
+                    first_committed_at_ms: served.committed_at_ms,
+                    bytes: 0,
+                });
+            if served.offset < entry.first {
+                entry.first = served.offset;
+                entry.first_committed_at_ms = served.committed_at_ms;
+            }
+            entry.bytes += bytes;
         }
         RetainedView {
             at_ns: observation.at_ns,
@@ -66,11 +84,22 @@ impl RetainedView {
         }
     }
 
-    /// Whether `partition` was trimmed and could still hold `bound` bytes of frames.
-    fn trimmed_to_bound(&self, key: &(Arc<str>, TopicId, PartitionId), bound: u64) -> bool {
-        self.partitions
-            .get(key)
-            .is_some_and(|&(first, bytes)| first > Offset(0) && bytes >= bound)
+    /// Whether `partition` was trimmed, could still hold `bound` bytes of frames, and its first kept
+    /// record was committed no earlier than `sent_ms` (unknown: only when `aimed`).
+    fn may_have_removed(
+        &self,
+        key: &(Arc<str>, TopicId, PartitionId),
+        bound: u64,
+        sent_ms: Option<u64>,
+        aimed: bool,
+    ) -> bool {
+        self.partitions.get(key).is_some_and(|kept| {
+            let before_first = match (kept.first_committed_at_ms, sent_ms) {
+                (Some(first_ms), Some(sent_ms)) => sent_ms <= first_ms,
+                _ => aimed,
+            };
+            kept.first > Offset(0) && kept.bytes >= bound && before_first
+        })
     }
 }
 
@@ -79,6 +108,12 @@ impl Ledger {
     /// excused (see the module documentation).
     pub fn set_retention(&mut self, rule: RetentionRule) {
         self.retention = rule;
+    }
+
+    /// The nodes' clock (Unix ms) at the run's instant 0: it places a call's send time among commit
+    /// times.
+    pub fn set_clock_base(&mut self, unix_ms_at_zero: u64) {
+        self.clock_base_ms = Some(unix_ms_at_zero);
     }
 
     /// Whether retention may have removed record `id` by the end of the observation `view` was made of.
@@ -94,16 +129,16 @@ impl Ledger {
         if rule.retention_bytes == 0 {
             return false;
         }
-        match entry.aimed_at {
-            Some(partition) => view.trimmed_to_bound(
-                &(entry.topic.clone(), entry.topic_id, partition),
-                rule.retention_bytes,
-            ),
-            None => view
-                .partitions
-                .keys()
-                .filter(|(topic, topic_id, _)| *topic == entry.topic && *topic_id == entry.topic_id)
-                .any(|key| view.trimmed_to_bound(key, rule.retention_bytes)),
-        }
+        let sent_ms = self.via.get(&entry.attempt).and_then(|via| {
+            self.clock_base_ms
+                .map(|base| base + via.at_ns / 1_000_000)
+        });
+        view.partitions
+            .keys()
+            .filter(|(topic, topic_id, _)| *topic == entry.topic && *topic_id == entry.topic_id)
+            .any(|key| {
+                let aimed = entry.aimed_at.is_none_or(|aimed| aimed == key.2);
+                view.may_have_removed(key, rule.retention_bytes, sent_ms, aimed)
+            })
     }
 }

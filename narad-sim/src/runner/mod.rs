@@ -208,6 +208,11 @@ impl<N: SimNode> World<N> {
                     retention_ms: scenario.retention.retention_ms,
                     retention_bytes: scenario.retention.retention_bytes,
                 });
+                let now = madsim::time::TimeHandle::current().now_time();
+                let unix_ms = now
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_millis() as u64);
+                ledger.set_clock_base(unix_ms.saturating_sub(sim_now_ns() / 1_000_000));
                 ledger
             }),
             topics: scenario
@@ -447,6 +452,10 @@ fn boot_servers<N: SimNode>(
     (0..nodes)
         .map(|index| {
             let disk = SimDisk::new(derive_seed(seed, &label("disk", index)));
+            let capacity = scenario.retention.disk_capacity_bytes;
+            if capacity > 0 {
+                disk.set_capacity(Some(capacity));
+            }
             let io = SimIo::new(
                 derive_seed(seed, &label("io", index)),
                 knobs.op_us,

@@ -104,13 +104,16 @@ impl<N: SimNode> World<N> {
             from = last.offset.next();
             let topic: Arc<str> = Arc::from(name);
             for record in batch.records {
-                out.served.push(Served::new(
-                    topic.clone(),
-                    batch.topic_id,
-                    partition,
-                    record.offset,
-                    record.payload,
-                ));
+                out.served.push(
+                    Served::new(
+                        topic.clone(),
+                        batch.topic_id,
+                        partition,
+                        record.offset,
+                        record.payload,
+                    )
+                    .with_committed_at(record.committed_at_ms),
+                );
             }
             if from >= batch.high_watermark {
                 self.observer.event(

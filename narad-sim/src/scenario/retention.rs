@@ -1,5 +1,5 @@
 //! A scenario's `[retention]`: every topic of the run is created with it, and the nodes check it
-//! often enough that segments go within a run.
+//! often enough that segments go within a run; and the disk guard's small disk.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,13 @@ pub struct RetentionSpec {
     /// The nodes' `storage.retention_check_interval_ms` (0: the node's default).
     #[serde(default)]
     pub check_interval_ms: u64,
+    /// Each node's simulated disk holds at most this many bytes of files (0: unbounded): writes past
+    /// it fail with ENOSPC, and the disk guard sees the space left.
+    #[serde(default)]
+    pub disk_capacity_bytes: u64,
+    /// The nodes' `storage.min_free_bytes` (0: the node's default), for the disk guard.
+    #[serde(default)]
+    pub min_free_bytes: u64,
 }
 
 impl RetentionSpec {
@@ -34,6 +41,11 @@ impl RetentionSpec {
         }
         if self.check_interval_ms != 0 && self.check_interval_ms < 100 {
             return Err("retention.check_interval_ms must be 0 or at least 100".into());
+        }
+        if self.min_free_bytes >= self.disk_capacity_bytes && self.disk_capacity_bytes != 0 {
+            return Err(
+                "retention.min_free_bytes must be below retention.disk_capacity_bytes".into(),
+            );
         }
         Ok(())
     }

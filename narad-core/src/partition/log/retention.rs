@@ -186,10 +186,11 @@ impl PartitionLog {
     /// Whether segment `base` may go: sealed by a later one, its name durable and, journaled, its
     /// frames synced in its own file.
     fn removable(&self, base: Offset, segment: &Segment) -> bool {
+        // Not dirty: every write to it came before a sync that succeeded. (`synced_bytes` is no
+        // test of it: a sync that raced a journaled commit leaves it short of frames it synced.)
         let synced = !self.config.journaled
             || (!self.resync
                 && !self.dirty.contains_key(&base)
-                && segment.synced_bytes >= segment.bytes
                 && self
                     .sync
                     .as_ref()
