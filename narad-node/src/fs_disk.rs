@@ -62,9 +62,26 @@ fn fault(error: io::Error) -> IoFault {
 #[derive(Debug)]
 pub struct FsDisk {
     root: PathBuf,
-    files: Mutex<HashMap<String, Arc<File>>>,
+    files: Mutex<HandleCache>,
     open_files_max: usize,
     failpoints: Option<Failpoints>,
+    /// Handles unused this long are closed (`storage.idle_log_eviction_ms`); `None`: kept.
+    idle_close_after: Option<std::time::Duration>,
+    /// Handles closed for idleness so far (`narad_idle_logs_evicted_total`).
+    idle_closed: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The open handles, with when each was last used, and when idle ones were last looked for.
+#[derive(Debug, Default)]
+struct HandleCache {
+    files: HashMap<String, (Arc<File>, std::time::Instant)>,
+    swept: Option<std::time::Instant>,
+}
+
+/// The real clock of the real disk: idle handles are a property of wall time.
+#[allow(clippy::disallowed_methods)]
+fn wall_now() -> std::time::Instant {
+    std::time::Instant::now()
 }
 
 impl FsDisk {
@@ -75,10 +92,24 @@ impl FsDisk {
         fs::create_dir_all(&root).map_err(fault)?;
         Ok(FsDisk {
             root,
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(HandleCache::default()),
             open_files_max: OPEN_FILES_MAX,
             failpoints: Self::env_failpoints()?,
+            idle_close_after: None,
+            idle_closed: Arc::default(),
         })
+    }
+
+    /// Closes cached handles unused for `idle` (looked for at most every quarter of it, at the next
+    /// access): a node whose thousands of partitions went quiet holds no descriptor for them.
+    pub fn with_idle_close(mut self, idle: std::time::Duration) -> Self {
+        self.idle_close_after = Some(idle);
+        self
+    }
+
+    /// Handles closed for idleness so far, shared (the node's metric reads it).
+    pub fn idle_closed(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.idle_closed)
     }
 
     /// Keeps at most `open_files_max` handles open (at least one). A node sizes it to its open-files
@@ -109,9 +140,11 @@ impl FsDisk {
         fs::create_dir_all(&root).map_err(fault)?;
         Ok(FsDisk {
             root,
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(HandleCache::default()),
             open_files_max: OPEN_FILES_MAX,
             failpoints: Some(failpoints),
+            idle_close_after: None,
+            idle_closed: Arc::default(),
         })
     }
 
@@ -137,7 +170,7 @@ impl FsDisk {
         }
     }
 
-    fn cache(&self) -> MutexGuard<'_, HashMap<String, Arc<File>>> {
+    fn cache(&self) -> MutexGuard<'_, HandleCache> {
         // Holding the lock never panics mid-update; a poisoned map is still consistent.
         self.files
             .lock()
@@ -145,17 +178,44 @@ impl FsDisk {
     }
 
     fn remember(&self, path: &str, file: Arc<File>) {
-        let mut files = self.cache();
-        if files.len() >= self.open_files_max {
-            files.clear();
+        let mut cache = self.cache();
+        if cache.files.len() >= self.open_files_max {
+            cache.files.clear();
         }
-        files.insert(path.to_string(), file);
+        cache.files.insert(path.to_string(), (file, wall_now()));
+    }
+
+    /// Closes the handles idle past `idle_close_after`, at most every quarter of it.
+    fn close_idle(&self, cache: &mut HandleCache, now: std::time::Instant) {
+        let Some(idle) = self.idle_close_after else {
+            return;
+        };
+        if cache
+            .swept
+            .is_some_and(|at| now.duration_since(at) < idle / 4)
+        {
+            return;
+        }
+        cache.swept = Some(now);
+        let before = cache.files.len();
+        cache
+            .files
+            .retain(|_, (_, used)| now.duration_since(*used) < idle);
+        let closed = (before - cache.files.len()) as u64;
+        self.idle_closed
+            .fetch_add(closed, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The cached handle of `path`, opened read-write if not cached.
     fn handle(&self, path: &str) -> Result<Arc<File>, IoFault> {
-        if let Some(file) = self.cache().get(path) {
-            return Ok(Arc::clone(file));
+        {
+            let now = wall_now();
+            let mut cache = self.cache();
+            self.close_idle(&mut cache, now);
+            if let Some((file, used)) = cache.files.get_mut(path) {
+                *used = now;
+                return Ok(Arc::clone(file));
+            }
         }
         let file = OpenOptions::new()
             .read(true)
@@ -313,17 +373,17 @@ impl Disk for FsDisk {
 
     fn rename(&self, from: &str, to: &str) -> Result<(), IoFault> {
         fs::rename(self.full(from), self.full(to)).map_err(fault)?;
-        let mut files = self.cache();
-        files.remove(to);
-        if let Some(file) = files.remove(from) {
-            files.insert(to.to_string(), file);
+        let cache = &mut self.cache().files;
+        cache.remove(to);
+        if let Some(file) = cache.remove(from) {
+            cache.insert(to.to_string(), file);
         }
         Ok(())
     }
 
     fn remove(&self, path: &str) -> Result<(), IoFault> {
         fs::remove_file(self.full(path)).map_err(fault)?;
-        self.cache().remove(path);
+        self.cache().files.remove(path);
         Ok(())
     }
 
@@ -417,6 +477,29 @@ mod tests {
         disk.sync_data("wal/a").unwrap();
         disk.sync_dir("wal").unwrap();
         disk.sync_dir("").unwrap();
+    }
+
+    #[test]
+    fn handles_unused_past_the_idle_time_are_closed_and_reopened_on_use() {
+        let (_dir, disk) = disk();
+        let disk = disk.with_idle_close(std::time::Duration::from_secs(60));
+        disk.create("a").unwrap();
+        disk.create("b").unwrap();
+        disk.write_at("a", 0, b"x").unwrap();
+        disk.write_at("b", 0, b"y").unwrap();
+        assert_eq!(disk.cache().files.len(), 2);
+        let later = wall_now() + std::time::Duration::from_secs(61);
+        // "a" was used just before: its time is moved back only for "b".
+        disk.cache().files.get_mut("a").unwrap().1 = later;
+        disk.close_idle(&mut disk.cache(), later);
+        assert_eq!(disk.cache().files.len(), 1);
+        assert_eq!(
+            disk.idle_closed()
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
+        // A closed handle is opened again on its next use.
+        assert_eq!(disk.read_at("b", 0, 1).unwrap(), b"y");
     }
 
     #[test]
@@ -559,7 +642,7 @@ mod tests {
             disk.create(&path).unwrap();
             disk.write_at(&path, 0, &[index as u8]).unwrap();
         }
-        assert!(disk.cache().len() <= OPEN_FILES_MAX);
+        assert!(disk.cache().files.len() <= OPEN_FILES_MAX);
         for index in 0..OPEN_FILES_MAX + 10 {
             assert_eq!(
                 disk.read_at(&format!("f{index}"), 0, 1).unwrap(),
@@ -580,7 +663,7 @@ mod tests {
         for index in 0..files {
             disk.write_at(&format!("f{index}"), 0, &[1]).unwrap();
         }
-        assert_eq!(disk.cache().len(), files);
+        assert_eq!(disk.cache().files.len(), files);
     }
 
     #[test]

@@ -82,12 +82,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let serve_options = http::serve::ServeOptions::from_config(&config.http)?;
     let tls = serve_options.tls.is_some();
     let data_dir = config.storage.data_dir.clone();
-    let disk: Arc<dyn Disk> = Arc::new(
-        FsDisk::new(&data_dir)
-            .map_err(|fault| anyhow::anyhow!("{fault}"))
-            .with_context(|| format!("opening data dir {}", data_dir.display()))?
-            .with_open_files_max(open_files_budget()),
-    );
+    let fs_disk = FsDisk::new(&data_dir)
+        .map_err(|fault| anyhow::anyhow!("{fault}"))
+        .with_context(|| format!("opening data dir {}", data_dir.display()))?
+        .with_open_files_max(open_files_budget())
+        .with_idle_close(Duration::from_millis(config.storage.idle_log_eviction_ms));
+    let idle_closed = fs_disk.idle_closed();
+    let disk: Arc<dyn Disk> = Arc::new(fs_disk);
     let listener = bind(addr).with_context(|| format!("binding http.addr {addr}"))?;
     let local_addr = listener.local_addr()?;
     let grace = Duration::from_millis(config.http.shutdown_grace_ms);
@@ -106,6 +107,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         cluster,
     };
     let node = node::start(options).await.context("starting the node")?;
+    node.metrics().add_refresh(move |metrics| {
+        let counter = &metrics.storage.idle_logs_evicted;
+        let closed = idle_closed.load(std::sync::atomic::Ordering::Relaxed);
+        counter.inc_by(closed.saturating_sub(counter.get()));
+    });
     let app = node.app().clone();
     tracing::info!(
         addr = %local_addr,

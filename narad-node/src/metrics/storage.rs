@@ -36,7 +36,8 @@ pub struct StorageMetrics {
     pub partition_size_bytes: Family<PartitionLabels, Gauge>,
     /// `narad_open_partition_logs`: partition logs holding their files open.
     pub open_partition_logs: Gauge,
-    /// `narad_idle_logs_evicted_total`: logs closed after `storage.idle_log_eviction_ms` idle.
+    /// `narad_idle_logs_evicted_total`: partition, WAL and journal file handles the real disk closed
+    /// after `storage.idle_log_eviction_ms` unused (the disk holds every open handle).
     pub idle_logs_evicted: Counter,
 }
 
@@ -79,7 +80,7 @@ impl StorageMetrics {
         );
         registry.register(
             "idle_logs_evicted",
-            "Partition logs closed after being idle for storage.idle_log_eviction_ms",
+            "File handles closed after storage.idle_log_eviction_ms unused",
             metrics.idle_logs_evicted.clone(),
         );
         metrics

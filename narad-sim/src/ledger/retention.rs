@@ -129,10 +129,10 @@ impl Ledger {
         if rule.retention_bytes == 0 {
             return false;
         }
-        let sent_ms = self.via.get(&entry.attempt).and_then(|via| {
-            self.clock_base_ms
-                .map(|base| base + via.at_ns / 1_000_000)
-        });
+        let sent_ms = self
+            .via
+            .get(&entry.attempt)
+            .and_then(|via| self.clock_base_ms.map(|base| base + via.at_ns / 1_000_000));
         view.partitions
             .keys()
             .filter(|(topic, topic_id, _)| *topic == entry.topic && *topic_id == entry.topic_id)
