@@ -289,3 +289,97 @@ fn after_a_failed_lazy_sync_the_next_one_writes_the_unsynced_frames_again_before
     );
     assert!(!log.unsynced());
 }
+
+/// Commits `payloads` and answers its journal hand-off at once.
+fn commit_journaled(log: &mut PartitionLog, disk: &SimDisk, id: u64, payloads: &[&str]) {
+    commit(log, id, payloads);
+    let outputs = run(log, disk);
+    assert!(matches!(outputs.as_slice(), [LogOutput::Journal { .. }]));
+    log.handle(
+        NOW,
+        LogInput::JournalDone {
+            id: LogCommitId(id),
+            result: Ok(()),
+        },
+    );
+    let outputs = run(log, disk);
+    assert!(matches!(
+        outputs.as_slice(),
+        [LogOutput::CommitDone { result: Ok(_), .. }]
+    ));
+}
+
+#[test]
+fn retention_removes_a_journaled_segment_only_once_synced_even_after_a_sync_raced_its_commit() {
+    let disk = SimDisk::new(9);
+    let mut log = open(&disk);
+    let (small, big) = ("x".repeat(90), "x".repeat(200));
+    // Segment 0 is created by a first commit and synced; its second commit is written (waiting
+    // for the journal) when a lazy sync starts and ends: the sync covers its frames, the segment's
+    // bytes grow only after.
+    commit_journaled(&mut log, &disk, 1, &[&small]);
+    log.handle(NOW, LogInput::Sync);
+    assert!(matches!(
+        run(&mut log, &disk).as_slice(),
+        [LogOutput::Synced { .. }]
+    ));
+    commit(&mut log, 2, &[&small]);
+    assert!(matches!(
+        run(&mut log, &disk).as_slice(),
+        [LogOutput::Journal { .. }]
+    ));
+    log.handle(NOW, LogInput::Sync);
+    assert!(matches!(
+        run(&mut log, &disk).as_slice(),
+        [LogOutput::Synced { .. }]
+    ));
+    log.handle(
+        NOW,
+        LogInput::JournalDone {
+            id: LogCommitId(2),
+            result: Ok(()),
+        },
+    );
+    let _ = run(&mut log, &disk);
+    // Segment 1 seals segment 0.
+    commit_journaled(&mut log, &disk, 3, &[&big]);
+    assert_eq!(log.stats().segments, 2);
+    // By size (an age policy would also roll the active segment, a second request at once).
+    let policy = RetentionPolicy {
+        now_ms: 1_000_000,
+        retention_ms: u64::MAX / 2,
+        retention_bytes: 1,
+    };
+    // The sync covered the raced commit's frames: segment 0 is synced, and goes.
+    log.handle(NOW, LogInput::Retain(policy));
+    let outputs = run(&mut log, &disk);
+    assert!(
+        outputs
+            .iter()
+            .any(|output| matches!(output, LogOutput::Retained(range) if range.records == 2)),
+        "{outputs:?}"
+    );
+    assert_eq!(log.stats().oldest_offset, Offset(2));
+    // Segment 1 is dirty when sealed by segment 2: the check starts a sync instead of removing it,
+    // and the next check removes it.
+    commit_journaled(&mut log, &disk, 4, &[&big]);
+    log.handle(NOW, LogInput::Retain(policy));
+    let outputs = run(&mut log, &disk);
+    assert!(
+        outputs
+            .iter()
+            .all(|output| !matches!(output, LogOutput::Retained(_))),
+        "{outputs:?}"
+    );
+    assert!(outputs
+        .iter()
+        .any(|output| matches!(output, LogOutput::Synced { .. })));
+    assert_eq!(disk.list(DIR).unwrap().len(), 2);
+    log.handle(NOW, LogInput::Retain(policy));
+    let outputs = run(&mut log, &disk);
+    assert!(outputs
+        .iter()
+        .any(|output| matches!(output, LogOutput::Retained(_))));
+    assert_eq!(log.stats().oldest_offset, Offset(3));
+    assert_eq!(disk.list(DIR).unwrap().len(), 1);
+}
