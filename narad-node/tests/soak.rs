@@ -8,6 +8,8 @@
 //!
 //! `SOAK_SECS` sets each half's length (default 60).
 
+#![allow(clippy::disallowed_methods)] // A soak measures real processes over wall-clock time.
+
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -258,7 +260,8 @@ fn assert_flat(title: &str, samples: &[Sample], processes: u64) {
     let split = samples.len() - samples.len() / 3;
     let (early, late) = samples.split_at(split);
     let peak = |f: fn(&Sample) -> u64, part: &[Sample]| part.iter().map(f).max().unwrap_or(0);
-    let checks: [(&str, fn(&Sample) -> u64, u64); 2] = [
+    type Check = (&'static str, fn(&Sample) -> u64, u64);
+    let checks: [Check; 2] = [
         ("data dir bytes", |s| s.data_dir_bytes, 32 << 20),
         ("rss bytes", |s| s.rss_bytes, 32 << 20),
     ];

@@ -681,6 +681,10 @@ impl SimNode for ModelNode {
             }
             // Nor queue-mode consume.
             PlantedBug::CursorPastLeases => false,
+            // Nor retention.
+            PlantedBug::RetentionDeletesUnexpired | PlantedBug::RetentionDeletesJournalNeeded => {
+                false
+            }
         }
     }
 

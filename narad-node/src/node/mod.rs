@@ -212,14 +212,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         clock.clone(),
         node_id,
         metrics.clone(),
-        partitions::OwnerStorage {
-            prealloc_bytes: config.storage.partition_prealloc_bytes,
-            segment_bytes: config.storage.partition_segment_bytes,
-            journal: owner_journal_config(&config, &hooks, replayed.next_seq),
-            retention_check_interval: std::time::Duration::from_millis(
-                config.storage.retention_check_interval_ms,
-            ),
-        },
+        owner_storage(&config, &hooks, replayed.next_seq),
         &hooks,
     );
     let sink = WalSink::new();
@@ -341,6 +334,18 @@ async fn bind_cluster(
     let peers = peers::ClusterPeers::new(cluster.clone());
     metastore_options.peers = Some(peers.clone());
     Ok((cluster, peers))
+}
+
+/// What the partition host stores with: `[storage]`'s partition settings and the owner journal.
+fn owner_storage(config: &Config, hooks: &NodeHooks, first_seq: u64) -> partitions::OwnerStorage {
+    partitions::OwnerStorage {
+        prealloc_bytes: config.storage.partition_prealloc_bytes,
+        segment_bytes: config.storage.partition_segment_bytes,
+        journal: owner_journal_config(config, hooks, first_seq),
+        retention_check_interval: std::time::Duration::from_millis(
+            config.storage.retention_check_interval_ms,
+        ),
+    }
 }
 
 /// The owner journal's configuration (`None`: the node runs without one); its sequence numbers go
