@@ -128,19 +128,21 @@ impl PartitionLog {
 
     /// Before a new segment: trims the last one's preallocated zeros off its end.
     fn push_seal(&self, ops: &mut Vec<IoOp>, stages: &mut Stages) {
-        if let Some(sealed) = self
-            .segments
-            .values()
-            .next_back()
-            .filter(|last| last.file_bytes > last.bytes)
-        {
-            // Not synced: a crash may keep the zeros, which recovery reads as a clean end.
-            ops.push(IoOp::SetLen {
-                path: sealed.path.clone(),
-                len: sealed.bytes,
-            });
+        if let Some(seal) = self.seal_op() {
+            ops.push(seal);
             stages.push(Stage::Seal);
         }
+    }
+
+    /// The op that trims the last segment's zero fill off its end, when it has some (a roll, by a
+    /// commit or by retention, seals it). Not synced: a crash may keep the zeros, which recovery
+    /// reads as a clean end.
+    pub(super) fn seal_op(&self) -> Option<IoOp> {
+        let last = self.segments.values().next_back()?;
+        (last.file_bytes > last.bytes).then(|| IoOp::SetLen {
+            path: last.path.clone(),
+            len: last.bytes,
+        })
     }
 
     /// The zeros to preallocate after a run ending at `write_end` (0: none), from the running average

@@ -178,7 +178,8 @@ impl PartitionLog {
             range.oldest = oldest;
             self.outputs.push_back(LogOutput::Retained(range));
         }
-        if sync_wanted && self.sync.is_none() {
+        if sync_wanted {
+            // (Nothing when a sync is in flight already: the next check finds it done.)
             self.on_sync();
         }
     }
@@ -211,14 +212,9 @@ impl PartitionLog {
     /// Seals the active segment and starts an empty one at the high watermark.
     fn roll_active(&mut self) {
         let mut ops = Vec::with_capacity(3);
-        let last = self.segments.values().next_back().expect("checked");
-        let sealing = last.file_bytes > last.bytes;
-        if sealing {
-            ops.push(IoOp::SetLen {
-                path: last.path.clone(),
-                len: last.bytes,
-            });
-        }
+        let seal = self.seal_op();
+        let sealing = seal.is_some();
+        ops.extend(seal);
         ops.push(IoOp::Create {
             path: self.path(self.high_watermark),
         });
@@ -321,7 +317,8 @@ impl PartitionLog {
     }
 
     /// Segments taken out of the log whose files are not yet unlinked.
-    pub fn doomed_segments(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn doomed_segments(&self) -> usize {
         self.retention.doomed.len()
     }
 }
