@@ -101,12 +101,14 @@ fn partition_files(data_dir: &Path, topic: &str) -> Vec<Vec<u64>> {
             .collect();
         dirs.sort();
         for dir in dirs {
+            // Retention unlinks while this lists: a file gone between the listing and its
+            // metadata is simply not there any more.
             let mut files: Vec<(String, u64)> = std::fs::read_dir(&dir)
                 .unwrap()
-                .map(|entry| {
-                    let entry = entry.unwrap();
+                .filter_map(|entry| {
+                    let entry = entry.ok()?;
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    (name, entry.metadata().unwrap().len())
+                    Some((name, entry.metadata().ok()?.len()))
                 })
                 .collect();
             files.sort();
