@@ -3,7 +3,8 @@
 //!
 //! Postcard writes struct fields by position, so an older layout is decoded through a private struct
 //! that has its fields, then converted: a field the older release did not have gets the value that
-//! changes nothing (`retention_bytes` 0: no size bound; no dead member; no user).
+//! changes nothing (`retention_bytes` 0: no size bound; no dead member; no user; no move, no member
+//! draining and every partition at its placement from creation).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,7 +13,7 @@ use serde::Deserialize;
 use super::{
     decode_with_format, users, AlterTopic, Command, CreateTopic, EncodingError, Member, MetaState,
     Topic, TopicSettings, COMMAND_FORMAT_1, SNAPSHOT_FORMAT_1, SNAPSHOT_FORMAT_2,
-    SNAPSHOT_FORMAT_3,
+    SNAPSHOT_FORMAT_3, SNAPSHOT_FORMAT_4,
 };
 use crate::ids::{NodeId, TopicId};
 
@@ -163,13 +164,24 @@ struct MetaStateFormat3 {
     users: users::Users,
 }
 
+/// [`SNAPSHOT_FORMAT_4`]'s state: no moves, no draining members, no placements.
+#[derive(Deserialize)]
+struct MetaStateFormat4 {
+    topics: BTreeMap<String, Topic>,
+    members: BTreeMap<NodeId, Member>,
+    next_topic_id: u64,
+    version: u64,
+    dead: BTreeSet<NodeId>,
+    users: users::Users,
+}
+
 fn topics(old: BTreeMap<String, TopicFormat1>) -> BTreeMap<String, Topic> {
     old.into_iter()
         .map(|(name, topic)| (name, topic.into()))
         .collect()
 }
 
-/// Decodes a snapshot of format 1, 2 or 3 (the caller checked the byte; any other is refused).
+/// Decodes a snapshot of format 1, 2, 3 or 4 (the caller checked the byte; any other is refused).
 pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
     let state = match bytes.first() {
         Some(&SNAPSHOT_FORMAT_1) => {
@@ -179,8 +191,7 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> 
                 members: old.members,
                 next_topic_id: old.next_topic_id,
                 version: old.version,
-                dead: BTreeSet::new(),
-                users: users::Users::default(),
+                ..MetaState::default()
             }
         }
         Some(&SNAPSHOT_FORMAT_2) => {
@@ -191,10 +202,10 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> 
                 next_topic_id: old.next_topic_id,
                 version: old.version,
                 dead: old.dead,
-                users: users::Users::default(),
+                ..MetaState::default()
             }
         }
-        _ => {
+        Some(&SNAPSHOT_FORMAT_3) => {
             let old: MetaStateFormat3 = decode_with_format(SNAPSHOT_FORMAT_3, bytes)?;
             MetaState {
                 topics: topics(old.topics),
@@ -203,6 +214,19 @@ pub(super) fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> 
                 version: old.version,
                 dead: old.dead,
                 users: old.users,
+                ..MetaState::default()
+            }
+        }
+        _ => {
+            let old: MetaStateFormat4 = decode_with_format(SNAPSHOT_FORMAT_4, bytes)?;
+            MetaState {
+                topics: old.topics,
+                members: old.members,
+                next_topic_id: old.next_topic_id,
+                version: old.version,
+                dead: old.dead,
+                users: old.users,
+                ..MetaState::default()
             }
         }
     };

@@ -18,20 +18,34 @@
 //!
 //! # Assignments
 //! A partition's owner is picked at create (and at a partition increase) round-robin over the members in
-//! id order (those alive, unless none is), starting at member `id mod members`. A partition created while there are no members stays
-//! unassigned (`None`) until a member is added, which assigns every unassigned partition by the same rule.
-//! Rebalancing on membership change belongs to the cluster issue.
+//! id order (those alive and not draining; those alive when every one of them is draining; every member
+//! when none is alive), starting at member `id mod members`. A partition created while there are no
+//! members stays unassigned (`None`) until a member is added, which assigns every unassigned partition
+//! by the same rule over the members not draining (every member when all are draining).
+//!
+//! An assigned partition changes owner only by a command that names it: [`Command::AssignPartition`]
+//! (an operator's decision, which ends a move of that partition in flight) or the switch that ends a
+//! move ([`moves`]). Adding or removing a member moves nothing by itself: [`plan_rebalance`] computes the
+//! moves that even the load out, and its orders are proposed as [`Command::PlanMove`].
 //!
 //! # Encoding
 //! Commands and snapshots are postcard (serde) behind one format byte ([`COMMAND_FORMAT_2`],
-//! [`SNAPSHOT_FORMAT_4`]). Postcard encodes enum variants by index and struct fields by position: new
+//! [`SNAPSHOT_FORMAT_5`]). Postcard encodes enum variants by index and struct fields by position: new
 //! variants go at the end, and a field change needs a new format byte. Every earlier format byte is still
 //! decoded, through private structs of its layout (`formats`), into today's types: a raft log or snapshot
 //! written by an earlier release replays. Decoding is total: bad bytes are an [`EncodingError`], never a
 //! panic.
+//!
+//! The move and draining commands ([`Command::PlanMove`] to [`Command::SetDraining`]) were appended at
+//! the end of [`Command`] under [`COMMAND_FORMAT_2`]: an appended variant takes the next index and
+//! leaves every earlier variant's bytes as they were, so a log written before them decodes unchanged.
+//! The same holds for the variants appended to [`Applied`] and [`TopicError`]. The snapshot's new fields
+//! (moves, draining members, placements) change its layout: [`SNAPSHOT_FORMAT_5`].
 
 mod formats;
 pub mod liveness;
+pub mod moves;
+pub mod plan;
 pub mod replica;
 mod topic;
 pub mod users;
@@ -40,8 +54,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{NodeId, PartitionId, TopicId};
+use crate::ids::{NodeId, Offset, PartitionId, TopicId};
 
+pub use moves::{Move, MoveOrder, MoveState};
+pub use plan::{dead_owned, decommission_blockers, plan_rebalance, DecommissionBlocker};
 pub use topic::{
     check_retention_bytes, normalize_retention_ms, validate_topic_name, AlterTopic, CreateTopic,
     Topic, TopicError, TopicSettings, ACKED_AHEAD_PER_PARTITION_DEFAULT,
@@ -72,7 +88,8 @@ pub(crate) fn create_command(name: &str, partitions: u32) -> Command {
 /// Format byte of a [`Command`] from before `retention_bytes` (still read).
 pub const COMMAND_FORMAT_1: u8 = 1;
 /// Format byte of an encoded [`Command`]: format 1 plus `retention_bytes` in a create's settings and
-/// in a PATCH (after `retention_ms` in both).
+/// in a PATCH (after `retention_ms` in both). The move and draining commands, appended at the end of
+/// the enum later, did not change it: earlier variants encode as before.
 pub const COMMAND_FORMAT_2: u8 = 2;
 /// Format byte of a [`MetaState`] snapshot from before member liveness (still read).
 pub const SNAPSHOT_FORMAT_1: u8 = 1;
@@ -82,9 +99,12 @@ pub const SNAPSHOT_FORMAT_2: u8 = 2;
 /// Format byte of a [`MetaState`] snapshot from before `retention_bytes` (still read): format 2 plus
 /// the users.
 pub const SNAPSHOT_FORMAT_3: u8 = 3;
-/// Format byte of an encoded [`MetaState`] snapshot: format 3 plus each topic's `retention_bytes`
-/// (after `retention_ms`).
+/// Format byte of a [`MetaState`] snapshot from before partition moves (still read): format 3 plus each
+/// topic's `retention_bytes` (after `retention_ms`).
 pub const SNAPSHOT_FORMAT_4: u8 = 4;
+/// Format byte of an encoded [`MetaState`] snapshot: format 4 plus, at the end, the moves in flight,
+/// the members draining and the placement epochs.
+pub const SNAPSHOT_FORMAT_5: u8 = 5;
 /// Most members the state holds.
 pub const MEMBERS_MAX: usize = 1024;
 /// Longest member address, in bytes.
@@ -184,6 +204,67 @@ pub enum Command {
         /// When, Unix ms (from the proposer).
         at_ms: u64,
     },
+    /// Record a partition move in flight, in state [`MoveState::Copying`], planned at this apply's
+    /// version. Refused, in this order: no such incarnation ([`TopicError::NotFound`]), partition out
+    /// of range, `from` not the owner ([`TopicError::MoveNotOwner`]), a move of the partition in flight
+    /// ([`TopicError::MoveInProgress`]), `to` not a member ([`TopicError::UnknownMember`]), `to` the
+    /// source, marked dead or draining ([`TopicError::MoveTargetUnavailable`]), `max_in_flight` moves
+    /// in flight already ([`TopicError::TooManyMoves`]).
+    PlanMove {
+        /// The move.
+        order: MoveOrder,
+        /// The cluster-wide cap of moves in flight (the proposer's setting; checked at apply).
+        max_in_flight: u32,
+    },
+    /// The owner stopped appending to a partition being moved: the move is
+    /// [`MoveState::Frozen`] at `final_hw`. Applies to the move of that partition with that
+    /// incarnation and target; again with the same watermark it changes nothing.
+    MoveFrozen {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the move was planned for.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move's target.
+        to: NodeId,
+        /// The partition's high watermark when it froze.
+        final_hw: Offset,
+    },
+    /// End a frozen move by making its target the owner: a compare-and-swap on the move (incarnation,
+    /// source, target, frozen at `final_hw`) and on the partition's owner (`from`). The partition's
+    /// placement epoch becomes the move's `planned_at`.
+    SwitchOwner {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the move was planned for.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move's source, the owner until the switch.
+        from: NodeId,
+        /// The move's target, the owner after it.
+        to: NodeId,
+        /// The watermark the move froze at.
+        final_hw: Offset,
+    },
+    /// End a move without a switch (the owner stays).
+    AbortMove {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: PartitionId,
+        /// Only a move to this target, when given.
+        to: Option<NodeId>,
+    },
+    /// Mark a member draining (it gets no new partition and takes no move; the planner moves its
+    /// partitions away) or not.
+    SetDraining {
+        /// Member id.
+        node: NodeId,
+        /// Draining or not.
+        draining: bool,
+    },
 }
 
 impl Command {
@@ -232,6 +313,49 @@ pub enum Applied {
     GrantsSet(users::User),
     /// The user's password changed.
     PasswordSet(String),
+    /// The move, as recorded.
+    MovePlanned {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move in flight.
+        planned: Move,
+    },
+    /// The move after the command.
+    MoveUpdated {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move in flight.
+        updated: Move,
+    },
+    /// The move ended with the switch.
+    MoveSwitched {
+        /// The topic after the switch.
+        topic: Topic,
+        /// Partition index.
+        partition: PartitionId,
+        /// The partition's placement epoch now.
+        placement: u64,
+    },
+    /// The move ended without a switch.
+    MoveAborted {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move as it was.
+        aborted: Move,
+    },
+    /// The member's draining, as now recorded.
+    MemberDraining {
+        /// Member id.
+        node: NodeId,
+        /// Draining or not.
+        draining: bool,
+    },
 }
 
 /// A cluster member.
@@ -254,6 +378,12 @@ pub struct MetaState {
     dead: BTreeSet<NodeId>,
     /// Users and their grants.
     users: users::Users,
+    /// Partition moves in flight, by topic name and partition.
+    moves: BTreeMap<(String, PartitionId), Move>,
+    /// Members draining (a subset of `members`).
+    draining: BTreeSet<NodeId>,
+    /// The placement epoch of every partition whose data lives in a copy made by a move (absent: 0).
+    placements: BTreeMap<(TopicId, PartitionId), u64>,
 }
 
 impl MetaState {
@@ -282,6 +412,7 @@ impl MetaState {
             Command::RemoveMember { node } => {
                 self.members.remove(node);
                 self.dead.remove(node);
+                self.forget_member_moves(*node);
                 Ok(Applied::MemberRemoved(*node))
             }
             Command::SetMemberAlive { node, alive } => self.set_member_alive(*node, *alive),
@@ -306,6 +437,31 @@ impl MetaState {
                 .users
                 .set_password(username, password_hash, *at_ms)
                 .map(|()| Applied::PasswordSet(username.clone())),
+            Command::PlanMove {
+                order,
+                max_in_flight,
+            } => self.plan_move(order, *max_in_flight),
+            Command::MoveFrozen {
+                topic,
+                topic_id,
+                partition,
+                to,
+                final_hw,
+            } => self.move_frozen(topic, *topic_id, *partition, *to, *final_hw),
+            Command::SwitchOwner {
+                topic,
+                topic_id,
+                partition,
+                from,
+                to,
+                final_hw,
+            } => self.switch_owner(topic, *topic_id, *partition, *from, *to, *final_hw),
+            Command::AbortMove {
+                topic,
+                partition,
+                to,
+            } => self.abort_move(topic, *partition, *to),
+            Command::SetDraining { node, draining } => self.set_draining(*node, *draining),
         };
         self.check_invariants();
         result
@@ -359,18 +515,19 @@ impl MetaState {
         self.version
     }
 
-    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_4`].
+    /// Encodes the whole state behind [`SNAPSHOT_FORMAT_5`].
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        encode_with_format(SNAPSHOT_FORMAT_4, self)
+        encode_with_format(SNAPSHOT_FORMAT_5, self)
     }
 
     /// Decodes a snapshot written by [`MetaState::encode_snapshot`], or by an earlier release: before
-    /// `retention_bytes` (every topic unbounded), before users (no user) or before member liveness
-    /// (every member alive).
+    /// partition moves (no move, no member draining, every partition at its placement from creation),
+    /// before `retention_bytes` (every topic unbounded), before users (no user) or before member
+    /// liveness (every member alive).
     pub fn decode_snapshot(bytes: &[u8]) -> Result<MetaState, EncodingError> {
         let state: MetaState = match bytes.first() {
-            Some(&(SNAPSHOT_FORMAT_1..=SNAPSHOT_FORMAT_3)) => formats::decode_snapshot(bytes)?,
-            _ => decode_with_format(SNAPSHOT_FORMAT_4, bytes)?,
+            Some(&(SNAPSHOT_FORMAT_1..=SNAPSHOT_FORMAT_4)) => formats::decode_snapshot(bytes)?,
+            _ => decode_with_format(SNAPSHOT_FORMAT_5, bytes)?,
         };
         state
             .invariant_violation()
@@ -424,6 +581,7 @@ impl MetaState {
 
     fn delete_topic(&mut self, name: &str) -> Result<Applied, TopicError> {
         let topic = self.topics.remove(name).ok_or(TopicError::NotFound)?;
+        self.forget_topic_moves(&topic);
         Ok(Applied::TopicDeleted(topic.id))
     }
 
@@ -448,7 +606,11 @@ impl MetaState {
             .ok_or(TopicError::PartitionOutOfRange)?;
         *slot = Some(owner);
         topic.metadata_version = version;
-        Ok(Applied::PartitionAssigned(topic.clone()))
+        let topic = topic.clone();
+        // The owner changed under a move in flight: its copy is of a partition the source no longer
+        // owns, and its switch would undo this assignment.
+        self.moves.remove(&(name.to_string(), partition));
+        Ok(Applied::PartitionAssigned(topic))
     }
 
     fn set_member_alive(&mut self, node: NodeId, alive: bool) -> Result<Applied, TopicError> {
@@ -476,7 +638,7 @@ impl MetaState {
             },
         );
         let version = self.version;
-        let members: Vec<NodeId> = self.members.keys().copied().collect();
+        let members = self.owner_candidates(false);
         for topic in self.topics.values_mut() {
             if topic.owners.iter().any(Option::is_none) {
                 for (index, slot) in topic.owners.iter_mut().enumerate() {
@@ -490,23 +652,40 @@ impl MetaState {
         Ok(Applied::MemberAdded(node))
     }
 
-    /// Extends `topic.owners` to `partitions`, assigning the new partitions round-robin.
-    /// Assigns the new partitions round-robin over the members alive (over every member when none
-    /// is): a member marked dead would only have its new partitions rerouted from the start.
+    /// Extends `topic.owners` to `partitions`, assigning the new partitions round-robin over the
+    /// members alive (over every member when none is): a member marked dead would only have its new
+    /// partitions rerouted from the start.
     fn grow_partitions(&self, topic: &mut Topic, partitions: u32) {
-        let mut members: Vec<NodeId> = self
-            .members
-            .keys()
-            .copied()
-            .filter(|node| !self.dead.contains(node))
-            .collect();
-        if members.is_empty() {
-            members = self.members.keys().copied().collect();
-        }
+        let members = self.owner_candidates(true);
         let from = topic.owners.len();
         for index in from..partitions as usize {
             let owner = (!members.is_empty()).then(|| pick_owner(&members, topic.id, index));
             topic.owners.push(owner);
+        }
+    }
+
+    /// The members new partitions go to, in id order: those alive when `alive_only` (every member when
+    /// none is), without the draining ones unless all of them are draining. A draining member is being
+    /// emptied: a partition given to it would only be moved away again.
+    fn owner_candidates(&self, alive_only: bool) -> Vec<NodeId> {
+        let mut eligible: Vec<NodeId> = self
+            .members
+            .keys()
+            .copied()
+            .filter(|node| !alive_only || !self.dead.contains(node))
+            .collect();
+        if eligible.is_empty() {
+            eligible = self.members.keys().copied().collect();
+        }
+        let settled: Vec<NodeId> = eligible
+            .iter()
+            .copied()
+            .filter(|node| !self.draining.contains(node))
+            .collect();
+        if settled.is_empty() {
+            eligible
+        } else {
+            settled
         }
     }
 
@@ -538,6 +717,9 @@ impl MetaState {
             .find(|node| !self.members.contains_key(node))
         {
             return Some(format!("node {node} is marked dead but is not a member"));
+        }
+        if let Some(what) = self.moves_invariant_violation() {
+            return Some(what);
         }
         self.users.invariant_violation()
     }

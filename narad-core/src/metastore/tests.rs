@@ -4,6 +4,8 @@ use rand_chacha::ChaCha8Rng;
 use super::*;
 
 mod formats;
+mod moves;
+mod plan;
 
 fn settings(retention_ms: u64) -> TopicSettings {
     TopicSettings {

@@ -115,12 +115,40 @@ pub enum TopicError {
     /// A size bound that is neither 0 (no bound) nor at least [`RETENTION_BYTES_MIN`].
     #[error("invalid argument: retention_bytes must be 0 (no bound) or at least 1048576")]
     RetentionBytesTooSmall,
+    /// A move planned from a node that does not own the partition (the owner changed since the plan).
+    #[error("partition is not owned by node {0}")]
+    MoveNotOwner(NodeId),
+    /// A move planned for a partition that has one in flight.
+    #[error("a move of the partition is in progress")]
+    MoveInProgress,
+    /// A move planned to its own source, or to a member marked dead or draining.
+    #[error("node {0} cannot take the partition (it is the source, marked dead or draining)")]
+    MoveTargetUnavailable(NodeId),
+    /// A move planned while the cluster-wide cap of moves in flight is reached.
+    #[error("too many partition moves in flight (limit {max_in_flight})")]
+    TooManyMoves {
+        /// The cap the proposer gave.
+        max_in_flight: u32,
+    },
+    /// No move in flight matches the command (it was aborted, switched, or superseded by a
+    /// reassignment, a recreation or another watermark).
+    #[error("partition move not found (or it no longer matches)")]
+    MoveNotFound,
 }
 
 impl TopicError {
     /// Whether the caller's input was at fault (HTTP 400), as opposed to the state (404/409).
     pub fn is_invalid_argument(&self) -> bool {
-        !matches!(self, TopicError::Exists | TopicError::NotFound)
+        !matches!(
+            self,
+            TopicError::Exists
+                | TopicError::NotFound
+                | TopicError::MoveNotOwner(_)
+                | TopicError::MoveInProgress
+                | TopicError::MoveTargetUnavailable(_)
+                | TopicError::TooManyMoves { .. }
+                | TopicError::MoveNotFound
+        )
     }
 }
 

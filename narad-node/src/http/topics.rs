@@ -151,7 +151,11 @@ pub(super) fn propose_error(error: ProposeError) -> Reply {
 pub fn topic_error(error: &TopicError) -> Reply {
     let status = match error {
         TopicError::Exists | TopicError::UserExists => 409,
-        TopicError::NotFound | TopicError::UserNotFound => 404,
+        TopicError::NotFound | TopicError::UserNotFound | TopicError::MoveNotFound => 404,
+        TopicError::MoveNotOwner(_)
+        | TopicError::MoveInProgress
+        | TopicError::MoveTargetUnavailable(_)
+        | TopicError::TooManyMoves { .. } => 409,
         TopicError::RootExists | TopicError::RootUndeletable | TopicError::RootGrantsFixed => {
             return Reply::error(403, &format!("forbidden: {error}"))
         }
