@@ -64,11 +64,24 @@ pub enum PlantedBug {
     /// as it does for a retired log: the journal trims entries of later records still durable only
     /// there, and a crash loses them.
     RetentionDeletesJournalNeeded,
+    /// The combiner takes a partition's handoff freeze for ownership only when it starts a cycle's
+    /// checks, not under the produce lock: a batch that passed the ownership check before the
+    /// freeze commits after the final high watermark was answered, and the switch leaves it behind.
+    FreezeNotRecheckedUnderLock,
+    /// A move's destination proposes the switch once the freeze answered, without copying the tail
+    /// between its bulk copy and the final high watermark.
+    SwitchBeforeTailCopied,
+    /// The source of a move reclaims its copy of the partition once its freeze is armed, before the
+    /// switch applied: a move that is then aborted leaves the partition without its records.
+    ReclaimBeforeSwitchConfirmed,
+    /// A move carries a partition's queue-mode cursor but not its acked-ahead set: records acked
+    /// past the cursor are delivered again by the new owner.
+    MoveDropsAckedAhead,
 }
 
 impl PlantedBug {
     /// Every planted bug, in the order of the issue.
-    pub const ALL: [PlantedBug; 20] = [
+    pub const ALL: [PlantedBug; 24] = [
         PlantedBug::AckBeforeFsync,
         PlantedBug::CheckpointSkipsInflight,
         PlantedBug::FsyncRetryAfterEio,
@@ -89,6 +102,10 @@ impl PlantedBug {
         PlantedBug::LegacyResendKeepsIds,
         PlantedBug::RetentionDeletesUnexpired,
         PlantedBug::RetentionDeletesJournalNeeded,
+        PlantedBug::FreezeNotRecheckedUnderLock,
+        PlantedBug::SwitchBeforeTailCopied,
+        PlantedBug::ReclaimBeforeSwitchConfirmed,
+        PlantedBug::MoveDropsAckedAhead,
     ];
 
     /// The command-line name.
@@ -116,6 +133,10 @@ impl PlantedBug {
             PlantedBug::LegacyResendKeepsIds => "legacy-resend-keeps-ids",
             PlantedBug::RetentionDeletesUnexpired => "retention-deletes-unexpired",
             PlantedBug::RetentionDeletesJournalNeeded => "retention-deletes-journal-needed",
+            PlantedBug::FreezeNotRecheckedUnderLock => "freeze-not-rechecked-under-lock",
+            PlantedBug::SwitchBeforeTailCopied => "switch-before-tail-copied",
+            PlantedBug::ReclaimBeforeSwitchConfirmed => "reclaim-before-switch-confirmed",
+            PlantedBug::MoveDropsAckedAhead => "move-drops-acked-ahead",
         }
     }
 }

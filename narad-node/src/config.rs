@@ -154,6 +154,16 @@ pub struct ClusterConfig {
     pub tls_key_file: String,
     /// The operator CA (PEM) every peer's certificate must chain to (`NARAD_CLUSTER_TLS_CA_FILE`).
     pub tls_ca_file: String,
+    /// Partition moves the cluster runs at once, at most (`NARAD_CLUSTER_MAX_MOVES_IN_FLIGHT`,
+    /// at least 1).
+    pub max_moves_in_flight: u32,
+    /// Whether the leader plans moves by itself whenever an alive, non-draining member holds fewer
+    /// or more partitions than its fair share (a member joined or stopped draining)
+    /// (`NARAD_CLUSTER_AUTO_REBALANCE`).
+    pub auto_rebalance: bool,
+    /// How long a member must have been dead before `decommission?force=true` reassigns its
+    /// partitions (`NARAD_CLUSTER_FORCE_AFTER_MS`).
+    pub force_after_ms: u64,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -166,6 +176,9 @@ impl std::fmt::Debug for ClusterConfig {
             .field("tls_cert_file", &self.tls_cert_file)
             .field("tls_key_file", &self.tls_key_file)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("max_moves_in_flight", &self.max_moves_in_flight)
+            .field("auto_rebalance", &self.auto_rebalance)
+            .field("force_after_ms", &self.force_after_ms)
             .finish()
     }
 }
@@ -351,9 +364,17 @@ impl Default for ClusterConfig {
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
             tls_ca_file: String::new(),
+            max_moves_in_flight: MAX_MOVES_IN_FLIGHT_DEFAULT,
+            auto_rebalance: true,
+            force_after_ms: FORCE_AFTER_MS_DEFAULT,
         }
     }
 }
+
+/// `cluster.max_moves_in_flight`'s default.
+pub const MAX_MOVES_IN_FLIGHT_DEFAULT: u32 = 8;
+/// `cluster.force_after_ms`'s default.
+pub const FORCE_AFTER_MS_DEFAULT: u64 = 120_000;
 
 impl Default for StorageConfig {
     fn default() -> Self {
@@ -522,6 +543,18 @@ pub const ENV_KEYS: &[(&str, EnvSetter)] = &[
     }),
     ("NARAD_CLUSTER_TLS_CA_FILE", |config, value| {
         config.cluster.tls_ca_file = value.to_string();
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_MAX_MOVES_IN_FLIGHT", |config, value| {
+        config.cluster.max_moves_in_flight = parse_number(value)?;
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_AUTO_REBALANCE", |config, value| {
+        config.cluster.auto_rebalance = parse_bool(value)?;
+        Ok(())
+    }),
+    ("NARAD_CLUSTER_FORCE_AFTER_MS", |config, value| {
+        config.cluster.force_after_ms = parse_number(value)?;
         Ok(())
     }),
     ("NARAD_DATA_DIR", |config, value| {
@@ -821,6 +854,11 @@ impl Config {
     fn check_cluster(&self) -> Result<(), ConfigError> {
         let cluster = &self.cluster;
         let peers = cluster.peer_map()?;
+        if cluster.max_moves_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "cluster.max_moves_in_flight must be at least 1".to_string(),
+            ));
+        }
         if peers.is_empty() {
             return Ok(());
         }

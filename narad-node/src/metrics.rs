@@ -9,8 +9,10 @@
 //! Decision: families with labels that only the HTTP layer knows up front (`errors_total{http,5xx}`) are
 //! created at start so an alert on them sees a 0, not an absent series.
 
+mod moves;
 mod storage;
 
+pub use moves::{MoveMetrics, MoveOutcomeLabels};
 pub use storage::{RetentionLabels, StorageMetrics};
 
 use std::sync::atomic::AtomicU64;
@@ -191,6 +193,8 @@ pub struct Metrics {
     pub cluster_raft_commit_index: Gauge,
     /// Retention's and the partition logs' families.
     pub storage: StorageMetrics,
+    /// Partition moves' families.
+    pub moves: MoveMetrics,
     /// `narad_disk_guard_active`: 1 while produces answer 507 for want of free space.
     pub disk_guard_active: Gauge,
     /// `narad_data_dir_available_bytes`: free space of the data directory's file system.
@@ -204,8 +208,10 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("narad");
         let storage = StorageMetrics::new(&mut registry);
+        let moves = MoveMetrics::new(&mut registry);
         let mut m = Metrics {
             storage,
+            moves,
             ingress_dispatch_backlog_records: Gauge::default(),
             ingress_dispatch_backlog_bytes: Gauge::default(),
             ingress_dispatch_oldest_record_age_seconds: Gauge::default(),

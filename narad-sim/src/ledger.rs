@@ -34,6 +34,7 @@ use narad_core::{Offset, PartitionId, TopicId};
 
 use crate::payload::{self, PayloadError};
 
+pub mod offsets;
 mod retention;
 
 use retention::RetainedView;
@@ -235,6 +236,8 @@ pub struct Report {
     pub excused_retention: u64,
     /// What the queue-mode consumers saw, when the scenario ran any.
     pub consumed: Option<ConsumeReport>,
+    /// Offsets served with two different records (see `offsets`).
+    pub offset_conflicts: Vec<String>,
 }
 
 /// The consumers' verdict (see `runner::consumer`).
@@ -260,6 +263,7 @@ impl Report {
             || !self.unseen.is_empty()
             || !self.phantoms.is_empty()
             || !self.misplaced.is_empty()
+            || !self.offset_conflicts.is_empty()
             || self.consumed.as_ref().is_some_and(|consumed| {
                 !consumed.unacked.is_empty() || !consumed.foreign.is_empty()
             })
@@ -277,6 +281,9 @@ impl Report {
             self.duplicate_copies(),
             self.reroutes
         );
+        if !self.offset_conflicts.is_empty() {
+            line.push_str(&format!(" offset_conflicts={}", self.offset_conflicts.len()));
+        }
         if let Some(consumed) = &self.consumed {
             line.push_str(&format!(
                 " unacked={} foreign={} delivered={} redelivered={} acked={}",
@@ -731,6 +738,9 @@ impl Ledger {
             .count() as u64;
         report.phantoms = anomalies_phantom.into_iter().collect();
         report.misplaced = anomalies_misplaced.into_iter().collect();
+        report.offset_conflicts = offsets::offset_conflicts(
+            served_at(at_deadline).chain(served_at(after_final)),
+        );
         report
     }
 
@@ -801,6 +811,14 @@ impl Ledger {
         }
         copies
     }
+}
+
+/// Where each record of `observation` was served (copies that carry no record id left out).
+pub fn served_at(observation: &Observation) -> impl Iterator<Item = offsets::ServedAt> + '_ {
+    observation.served.iter().filter_map(|served| {
+        let id = served.decoded.ok()?;
+        Some((served.topic_id, served.partition, served.offset, id))
+    })
 }
 
 #[cfg(test)]

@@ -380,6 +380,9 @@ mod sim {
         for anomaly in r.misplaced.iter().take(DETAILS_MAX) {
             println!("  misplaced {anomaly}");
         }
+        for conflict in r.offset_conflicts.iter().take(DETAILS_MAX) {
+            println!("  offset conflict {conflict}");
+        }
         for violation in outcome.violations.iter().take(DETAILS_MAX) {
             println!("  violation {violation}");
         }

@@ -43,7 +43,7 @@ use narad_node::node::{self, ClusterSetup, Node, NodeOptions};
 use narad_node::observer::{Invariant, NodeObserver};
 
 use crate::seam::{
-    derive_seed, AckAnswer, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, Observer,
+    derive_seed, AckAnswer, ClusterOp, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, Observer,
     PlantedBug, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
@@ -632,6 +632,43 @@ impl SimNode for NaradSimNode {
 
     fn nodes_max() -> u32 {
         crate::scenario::NODES_MAX
+    }
+
+    async fn cluster_op(&self, op: ClusterOp) -> Result<(), NodeError> {
+        use narad_node::http::cluster;
+        let app = self.app();
+        let id = |member: usize| (member + 1).to_string();
+        let (name, reply) = match &op {
+            ClusterOp::Move {
+                topic,
+                partition,
+                to,
+            } => {
+                let body = serde_json::json!({
+                    "topic": topic,
+                    "partition": partition.0,
+                    "to": to + 1,
+                })
+                .to_string();
+                let reply = cluster::start_move(app, Body::Bytes(body.into_bytes())).await;
+                ("move", reply)
+            }
+            ClusterOp::Abort { topic, partition } => (
+                "abort-move",
+                cluster::abort_move(app, topic, &partition.0.to_string()).await,
+            ),
+            ClusterOp::Rebalance => ("rebalance", cluster::rebalance(app).await),
+            ClusterOp::Decommission { member } => (
+                "decommission",
+                cluster::decommission(app, &id(*member), None, true).await,
+            ),
+            ClusterOp::CancelDecommission { member } => (
+                "cancel-decommission",
+                cluster::decommission(app, &id(*member), None, false).await,
+            ),
+        };
+        self.admin_event(name, &format!("{op:?}"), &reply);
+        status_of(&reply)
     }
 }
 

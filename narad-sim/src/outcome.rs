@@ -76,6 +76,7 @@ impl RunOutcome {
             ("unseen", r.unseen.len()),
             ("phantoms", r.phantoms.len()),
             ("misplaced", r.misplaced.len()),
+            ("offset_conflicts", r.offset_conflicts.len()),
             ("violations", self.violations.len()),
         ] {
             if count > 0 {

@@ -9,8 +9,10 @@
 //! A scenario may carry an explicit fault schedule (`[[schedule]]`, written by `shrink`) which replaces
 //! the generated one, and a `[regression]` table naming the seed (and planted bug) it was shrunk from.
 
+mod moves;
 mod retention;
 
+pub use moves::MovesSpec;
 pub use retention::RetentionSpec;
 use std::path::Path;
 
@@ -115,6 +117,9 @@ pub struct Scenario {
     /// Every topic's retention, and how often the nodes enforce it.
     #[serde(default, skip_serializing_if = "RetentionSpec::is_default")]
     pub retention: RetentionSpec,
+    /// The operator's moves, rebalances and decommissions.
+    #[serde(default, skip_serializing_if = "MovesSpec::is_default")]
+    pub moves: MovesSpec,
     /// An explicit fault schedule; when present it replaces the generated one (used by `shrink`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<FaultEvent>>,
@@ -502,6 +507,7 @@ impl Scenario {
         self.validate_phases()?;
         self.validate_node()?;
         self.retention.validate()?;
+        self.moves.validate()?;
         if self.faults.warmup_ms >= self.phases.safety_ms {
             return Err("faults.warmup_ms must be below phases.safety_ms".into());
         }

@@ -314,6 +314,44 @@ pub trait SimNode: Clone + Send + Sync + 'static {
     fn nodes_max() -> u32 {
         1
     }
+
+    /// An operator's change of the cluster's shape (`/v1/cluster/...`): `Ok` is its 2xx.
+    fn cluster_op(&self, _op: ClusterOp) -> impl Future<Output = Result<(), NodeError>> + Send {
+        std::future::ready(Err(NodeError::Refused("cluster operations are not served".into())))
+    }
+}
+
+/// An operator's change of the cluster's shape; members are named by index (0-based).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterOp {
+    /// `POST /v1/cluster/moves`.
+    Move {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: PartitionId,
+        /// The destination member.
+        to: usize,
+    },
+    /// `DELETE /v1/cluster/moves/{topic}/{partition}`.
+    Abort {
+        /// Topic name.
+        topic: String,
+        /// Partition.
+        partition: PartitionId,
+    },
+    /// `POST /v1/cluster/rebalance`.
+    Rebalance,
+    /// `POST /v1/cluster/members/{id}/decommission`.
+    Decommission {
+        /// The member.
+        member: usize,
+    },
+    /// `DELETE /v1/cluster/members/{id}/decommission`.
+    CancelDecommission {
+        /// The member.
+        member: usize,
+    },
 }
 
 /// Derives an independent seed for a named component from the run's seed (SplitMix64 finalizer over

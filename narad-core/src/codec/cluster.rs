@@ -465,6 +465,41 @@ pub enum Control {
         /// What to do with it.
         action: Settle,
     },
+    // New variants go last (see `ControlAnswer`).
+    /// A partition move's copy: visible records of a partition this node owns, from `offset`, for
+    /// the move's destination.
+    MoveRead {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the move is of.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+        /// The first offset wanted (below the oldest retained: from the oldest).
+        offset: Offset,
+    },
+    /// A partition move's handoff freeze: the source arms it, records it in the metastore with the
+    /// final high watermark, and answers that watermark.
+    MoveFreeze {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the move is of.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+        /// The move's `planned_at` (names the move).
+        move_id: u64,
+    },
+    /// A partition move's queue-mode state, asked by the destination once the switch applied: the
+    /// source lets its queue of the partition go and answers what it held.
+    MoveQueue {
+        /// Topic name.
+        topic: String,
+        /// The incarnation the move is of.
+        topic_id: TopicId,
+        /// Partition index.
+        partition: PartitionId,
+    },
 }
 
 /// The answer to a [`Control`] request.
@@ -500,6 +535,48 @@ pub enum ControlAnswer {
     Queue(Option<LeasedRecord>),
     /// An ack, extend or nack's answer.
     Settled(Result<(), HandleError>),
+    /// A [`Control::MoveRead`]'s records.
+    MoveChunk(MoveChunk),
+    /// A [`Control::MoveFreeze`]'s answer: the freeze is armed and recorded; the final high
+    /// watermark.
+    MoveFrozen {
+        /// Every record below it is visible at the source, and none will be added while frozen.
+        final_hw: Offset,
+    },
+    /// A [`Control::MoveQueue`]'s answer: the source's queue of the partition, now let go
+    /// (`None`: it held none).
+    MoveQueue(Option<QueueHandoff>),
+}
+
+/// Records of a partition being moved, read at its source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveChunk {
+    /// The offset of the first record (the oldest retained one when the asked offset was below it).
+    pub first: Offset,
+    /// The records, in offset order, each `(key, committed_at_ms, payload)`.
+    pub records: Vec<MoveRecord>,
+    /// The source's high watermark when the read completed.
+    pub high_watermark: Offset,
+}
+
+/// One record of a [`MoveChunk`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveRecord {
+    /// The key, if any.
+    pub key: Option<Vec<u8>>,
+    /// When the source committed it, Unix ms (kept by the copy).
+    pub committed_at_ms: u64,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// A partition's queue-mode state handed from a move's source to its destination.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueHandoff {
+    /// The lowest offset not acked.
+    pub cursor: Offset,
+    /// Offsets at or past the cursor that were acked.
+    pub acked_ahead: Vec<Offset>,
 }
 
 /// A partition's storage figures, as `GET /v1/topics/{t}` reports them (and an owner answers a

@@ -63,7 +63,7 @@ use rand_chacha::ChaCha8Rng;
 use super::table::{CursorKey, CursorSlots, CursorTable};
 use super::{HandleError, PartitionQueue, QueueLimits, ReceiptHandle, Reserve, Settle};
 use crate::actor::Actor;
-use crate::codec::cluster::{LeasedRecord, PartitionStat, StoredRecord};
+use crate::codec::cluster::{LeasedRecord, PartitionStat, QueueHandoff, StoredRecord};
 use crate::disk::{IoCompletion, IoId, IoLane, IoRequest};
 use crate::ids::{Offset, PartitionId, TopicId};
 use crate::partition::{LogReadError, PartitionReadError, ReadBatch, ReadFault};
@@ -177,6 +177,13 @@ pub struct ConsumeActor {
     flush_waiting: Vec<CallId>,
     /// Flush calls that came during it: answered by a write of their own if a cursor moved since.
     flush_queued: Vec<CallId>,
+    /// Partitions moving here whose queue state is not adopted yet: not served.
+    held: BTreeSet<CursorKey>,
+    /// Partitions whose queue was handed to a move's destination: not served (until one moves
+    /// back and is adopted).
+    handed_off: BTreeSet<CursorKey>,
+    /// Queue states adopted from moves, for the queue made on first use.
+    adopted: BTreeMap<CursorKey, QueueHandoff>,
     outputs: VecDeque<ConsumeOutput>,
 }
 
@@ -202,6 +209,9 @@ impl ConsumeActor {
             next_io: 0,
             flush_waiting: Vec::new(),
             flush_queued: Vec::new(),
+            held: BTreeSet::new(),
+            handed_off: BTreeSet::new(),
+            adopted: BTreeMap::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -231,6 +241,40 @@ impl ConsumeActor {
         self.dirty
     }
 
+    fn on_adopt(&mut self, now: Instant, key: CursorKey, state: Option<QueueHandoff>) {
+        self.held.remove(&key);
+        self.handed_off.remove(&key);
+        let Some(mut state) = state else {
+            return;
+        };
+        if self.config.plant.is(PlantedBug::MoveDropsAckedAhead) {
+            state.acked_ahead.clear();
+        }
+        // Leases made here meanwhile end: their records are delivered again from the adopted state.
+        self.queues.remove(&key);
+        self.loaded.remove(&key);
+        self.adopted.insert(key, state);
+        self.mark_dirty(now);
+    }
+
+    fn on_handoff(&mut self, call: CallId, key: CursorKey) {
+        let state = match self.queues.remove(&key) {
+            Some(queue) => Some(queue.queue.handoff()),
+            None => self
+                .adopted
+                .remove(&key)
+                .or_else(|| {
+                    self.loaded.remove(&key).map(|cursor| QueueHandoff {
+                        cursor,
+                        acked_ahead: Vec::new(),
+                    })
+                }),
+        };
+        self.held.remove(&key);
+        self.handed_off.insert(key);
+        self.emit(ConsumeOutput::HandedOff { call, state });
+    }
+
     fn emit(&mut self, output: ConsumeOutput) {
         self.outputs.push_back(output);
     }
@@ -254,19 +298,27 @@ impl ConsumeActor {
         }
     }
 
-    /// The queue of `key`, made on first use from the loaded cursor (or 0); its limits refreshed.
+    /// The queue of `key`, made on first use from an adopted move's state, else from the loaded
+    /// cursor (or 0); its limits refreshed.
     fn queue(&mut self, key: CursorKey, limits: QueueLimits) -> &mut Queue {
         let ConsumeActor {
             queues,
             loaded,
+            adopted,
             rng,
             ..
         } = self;
-        let queue = queues.entry(key).or_insert_with(|| {
-            let cursor = loaded.remove(&key).unwrap_or_default();
-            Queue {
-                queue: PartitionQueue::new(limits, cursor, rng.random()),
-                high_watermark: cursor,
+        let queue = queues.entry(key).or_insert_with(|| match adopted.remove(&key) {
+            Some(state) => Queue {
+                queue: PartitionQueue::resume(limits, &state, rng.random()),
+                high_watermark: state.cursor,
+            },
+            None => {
+                let cursor = loaded.remove(&key).unwrap_or_default();
+                Queue {
+                    queue: PartitionQueue::new(limits, cursor, rng.random()),
+                    high_watermark: cursor,
+                }
             }
         });
         if queue.queue.limits() != limits {
@@ -354,6 +406,11 @@ impl ConsumeActor {
                 continue;
             }
             let (key, limits) = (call.key(), call.limits);
+            if self.held.contains(&key) || self.handed_off.contains(&key) {
+                // Moving here (its state not adopted yet) or moved away.
+                self.call(id).next_partition();
+                continue;
+            }
             let queue = self.queue(key, limits);
             if !queue.queue.has_work(now, queue.high_watermark) {
                 let call = self.call(id);
@@ -811,6 +868,12 @@ impl Actor for ConsumeActor {
                 self.live = caught_up.then_some(live);
             }
             ConsumeInput::Tick => self.on_tick(now),
+            ConsumeInput::Hold { key } => {
+                self.handed_off.remove(&key);
+                self.held.insert(key);
+            }
+            ConsumeInput::Adopt { key, state } => self.on_adopt(now, key, state),
+            ConsumeInput::Handoff { call, key } => self.on_handoff(call, key),
         }
         self.check();
     }

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
+use crate::codec::cluster::QueueHandoff;
 use crate::ids::{Offset, PartitionId};
 use crate::time::Instant;
 
@@ -167,6 +168,36 @@ impl PartitionQueue {
             redeliver: BTreeSet::new(),
             acked_ahead: BTreeSet::new(),
             next_nonce: nonce_seed,
+        }
+    }
+
+    /// A queue resuming a moved partition from its source's `state`: offsets at or past the cursor
+    /// that were not acked (leased or waiting there) are delivered again; acked ones never.
+    pub fn resume(limits: QueueLimits, state: &QueueHandoff, nonce_seed: u64) -> PartitionQueue {
+        let mut queue = PartitionQueue::new(limits, state.cursor, nonce_seed);
+        let acked: BTreeSet<u64> = state
+            .acked_ahead
+            .iter()
+            .map(|offset| offset.0)
+            .filter(|offset| *offset > queue.cursor)
+            .collect();
+        if let Some(&last) = acked.last() {
+            queue.next = last + 1;
+            queue.redeliver = (queue.cursor..queue.next)
+                .filter(|offset| !acked.contains(offset))
+                .collect();
+            queue.acked_ahead = acked;
+        }
+        queue.check();
+        queue
+    }
+
+    /// The state a move hands to the partition's new owner: the cursor and the offsets acked past
+    /// it (leases are not carried: their records are delivered again there).
+    pub fn handoff(&self) -> QueueHandoff {
+        QueueHandoff {
+            cursor: Offset(self.cursor),
+            acked_ahead: self.acked_ahead.iter().map(|offset| Offset(*offset)).collect(),
         }
     }
 

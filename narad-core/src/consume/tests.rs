@@ -396,3 +396,25 @@ fn flushes_alternate_slots_only_after_success() {
     assert_eq!(slots.next_slot, 1);
     assert_eq!(slots.flush_ops(&cursors).0.seq, 2);
 }
+
+#[test]
+fn a_handed_off_queue_resumes_elsewhere_without_its_acked_records_and_with_its_leases_redelivered() {
+    let mut source = PartitionQueue::new(limits(8, 8), Offset(10), 0);
+    let leases: Vec<(Offset, u64)> = (0..4)
+        .map(|_| lease(source.reserve(ms(0), Offset(20))))
+        .collect();
+    // 11 and 13 acked ahead of the cursor (10, leased); 12 stays leased.
+    source.ack(ms(1), leases[1].0, leases[1].1).unwrap();
+    source.ack(ms(1), leases[3].0, leases[3].1).unwrap();
+    let state = source.handoff();
+    assert_eq!(state.cursor, Offset(10));
+    assert_eq!(state.acked_ahead, vec![Offset(11), Offset(13)]);
+    let mut destination = PartitionQueue::resume(limits(8, 8), &state, 500);
+    let mut delivered = Vec::new();
+    while let Reserve::Leased { offset, .. } = destination.reserve(ms(2), Offset(16)) {
+        delivered.push(offset.0);
+    }
+    // The leases end early (10 and 12 come again), the acked never do, fresh ones follow.
+    assert_eq!(delivered, vec![10, 12, 14, 15]);
+    assert_eq!(destination.cursor(), Offset(10));
+}

@@ -661,7 +661,14 @@ impl Combiner {
 
     /// The checks under the lock, in the order of the module documentation.
     fn check_cycle(&mut self, now: Instant) -> Step {
-        if !self.view.owned || self.view.frozen {
+        // The planted bug: a freeze is answered but not checked here, under the lock.
+        let frozen = self.view.frozen
+            && !self
+                .config
+                .log
+                .plant
+                .is(crate::planted::PlantedBug::FreezeNotRecheckedUnderLock);
+        if !self.view.owned || frozen {
             self.fail_cycle(|_| CommitError::NotOwner);
             return Step::Done;
         }

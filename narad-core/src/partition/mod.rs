@@ -12,6 +12,7 @@
 //! - [`driver`]: a small synchronous driver that runs the actors' I/O on a `&dyn Disk` (tests, simulator).
 
 pub mod combiner;
+pub mod copy;
 pub mod driver;
 pub mod journal;
 pub mod log;

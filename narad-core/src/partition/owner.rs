@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use super::combiner::{
     BatchId, Combiner, CombinerConfig, CombinerInput, CombinerOutput, CommitBatch, CommitError,
-    CommittedRange, LiveTopic, TopicView,
+    CommittedRange, LiveTopic, QueryId, TopicView,
 };
 use super::journal::{JournalConfig, JournalEvent, JournalInput, JournalOutput, OwnerJournal};
 use super::log::{
@@ -68,12 +68,33 @@ pub fn partition_dir(topic: &str, topic_id: TopicId, partition: PartitionId) -> 
     format!("{TOPICS_DIR}/{topic}/{topic_id}/p{:05}", partition.0)
 }
 
+/// The directory of one partition's log at a placement: placement 0 (where the partition was
+/// created) is [`partition_dir`]; a partition a move brought here lives in a directory of its own,
+/// named by the move's placement epoch. So a partition that leaves a node and comes back later never
+/// meets what the node's owner journal still holds of its earlier stay (the journal replays by
+/// directory), and the copy a move makes is never written over a directory a log may open.
+pub fn partition_dir_at(
+    topic: &str,
+    topic_id: TopicId,
+    partition: PartitionId,
+    placement: u64,
+) -> String {
+    match placement {
+        0 => partition_dir(topic, topic_id, partition),
+        epoch => format!("{TOPICS_DIR}/{topic}/{topic_id}/p{:05}.m{epoch}", partition.0),
+    }
+}
+
 /// What the replica `state` says about `(topic, partition)` to the combiner on `node`.
 ///
 /// A name the replica does not hold is *owned*: the combiner then answers the incarnation refusal
 /// (or "topic not found"), which the dispatcher turns into a leader confirmation and a discard,
 /// never a "not owner" that would reroute records of a deleted topic by name. A partition the
-/// topic does not have (yet) is not owned.
+/// topic does not have (yet) is not owned. A partition owned elsewhere has no live log here: a
+/// partition that moved away lets its log go (its files are reclaimed once the switch applied
+/// here, which is after the raft log committed it), and a read that reaches a node that does not
+/// own the partition is answered as not live (retriable: the asker's replica lags). A partition
+/// this node is moving away, whose move the replica records as frozen, is frozen.
 pub fn owner_view(
     state: &MetaState,
     node: NodeId,
@@ -81,15 +102,26 @@ pub fn owner_view(
     partition: PartitionId,
 ) -> TopicView {
     match state.topic(topic) {
-        Some(record) if partition.0 < record.partitions() => TopicView {
-            version: record.metadata_version,
-            owned: record.owner_of(partition) == Some(node),
-            frozen: false,
-            live: Some(LiveTopic {
-                topic_id: Some(record.id),
-                log_dir: partition_dir(topic, record.id, partition),
-            }),
-        },
+        Some(record) if partition.0 < record.partitions() => {
+            let owned = record.owner_of(partition) == Some(node);
+            let frozen = state.move_of(topic, partition).is_some_and(|moving| {
+                moving.from == node && moving.topic_id == record.id && moving.final_hw.is_some()
+            });
+            TopicView {
+                version: record.metadata_version,
+                owned,
+                frozen: owned && frozen,
+                live: owned.then(|| LiveTopic {
+                    topic_id: Some(record.id),
+                    log_dir: partition_dir_at(
+                        topic,
+                        record.id,
+                        partition,
+                        state.placement(record.id, partition),
+                    ),
+                }),
+            }
+        }
         Some(record) => TopicView {
             version: record.metadata_version,
             owned: false,
@@ -187,6 +219,9 @@ pub enum OwnerInput {
     },
     /// A replay read.
     Read(OwnerRead),
+    /// Arm the handoff freeze of a partition this node is moving away (see the `freeze` module):
+    /// answered [`OwnerOutput::FreezeArmed`] with the final high watermark.
+    Freeze(FreezeRequest),
     /// A request of [`OwnerOutput::Io`] finished.
     IoDone {
         /// The key it was run for.
@@ -280,6 +315,13 @@ pub enum OwnerOutput {
         /// Its offsets, or why it was not committed.
         result: Result<CommittedRange, CommitError>,
     },
+    /// A freeze's outcome: the final high watermark, or why it was not armed.
+    FreezeArmed {
+        /// The request's query id.
+        query: QueryId,
+        /// The final high watermark.
+        result: Result<Offset, FreezeRefused>,
+    },
     /// A read's outcome.
     ReadDone {
         /// The read.
@@ -359,6 +401,9 @@ pub struct Owner {
     now: Instant,
     /// When the next retention check is due.
     next_retention: Instant,
+    /// Freezes armed here whose move the replica does not record as frozen yet, by partition: the
+    /// move's `planned_at`.
+    arming: BTreeMap<(Arc<str>, PartitionId), u64>,
     outputs: VecDeque<OwnerOutput>,
 }
 
@@ -385,6 +430,7 @@ impl Owner {
             restart_needed: BTreeSet::new(),
             now: Instant::default(),
             next_retention,
+            arming: BTreeMap::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -444,6 +490,7 @@ impl Owner {
 
     fn on_replica(&mut self, state: Arc<MetaState>) {
         self.state = state;
+        self.prune_arming();
         let state = Arc::clone(&self.state);
         let (topics, _) = state.topics_after("", usize::MAX);
         for topic in topics {
@@ -458,7 +505,7 @@ impl Owner {
         let keys: Vec<LogKey> = self.slots.keys().copied().collect();
         for key in keys {
             let slot = &self.slots[&key];
-            let view = owner_view(&self.state, self.config.node, &slot.topic, slot.partition);
+            let view = self.view_of(&slot.topic, slot.partition);
             if *slot.combiner.view() != view {
                 self.feed(key, CombinerInput::View(view));
             }
@@ -472,7 +519,7 @@ impl Owner {
         }
         let key = LogKey(self.next_key);
         self.next_key += 1;
-        let view = owner_view(&self.state, self.config.node, topic, partition);
+        let view = self.view_of(topic, partition);
         let combiner = Combiner::new(self.config.combiner.clone(), view);
         self.by_name.insert((topic.clone(), partition), key);
         self.slots.insert(
@@ -639,8 +686,13 @@ impl Owner {
                     self.outputs.push_back(OwnerOutput::ReadDone { id, result });
                     continue;
                 }
-                // Only a handoff asks for it, and nothing asks yet.
-                CombinerOutput::HighWatermark { .. } => continue,
+                // Only a freeze asks for it.
+                CombinerOutput::HighWatermark { id, high_watermark } => {
+                    let result = high_watermark.ok_or(FreezeRefused::NoLog);
+                    self.outputs
+                        .push_back(OwnerOutput::FreezeArmed { query: id, result });
+                    continue;
+                }
                 CombinerOutput::Journal { dir, id, run } => {
                     self.journal_inbox.push_back(JournalInput::Append {
                         key,
@@ -897,6 +949,7 @@ impl Actor for Owner {
                 }
             }
             OwnerInput::Read(read) => self.on_read(read),
+            OwnerInput::Freeze(request) => self.on_freeze(request),
             OwnerInput::IoDone { key, completion } => self.on_io(key, completion),
             OwnerInput::Tick => {
                 if self.journal.is_some() {
@@ -930,5 +983,10 @@ impl Actor for Owner {
     }
 }
 
+mod freeze;
+pub use freeze::{FreezeRefused, FreezeRequest};
+
+#[cfg(test)]
+mod freeze_tests;
 #[cfg(test)]
 mod tests;

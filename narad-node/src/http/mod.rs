@@ -20,6 +20,7 @@
 pub mod auth;
 #[cfg(not(madsim))]
 pub mod background;
+pub mod cluster;
 pub mod consume;
 pub mod openapi;
 pub mod ops;
@@ -49,6 +50,7 @@ use crate::clock::Clock;
 use crate::metastore::Metastore;
 use crate::metrics::Metrics;
 
+pub use cluster::{MoveProgress, MoveSettings};
 pub use reply::Reply;
 pub use seams::{
     BoxFuture, Leased, PartitionReader, PartitionStat, PartitionStats, ProduceSink, QueueConsumer,
@@ -85,6 +87,10 @@ pub struct App {
     pub queue: Arc<dyn QueueConsumer>,
     /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// What the move routes need (this node, whether it is clustered, the move budget).
+    pub moves: cluster::MoveSettings,
+    /// Bytes copied by the moves to this node (written by the node's move duties).
+    pub move_progress: Arc<cluster::MoveProgress>,
     ready: AtomicBool,
     shutting_down: AtomicBool,
     /// Set by the node's disk guard while the data directory's file system has less free space than
@@ -131,6 +137,8 @@ impl App {
             stats,
             queue,
             metrics,
+            moves: cluster::MoveSettings::default(),
+            move_progress: Arc::new(cluster::MoveProgress::default()),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             insufficient_storage: Arc::new(AtomicBool::new(false)),
@@ -155,6 +163,12 @@ impl App {
     /// The app with this node's `topic.min_retention_ms` (one hour unless set).
     pub fn with_min_retention_ms(mut self, min_retention_ms: u64) -> App {
         self.min_retention_ms = min_retention_ms;
+        self
+    }
+
+    /// The app with this node's move settings.
+    pub fn with_moves(mut self, moves: cluster::MoveSettings) -> App {
+        self.moves = moves;
         self
     }
 

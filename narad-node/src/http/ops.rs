@@ -11,7 +11,8 @@ use crate::metrics;
 
 /// `GET /v1/cluster/members`: every member, as this node's replica lists it: its cluster address,
 /// `alive` or `dead` as the leader last marked it, whether it is the raft leader this replica knows,
-/// and how many partitions (over every topic) it owns.
+/// how many partitions (over every topic) it owns, whether it drains (decommission) and how many
+/// of its partitions are moving away.
 pub fn cluster_members(app: &App) -> Reply {
     let view = app.metastore.view();
     let state = &view.state;
@@ -40,6 +41,15 @@ pub fn cluster_members(app: &App) -> Reply {
                     },
                 )
                 .number("owned_partitions", owned.get(id).copied().unwrap_or(0))
+                .raw(
+                    "draining",
+                    if state.is_draining(*id) {
+                        "true"
+                    } else {
+                        "false"
+                    },
+                )
+                .number("outbound_moves", state.outbound_moves(*id) as u64)
                 .finish()
         })
         .collect();

@@ -18,6 +18,10 @@
 //! touching the WAL (or the keyless rotation), so a filling disk refuses new records instead of
 //! latching the WAL on ENOSPC; they take records again by themselves once there is space.
 //!
+//! Draining: while the replica records this node as draining (a decommission), both routes answer
+//! 503 `{"error":"member is draining"}` after the free-space check: clients go to other nodes, and
+//! the node's WAL drains to zero backlog.
+//!
 //! A payload is any JSON value: a JSON string is stored as its text, any other value as its JSON text
 //! verbatim (as it appeared in the body); with `"payload_encoding":"base64"` the string is decoded
 //! (standard alphabet, padded). An empty payload is refused like an empty single produce.
@@ -286,6 +290,7 @@ async fn produce_one(
     let pinned =
         check_against_topic(app, topic, pinned, &payload).map_err(|error| invalid(&error))?;
     check_free_space(app)?;
+    super::cluster::check_not_draining(app)?;
     let message = Checked {
         key,
         pinned,
@@ -550,6 +555,7 @@ async fn produce_many(
         checked.push(message);
     }
     check_free_space(app)?;
+    super::cluster::check_not_draining(app)?;
     let timestamp_ms = app.clock.unix_ms();
     let records = checked
         .into_iter()

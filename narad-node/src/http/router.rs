@@ -15,13 +15,14 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Extension, Router};
 use narad_core::metastore::users::Action;
 
 use super::auth::{self, Caller, Refusal};
 use super::{
-    consume, ops, produce, topics, users, App, Body, Reply, BATCH_BODY_BYTES_MAX, BODY_BYTES_MAX,
+    cluster, consume, ops, produce, topics, users, App, Body, Reply, BATCH_BODY_BYTES_MAX,
+    BODY_BYTES_MAX,
 };
 use crate::metrics::{HttpLabels, RouteLabels};
 
@@ -40,6 +41,13 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/topics/{topic}/consume", get(consume_one))
         .route("/v1/topics/{topic}/ack", post(ack))
         .route("/v1/cluster/members", get(cluster_members))
+        .route(
+            "/v1/cluster/members/{id}/decommission",
+            post(decommission_member).delete(cancel_decommission),
+        )
+        .route("/v1/cluster/moves", get(list_moves).post(start_move))
+        .route("/v1/cluster/moves/{topic}/{partition}", delete(abort_move))
+        .route("/v1/cluster/rebalance", post(rebalance))
         .route("/v1/users", post(create_user).get(list_users))
         .route("/v1/users/{username}", get(get_user).delete(delete_user))
         .route("/v1/users/{username}/grants", put(set_grants))
@@ -275,6 +283,40 @@ async fn ack(
     into_response(consume::ack(&app, &topic, query.as_deref()).await)
 }
 
+async fn decommission_member(
+    State(app): AppState,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    into_response(cluster::decommission(&app, &id, query.as_deref(), true).await)
+}
+
+async fn cancel_decommission(State(app): AppState, Path(id): Path<String>) -> Response {
+    into_response(cluster::decommission(&app, &id, None, false).await)
+}
+
+async fn list_moves(State(app): AppState) -> Response {
+    into_response(cluster::list_moves(&app))
+}
+
+async fn start_move(State(app): AppState, body: AxumBody) -> Response {
+    match read_body(body, BODY_BYTES_MAX).await {
+        Ok(body) => into_response(cluster::start_move(&app, body).await),
+        Err(response) => response,
+    }
+}
+
+async fn abort_move(
+    State(app): AppState,
+    Path((topic, partition)): Path<(String, String)>,
+) -> Response {
+    into_response(cluster::abort_move(&app, &topic, &partition).await)
+}
+
+async fn rebalance(State(app): AppState) -> Response {
+    into_response(cluster::rebalance(&app).await)
+}
+
 /// Routes that answer without credentials.
 const OPEN_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
@@ -287,7 +329,14 @@ fn needs(method: &axum::http::Method, route: &str) -> Option<Action> {
         }
         (&Method::GET, "/v1/topics/{topic}/consume")
         | (&Method::POST, "/v1/topics/{topic}/ack") => Some(Action::Consume),
-        (_, "/v1/cluster/members") => Some(Action::Admin),
+        (
+            _,
+            "/v1/cluster/members"
+            | "/v1/cluster/members/{id}/decommission"
+            | "/v1/cluster/moves"
+            | "/v1/cluster/moves/{topic}/{partition}"
+            | "/v1/cluster/rebalance",
+        ) => Some(Action::Admin),
         _ => None,
     }
 }

@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use narad_core::codec::cluster::LeasedRecord;
+use narad_core::codec::cluster::{LeasedRecord, QueueHandoff};
 use narad_core::consume::actor::{
     CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueTopic,
 };
-use narad_core::consume::table::{CursorSlots, CURSOR_DIR, SLOTS};
+use narad_core::consume::table::{CursorKey, CursorSlots, CURSOR_DIR, SLOTS};
 use narad_core::consume::{HandleError, QueueLimits, ReceiptHandle};
 use narad_core::disk::{Disk, IoId, IoLane, IoOp, IoReply, IoRequest};
 use narad_core::ids::{NodeId, PartitionId};
@@ -109,6 +109,15 @@ enum Command {
         call: CallId,
         reply: oneshot::Sender<Result<(), IoFault>>,
     },
+    /// A move's queue handoff (`ConsumeInput::Hold`, `Adopt`, `Handoff`).
+    Move(MoveQueue),
+}
+
+/// A move's queue-mode step; see [`Consumers::hold`], [`Consumers::adopt`], [`Consumers::handoff`].
+enum MoveQueue {
+    Hold(CursorKey),
+    Adopt(CursorKey, Option<QueueHandoff>),
+    Handoff(CallId, CursorKey, oneshot::Sender<Option<QueueHandoff>>),
 }
 
 /// What comes back to the host.
@@ -276,6 +285,7 @@ impl Consumers {
             consumes: HashMap::new(),
             settles: HashMap::new(),
             flushes: HashMap::new(),
+            handoffs: HashMap::new(),
             fired: HashMap::new(),
             stopped: false,
         });
@@ -364,6 +374,25 @@ impl Consumers {
         answer.await.unwrap_or(Err(HandleError::Stale))
     }
 
+    /// A partition is moving here: its records are not served until [`Consumers::adopt`].
+    pub async fn hold(&self, key: CursorKey) {
+        let _ = crate::mailbox::send(&self.commands, Command::Move(MoveQueue::Hold(key))).await;
+    }
+
+    /// A partition moved here: its queue resumes from `state` (`None`: from what this node holds).
+    pub async fn adopt(&self, key: CursorKey, state: Option<QueueHandoff>) {
+        let command = Command::Move(MoveQueue::Adopt(key, state));
+        let _ = crate::mailbox::send(&self.commands, command).await;
+    }
+
+    /// A partition moved away: its queue is let go; what it held (`None`: nothing, or stopped).
+    pub async fn handoff(&self, key: CursorKey) -> Option<QueueHandoff> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Move(MoveQueue::Handoff(self.call_id(), key, reply));
+        crate::mailbox::send(&self.commands, command).await.ok()?;
+        answer.await.ok().flatten()
+    }
+
     /// The clock leases are timed on.
     pub fn clock(&self) -> &Clock {
         &self.clock
@@ -440,6 +469,7 @@ struct Host {
     >,
     settles: HashMap<CallId, oneshot::Sender<Result<(), HandleError>>>,
     flushes: HashMap<CallId, oneshot::Sender<Result<(), IoFault>>>,
+    handoffs: HashMap<CallId, oneshot::Sender<Option<QueueHandoff>>>,
     /// Commit watches that fired in the current call, until the actor asks for them again.
     fired: HashMap<Arc<str>, watch::Receiver<u64>>,
     /// Every handle on the mailbox is gone.
@@ -497,6 +527,12 @@ impl Hosted for Host {
                     self.flushes.insert(call, reply);
                     self.feed_live_topics_if_changed(turn);
                     ConsumeInput::Flush { call }
+                }
+                Command::Move(MoveQueue::Hold(key)) => ConsumeInput::Hold { key },
+                Command::Move(MoveQueue::Adopt(key, state)) => ConsumeInput::Adopt { key, state },
+                Command::Move(MoveQueue::Handoff(call, key, reply)) => {
+                    self.handoffs.insert(call, reply);
+                    ConsumeInput::Handoff { call, key }
                 }
             };
             self.feed(turn, input);
@@ -650,6 +686,11 @@ impl Host {
                 }
             }
             ConsumeOutput::Event(event) => self.record(event),
+            ConsumeOutput::HandedOff { call, state } => {
+                if let Some(reply) = self.handoffs.remove(&call) {
+                    let _ = reply.send(state);
+                }
+            }
         }
         None
     }

@@ -29,6 +29,7 @@ pub mod consumers;
 pub mod disk_guard;
 pub mod local_transport;
 pub mod metered_disk;
+pub mod moves;
 pub mod partitions;
 pub mod peers;
 pub mod sink;
@@ -240,9 +241,17 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
             seed,
         )
         .with_auth(config.security.enabled)
-        .with_min_retention_ms(config.topic.min_retention_ms),
+        .with_min_retention_ms(config.topic.min_retention_ms)
+        .with_moves(crate::http::MoveSettings {
+            node: node_id,
+            clustered: cluster.is_some(),
+            max_in_flight: config.cluster.max_moves_in_flight,
+        }),
     );
     disk_guard::spawn(Arc::clone(&disk), &app, &config.storage);
+    let moves = cluster.as_ref().map(|cluster| {
+        spawn_moves(&config, &hooks, node_id, &disk, &metastore, &partitions, &consumers, cluster, &app)
+    });
     let inbound = cluster.as_ref().map(|cluster| {
         serve_peers(
             cluster,
@@ -259,6 +268,7 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
                 metrics: metrics.clone(),
                 plant: hooks.plant,
                 consumers: Some(consumers.clone()),
+                moves: moves.clone(),
             },
         )
     });
@@ -289,6 +299,35 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
         recover(&recovering, disk, wal_config, sink, node_id, clock, hooks).await
     });
     Ok(Node { inner })
+}
+
+/// Starts the node's move duties (a cluster member only).
+#[allow(clippy::too_many_arguments)] // The parts of the node a move touches, each once.
+fn spawn_moves(
+    config: &Config,
+    hooks: &NodeHooks,
+    node_id: NodeId,
+    disk: &Arc<dyn Disk>,
+    metastore: &Metastore,
+    partitions: &PartitionHost,
+    consumers: &consumers::Consumers,
+    cluster: &crate::cluster::Cluster,
+    app: &Arc<App>,
+) -> moves::Moves {
+    moves::Moves::spawn(moves::MovesSetup {
+        node: node_id,
+        metastore: metastore.clone(),
+        partitions: partitions.clone(),
+        consumers: consumers.clone(),
+        cluster: cluster.clone(),
+        disk: Arc::clone(disk),
+        segment_bytes: config.storage.partition_segment_bytes,
+        metrics: app.metrics.clone(),
+        max_in_flight: config.cluster.max_moves_in_flight,
+        auto_rebalance: config.cluster.auto_rebalance,
+        progress: app.move_progress.clone(),
+        plant: hooks.plant,
+    })
 }
 
 /// The metastore's options before the cluster adds its voters and peers.

@@ -34,11 +34,11 @@ use narad_core::partition::journal::replay::{
 use narad_core::partition::journal::{JournalConfig, JournalEvent, JOURNAL_DIR};
 pub use narad_core::partition::owner::{partition_dir, PARKED_READS_MAX, TOPICS_DIR};
 use narad_core::partition::owner::{
-    LogEvent, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead,
+    FreezeRefused, FreezeRequest, LogEvent, Owner, OwnerConfig, OwnerInput, OwnerOutput, OwnerRead,
 };
 use narad_core::partition::{
     BatchId, BatchRecord, CombinerConfig, CommitBatch, CommitError, CommittedRange, LogKey,
-    LogReadError, LogReadId, PartitionReadError, ReadBatch,
+    LogReadError, LogReadId, PartitionReadError, QueryId, ReadBatch,
 };
 use narad_core::{Actor, Instant, IoFault};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -210,6 +210,17 @@ pub struct OwnerStorage {
     pub retention_check_interval: Duration,
 }
 
+/// Why a freeze was not armed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FreezeError {
+    /// The owner refused it.
+    #[error(transparent)]
+    Refused(#[from] FreezeRefused),
+    /// The host stopped before answering.
+    #[error("the partition host has stopped")]
+    Stopped,
+}
+
 /// Why a commit was not made.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PartitionCommitError {
@@ -245,7 +256,15 @@ enum Command {
         partition: PartitionId,
         reply: oneshot::Sender<PartitionStat>,
     },
+    Freeze {
+        topic: Arc<str>,
+        partition: PartitionId,
+        move_id: u64,
+        reply: FreezeReply,
+    },
 }
+
+type FreezeReply = oneshot::Sender<Result<Offset, FreezeRefused>>;
 
 type ReadReply = oneshot::Sender<Result<ReadBatch, PartitionReadError>>;
 
@@ -418,6 +437,8 @@ impl PartitionHost {
             commits: BTreeMap::new(),
             reads: BTreeMap::new(),
             next_read: 0,
+            freezes: BTreeMap::new(),
+            next_freeze: 0,
             status: status_sender,
             metrics,
             observer,
@@ -487,6 +508,32 @@ impl PartitionHost {
         let range = result??;
         self.wakes.wake(&guard.topic);
         Ok(range)
+    }
+
+    /// Arms the handoff freeze of a partition this node is moving away (see
+    /// `narad_core::partition::owner::freeze`) and answers its final high watermark.
+    pub async fn freeze(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        move_id: u64,
+    ) -> Result<Offset, FreezeError> {
+        let (reply, answer) = oneshot::channel();
+        crate::mailbox::send(
+            &self.commands,
+            Command::Freeze {
+                topic: Arc::from(topic),
+                partition,
+                move_id,
+                reply,
+            },
+        )
+        .await
+        .map_err(|_| FreezeError::Stopped)?;
+        answer
+            .await
+            .map_err(|_| FreezeError::Stopped)?
+            .map_err(FreezeError::Refused)
     }
 
     /// Where long-polling queue-mode consumes learn of commits.
@@ -591,6 +638,8 @@ struct Host {
     commits: BTreeMap<BatchId, oneshot::Sender<Result<CommittedRange, CommitError>>>,
     reads: BTreeMap<LogReadId, ReadReply>,
     next_read: u64,
+    freezes: BTreeMap<QueryId, FreezeReply>,
+    next_freeze: u64,
     status: watch::Sender<PartitionStatus>,
     metrics: Arc<Metrics>,
     /// Events and broken invariants go here (see [`crate::observer`]).
@@ -752,6 +801,22 @@ impl Host {
                     });
                 let _ = reply.send(stat);
             }
+            Command::Freeze {
+                topic,
+                partition,
+                move_id,
+                reply,
+            } => {
+                let query = QueryId(self.next_freeze);
+                self.next_freeze += 1;
+                self.freezes.insert(query, reply);
+                self.feed(OwnerInput::Freeze(FreezeRequest {
+                    topic,
+                    partition,
+                    move_id,
+                    query,
+                }));
+            }
         }
     }
 
@@ -808,6 +873,11 @@ impl Host {
                     partition,
                     event,
                 } => self.log_event(&topic, partition, event),
+                OwnerOutput::FreezeArmed { query, result } => {
+                    if let Some(reply) = self.freezes.remove(&query) {
+                        let _ = reply.send(result);
+                    }
+                }
                 OwnerOutput::Journal(event) => log_journal_event(event),
                 OwnerOutput::RetentionChecked { sizes } => self.retention_checked(started, sizes),
             }

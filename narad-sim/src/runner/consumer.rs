@@ -51,6 +51,8 @@ pub struct Consumption {
     maybe_acked: BTreeSet<u64>,
     /// Deliveries of no record produced to their topic.
     foreign: Vec<String>,
+    /// Where each delivered record was served from (offset stability, with the final reads').
+    served_at: Vec<crate::ledger::offsets::ServedAt>,
 }
 
 impl Consumption {
@@ -69,6 +71,8 @@ impl Consumption {
         match ledger.record(id) {
             Some(entry) if &*entry.topic == topic => {
                 *self.delivered.entry(id).or_default() += 1;
+                self.served_at
+                    .push((entry.topic_id, leased.partition, leased.offset, id));
                 Some(id)
             }
             Some(entry) => {
@@ -102,6 +106,15 @@ impl Consumption {
                 self.maybe_acked.insert(id);
             }
         }
+    }
+
+    /// Offsets the deliveries and the reads served with two different records (see
+    /// `ledger::offsets`).
+    pub fn offset_conflicts(&self, reads: &[&Observation]) -> Vec<String> {
+        let reads = reads
+            .iter()
+            .flat_map(|observation| crate::ledger::served_at(observation));
+        crate::ledger::offsets::offset_conflicts(self.served_at.iter().copied().chain(reads))
     }
 
     /// Holds the deliveries to the final read: every record it serves was acked by a consumer.

@@ -24,6 +24,7 @@
 //! the heal) and `observe` (the reads the ledger judges, and a failed run's details).
 
 mod consumer;
+mod operator;
 mod faults;
 mod observe;
 mod server;
@@ -265,6 +266,9 @@ impl<N: SimNode> World<N> {
                     tasks.push(tokio::spawn(self.clone().churn(index)));
                 }
             }
+        }
+        if !self.spec.scenario.moves.is_default() {
+            tasks.push(tokio::spawn(self.clone().operator()));
         }
         tasks
     }
@@ -582,7 +586,16 @@ async fn verdict<N: SimNode>(
                 .retain(|served| served.record_id().is_ok_and(|id| ids.contains(&id)));
             owed
         };
-        report.consumed = Some(lock(&world.consumption).judge(&owed));
+        let consumption = lock(&world.consumption);
+        report.consumed = Some(consumption.judge(&owed));
+        // The deliveries against the reads (the reads against each other were checked above).
+        let conflicts = consumption.offset_conflicts(&[&at_deadline, &after_final]);
+        drop(consumption);
+        for conflict in conflicts {
+            if !report.offset_conflicts.contains(&conflict) {
+                report.offset_conflicts.push(conflict);
+            }
+        }
     }
     observer.event("harness", format_args!("verdict {}", report.verdict_line()));
     let details = world.details(&report);

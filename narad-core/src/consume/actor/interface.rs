@@ -4,7 +4,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::codec::cluster::{LeasedRecord, PartitionStat};
+use crate::codec::cluster::{LeasedRecord, PartitionStat, QueueHandoff};
+use crate::consume::table::CursorKey;
 use crate::consume::{HandleError, QueueLimits, ReceiptHandle, Settle};
 use crate::disk::{IoCompletion, IoRequest};
 use crate::error::IoFault;
@@ -110,6 +111,28 @@ pub enum ConsumeInput {
     },
     /// `poll_timeout` has passed.
     Tick,
+    /// A partition is moving here: serve none of its records until its queue state is adopted
+    /// ([`ConsumeInput::Adopt`]), so nothing its source's consumers acked is delivered again.
+    Hold {
+        /// The partition.
+        key: CursorKey,
+    },
+    /// A partition moved here: its queue resumes from the source's state (`None`: from the cursor
+    /// this node holds, or 0: redelivered, never skipped). Ends a hold.
+    Adopt {
+        /// The partition.
+        key: CursorKey,
+        /// The source's queue, as it let it go.
+        state: Option<QueueHandoff>,
+    },
+    /// A partition moved away: let its queue go (its leases end: the new owner delivers their
+    /// records again) and answer its state ([`ConsumeOutput::HandedOff`]).
+    Handoff {
+        /// Names the answer.
+        call: CallId,
+        /// The partition.
+        key: CursorKey,
+    },
 }
 
 /// What the driver counts and logs.
@@ -204,4 +227,11 @@ pub enum ConsumeOutput {
     },
     /// Something to count or log.
     Event(ConsumeEvent),
+    /// Answer a handoff: the queue let go (`None`: none was held here).
+    HandedOff {
+        /// The call.
+        call: CallId,
+        /// Its cursor and acked-ahead offsets.
+        state: Option<QueueHandoff>,
+    },
 }

@@ -395,7 +395,8 @@ impl Crash {
                 OwnerOutput::Forget { .. }
                 | OwnerOutput::Journal(_)
                 | OwnerOutput::Log { .. }
-                | OwnerOutput::RetentionChecked { .. } => {}
+                | OwnerOutput::RetentionChecked { .. }
+                | OwnerOutput::FreezeArmed { .. } => {}
             }
         }
     }

@@ -9,14 +9,14 @@ use crate::disk::sim::SimDisk;
 use crate::metastore::Command;
 use crate::partition::BatchRecord;
 
-const HERE: NodeId = NodeId(1);
+pub(super) const HERE: NodeId = NodeId(1);
 
-fn create(name: &str, partitions: u32) -> Command {
+pub(super) fn create(name: &str, partitions: u32) -> Command {
     crate::metastore::create_command(name, partitions)
 }
 
 /// A replica state after `commands`, with this node (and node 2) as members.
-fn state(commands: &[Command]) -> MetaState {
+pub(super) fn state(commands: &[Command]) -> MetaState {
     let mut state = MetaState::new();
     for node in [HERE, NodeId(2)] {
         let member = Command::AddMember {
@@ -32,15 +32,15 @@ fn state(commands: &[Command]) -> MetaState {
 }
 
 /// Drives an owner over a SimDisk, holding I/O until told to run it.
-struct Harness {
-    owner: Owner,
-    disk: SimDisk,
+pub(super) struct Harness {
+    pub(super) owner: Owner,
+    pub(super) disk: SimDisk,
     pending: VecDeque<(LogKey, IoRequest)>,
     outputs: Vec<OwnerOutput>,
 }
 
 impl Harness {
-    fn new() -> Harness {
+    pub(super) fn new() -> Harness {
         let config = OwnerConfig {
             journal: None,
             node: HERE,
@@ -55,7 +55,7 @@ impl Harness {
         }
     }
 
-    fn input(&mut self, input: OwnerInput) {
+    pub(super) fn input(&mut self, input: OwnerInput) {
         self.owner.handle(Instant::ZERO, input);
         while let Some(output) = self.owner.poll_output() {
             match output {
@@ -65,35 +65,37 @@ impl Harness {
         }
     }
 
-    fn replica(&mut self, commands: &[Command]) {
+    pub(super) fn replica(&mut self, commands: &[Command]) {
         self.input(OwnerInput::Replica(Arc::new(state(commands))));
     }
 
     /// Runs the I/O requested so far, and what it leads to, until none is left.
-    fn run_all(&mut self) {
+    pub(super) fn run_all(&mut self) {
         while let Some((key, request)) = self.pending.pop_front() {
             let completion = execute(&self.disk, &request);
             self.input(OwnerInput::IoDone { key, completion });
         }
     }
 
-    fn take(&mut self) -> Vec<OwnerOutput> {
+    pub(super) fn take(&mut self) -> Vec<OwnerOutput> {
         std::mem::take(&mut self.outputs)
     }
 
+    /// A read of topic "t" (created by the first command the test fed) at a partition owned here.
     fn read(&mut self, id: u64, topic_id: TopicId) {
+        let partition = owned_here(&self.owner.state, "t");
         self.input(OwnerInput::Read(OwnerRead {
             id: LogReadId(id),
             topic: Arc::from("t"),
             topic_id,
-            partition: PartitionId(0),
+            partition,
             offset: Offset(0),
             records_max: 10,
             bytes_max: 1 << 20,
         }));
     }
 
-    fn commit(&mut self, id: u64, topic_id: TopicId, partition: PartitionId, payload: &str) {
+    pub(super) fn commit(&mut self, id: u64, topic_id: TopicId, partition: PartitionId, payload: &str) {
         self.input(OwnerInput::Commit {
             topic: Arc::from("t"),
             partition,
@@ -128,7 +130,7 @@ fn owned_count(state: &MetaState, names: &[&str]) -> usize {
 }
 
 /// A partition of `name` assigned to this node.
-fn owned_here(state: &MetaState, name: &str) -> PartitionId {
+pub(super) fn owned_here(state: &MetaState, name: &str) -> PartitionId {
     let record = state.topic(name).expect("created");
     (0..record.partitions())
         .map(PartitionId)
@@ -143,17 +145,18 @@ fn owner_view_owns_an_absent_name_and_only_the_partitions_assigned_here() {
     let mut owned = Vec::new();
     for index in 0..4 {
         let view = owner_view(&state, HERE, "t", PartitionId(index));
+        let here = record.owner_of(PartitionId(index)) == Some(HERE);
+        // Only a partition owned here has a live log here (a peer's opens none, and one that
+        // moved away lets its log go).
         assert_eq!(
             view.live,
-            Some(LiveTopic {
+            here.then(|| LiveTopic {
                 topic_id: Some(record.id),
                 log_dir: partition_dir("t", record.id, PartitionId(index)),
             })
         );
-        assert_eq!(
-            view.owned,
-            record.owner_of(PartitionId(index)) == Some(HERE)
-        );
+        assert_eq!(view.owned, here);
+        assert!(!view.frozen);
         owned.push(view.owned);
     }
     // Two members share the partitions: some are another node's, which this one must not commit.

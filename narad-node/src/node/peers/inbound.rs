@@ -42,6 +42,9 @@ pub struct NodeInbound {
     pub plant: Plant,
     /// This node's queues, for forwarded queue-mode consumes and acks (`None`: refused).
     pub consumers: Option<crate::node::consumers::Consumers>,
+    /// This node's move duties, for a move's copy reads, freeze and queue handoff (`None`:
+    /// refused).
+    pub moves: Option<crate::node::moves::Moves>,
 }
 
 /// What the synchronous `Produce` op needs besides the owner side's parts.
@@ -174,6 +177,7 @@ impl Inbound for NodeInbound {
         let metrics = self.metrics.clone();
         let plant = self.plant;
         let consumers = self.consumers.clone();
+        let moves = self.moves.clone();
         Box::pin(async move {
             match request {
                 Ok(Request::CommitProduceBatch(batch)) => {
@@ -218,6 +222,10 @@ impl Inbound for NodeInbound {
                     commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::Control(control)) => {
+                    let control = match move_answer(from, control, moves.as_ref()).await {
+                        Ok(answer) => return answer.encode(),
+                        Err(control) => control,
+                    };
                     let queue = consumers.as_ref();
                     control_answer(from, control, &partitions, &metastore, &clock, sync, queue)
                         .await
@@ -247,6 +255,53 @@ fn batch_record(record: WireRecord) -> BatchRecord {
         key: record.key,
         payload: record.payload,
     }
+}
+
+/// A move's request ([`Control::MoveRead`], [`Control::MoveFreeze`], [`Control::MoveQueue`]),
+/// answered by the node's move duties; every other request comes back.
+async fn move_answer(
+    from: NodeId,
+    control: Control,
+    moves: Option<&crate::node::moves::Moves>,
+) -> Result<ControlAnswer, Control> {
+    let refused = || ControlAnswer::BadRequest("partition moves are not served here".into());
+    Ok(match control {
+        Control::MoveRead {
+            topic,
+            topic_id,
+            partition,
+            offset,
+        } => match moves {
+            Some(moves) => {
+                moves
+                    .move_read(from, topic, topic_id, partition, offset)
+                    .await
+            }
+            None => refused(),
+        },
+        Control::MoveFreeze {
+            topic,
+            topic_id,
+            partition,
+            move_id,
+        } => match moves {
+            Some(moves) => {
+                moves
+                    .move_freeze(from, topic, topic_id, partition, move_id)
+                    .await
+            }
+            None => refused(),
+        },
+        Control::MoveQueue {
+            topic,
+            topic_id,
+            partition,
+        } => match moves {
+            Some(moves) => moves.move_queue(from, topic, topic_id, partition).await,
+            None => refused(),
+        },
+        other => return Err(other),
+    })
 }
 
 async fn control_answer(
@@ -348,6 +403,10 @@ async fn control_answer(
                 id: topic_id,
             };
             ControlAnswer::Settled(consumers.settle(&key, handle, action).await)
+        }
+        // Answered by `move_answer` before this is reached.
+        Control::MoveRead { .. } | Control::MoveFreeze { .. } | Control::MoveQueue { .. } => {
+            ControlAnswer::BadRequest("partition moves are not served here".into())
         }
     }
 }

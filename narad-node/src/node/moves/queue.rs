@@ -1,0 +1,89 @@
+//! The queue-mode handoff of a move: the destination holds the partition's queue (serves none of
+//! its records) from before the switch until it adopts the source's queue state, which the source
+//! hands over ([`Control::MoveQueue`]) once the switch applied there: its cursor and the offsets
+//! acked past it. Leases end early (their records are delivered again by the new owner), never
+//! silently: an ack of such a lease is answered as a stale handle.
+//!
+//! The source is asked until it answers or the leader marks it dead; then the destination resumes
+//! from what it holds itself (the records are delivered again: at-least-once).
+
+use std::time::Duration;
+
+use narad_core::codec::cluster::{Control, ControlAnswer, QueueHandoff};
+use narad_core::ids::{NodeId, PartitionId, TopicId};
+use narad_core::metastore::Move;
+
+use super::Moves;
+
+/// How long one handoff request may take.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(5);
+/// Between handoff requests.
+const HANDOFF_RETRY: Duration = Duration::from_millis(500);
+
+impl Moves {
+    /// Holds the partition's queue here until [`Moves::take_queue`] adopts the source's.
+    pub(super) async fn hold_queue(&self, topic_id: TopicId, partition: PartitionId) {
+        self.inner.consumers.hold((topic_id, partition)).await;
+    }
+
+    /// Takes the partition's queue state from the move's source (see the module documentation).
+    pub(super) async fn take_queue(&self, topic: &str, partition: PartitionId, planned: &Move) {
+        let key = (planned.topic_id, partition);
+        let body = Control::MoveQueue {
+            topic: topic.to_string(),
+            topic_id: planned.topic_id,
+            partition,
+        }
+        .encode();
+        loop {
+            let answer = self
+                .inner
+                .cluster
+                .call(planned.from, "move_queue", &body, HANDOFF_TIMEOUT)
+                .await;
+            if let Ok(Ok(ControlAnswer::MoveQueue(state))) =
+                answer.as_deref().map(ControlAnswer::decode)
+            {
+                self.inner.consumers.adopt(key, state).await;
+                return;
+            }
+            let view = self.inner.metastore.view();
+            let source_gone = !view.state.is_alive(planned.from);
+            let still_here = view
+                .state
+                .topic(topic)
+                .filter(|record| record.id == planned.topic_id)
+                .and_then(|record| record.owner_of(partition))
+                == Some(self.inner.node);
+            if source_gone || !still_here || self.inner.metastore.is_stopped() {
+                tracing::warn!(topic, partition = partition.0, "the move's source did not hand its queue over: its unacked records are delivered again");
+                self.inner.consumers.adopt(key, None).await;
+                return;
+            }
+            tokio::time::sleep(HANDOFF_RETRY).await;
+        }
+    }
+
+    /// Answers a destination's handoff request: once the switch applied here, the queue is let go.
+    pub async fn move_queue(
+        &self,
+        from: NodeId,
+        topic: String,
+        topic_id: TopicId,
+        partition: PartitionId,
+    ) -> ControlAnswer {
+        let switched = {
+            let view = self.inner.metastore.view();
+            view.state
+                .topic(&topic)
+                .filter(|record| record.id == topic_id)
+                .and_then(|record| record.owner_of(partition))
+                == Some(from)
+        };
+        if !switched {
+            return ControlAnswer::Unavailable("the switch has not applied here yet".to_string());
+        }
+        let state: Option<QueueHandoff> = self.inner.consumers.handoff((topic_id, partition)).await;
+        ControlAnswer::MoveQueue(state)
+    }
+}
