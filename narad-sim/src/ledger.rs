@@ -254,6 +254,8 @@ pub struct ConsumeReport {
     pub unacked: Vec<u64>,
     /// Deliveries of no record produced to their topic.
     pub foreign: Vec<String>,
+    /// Deliveries of a record acked before with no fault in between (see `runner::consumer`).
+    pub acked_redelivered: Vec<String>,
 }
 
 impl Report {
@@ -265,7 +267,9 @@ impl Report {
             || !self.misplaced.is_empty()
             || !self.offset_conflicts.is_empty()
             || self.consumed.as_ref().is_some_and(|consumed| {
-                !consumed.unacked.is_empty() || !consumed.foreign.is_empty()
+                !consumed.unacked.is_empty()
+                    || !consumed.foreign.is_empty()
+                    || !consumed.acked_redelivered.is_empty()
             })
     }
 

@@ -370,6 +370,9 @@ mod sim {
             for foreign in c.foreign.iter().take(DETAILS_MAX) {
                 println!("  foreign delivery {foreign}");
             }
+            for again in c.acked_redelivered.iter().take(DETAILS_MAX) {
+                println!("  acked redelivered {again}");
+            }
         }
         for detail in &outcome.details {
             println!("  {detail}");

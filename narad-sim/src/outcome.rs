@@ -87,6 +87,7 @@ impl RunOutcome {
             for (name, count) in [
                 ("unacked", consumed.unacked.len()),
                 ("foreign", consumed.foreign.len()),
+                ("acked_redelivered", consumed.acked_redelivered.len()),
             ] {
                 if count > 0 {
                     parts.push(format!("{name}={count}"));

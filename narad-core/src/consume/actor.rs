@@ -51,7 +51,9 @@ mod interface;
 #[cfg(test)]
 mod tests;
 
-pub use interface::{CallId, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueTopic};
+pub use interface::{
+    CallId, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, HandoffPending, QueueTopic,
+};
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -178,7 +180,7 @@ pub struct ConsumeActor {
     /// Flush calls that came during it: answered by a write of their own if a cursor moved since.
     flush_queued: Vec<CallId>,
     /// Partitions moving here whose queue state is not adopted yet: not served.
-    held: BTreeSet<CursorKey>,
+    held: BTreeMap<CursorKey, u64>,
     /// Partitions whose queue was handed to a move's destination: not served (until one moves
     /// back and is adopted).
     handed_off: BTreeSet<CursorKey>,
@@ -209,7 +211,7 @@ impl ConsumeActor {
             next_io: 0,
             flush_waiting: Vec::new(),
             flush_queued: Vec::new(),
-            held: BTreeSet::new(),
+            held: BTreeMap::new(),
             handed_off: BTreeSet::new(),
             adopted: BTreeMap::new(),
             outputs: VecDeque::new(),
@@ -241,7 +243,11 @@ impl ConsumeActor {
         self.dirty
     }
 
-    fn on_adopt(&mut self, now: Instant, key: CursorKey, state: Option<QueueHandoff>) {
+    fn on_adopt(&mut self, now: Instant, key: CursorKey, epoch: u64, state: Option<QueueHandoff>) {
+        if self.held.get(&key) != Some(&epoch) {
+            // A later move's hold (or none): this answer is an earlier move's, and stale.
+            return;
+        }
         self.held.remove(&key);
         self.handed_off.remove(&key);
         let Some(mut state) = state else {
@@ -258,6 +264,15 @@ impl ConsumeActor {
     }
 
     fn on_handoff(&mut self, call: CallId, key: CursorKey) {
+        if self.held.contains_key(&key) {
+            // Moved on before its own queue state arrived: handing over nothing would deliver
+            // again what was acked.
+            self.emit(ConsumeOutput::HandedOff {
+                call,
+                state: Err(HandoffPending),
+            });
+            return;
+        }
         let state = match self.queues.remove(&key) {
             Some(queue) => Some(queue.queue.handoff()),
             None => self
@@ -270,9 +285,11 @@ impl ConsumeActor {
                     })
                 }),
         };
-        self.held.remove(&key);
         self.handed_off.insert(key);
-        self.emit(ConsumeOutput::HandedOff { call, state });
+        self.emit(ConsumeOutput::HandedOff {
+            call,
+            state: Ok(state),
+        });
     }
 
     fn emit(&mut self, output: ConsumeOutput) {
@@ -406,7 +423,7 @@ impl ConsumeActor {
                 continue;
             }
             let (key, limits) = (call.key(), call.limits);
-            if self.held.contains(&key) || self.handed_off.contains(&key) {
+            if self.held.contains_key(&key) || self.handed_off.contains(&key) {
                 // Moving here (its state not adopted yet) or moved away.
                 self.call(id).next_partition();
                 continue;
@@ -868,11 +885,11 @@ impl Actor for ConsumeActor {
                 self.live = caught_up.then_some(live);
             }
             ConsumeInput::Tick => self.on_tick(now),
-            ConsumeInput::Hold { key } => {
+            ConsumeInput::Hold { key, epoch } => {
                 self.handed_off.remove(&key);
-                self.held.insert(key);
+                self.held.insert(key, epoch);
             }
-            ConsumeInput::Adopt { key, state } => self.on_adopt(now, key, state),
+            ConsumeInput::Adopt { key, epoch, state } => self.on_adopt(now, key, epoch, state),
             ConsumeInput::Handoff { call, key } => self.on_handoff(call, key),
         }
         self.check();

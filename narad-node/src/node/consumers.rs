@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use narad_core::codec::cluster::{LeasedRecord, QueueHandoff};
 use narad_core::consume::actor::{
-    CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, QueueTopic,
+    CallId, ConsumeActor, ConsumeConfig, ConsumeEvent, ConsumeInput, ConsumeOutput, HandoffPending,
+    QueueTopic,
 };
 use narad_core::consume::table::{CursorKey, CursorSlots, CURSOR_DIR, SLOTS};
 use narad_core::consume::{HandleError, QueueLimits, ReceiptHandle};
@@ -114,10 +115,12 @@ enum Command {
 }
 
 /// A move's queue-mode step; see [`Consumers::hold`], [`Consumers::adopt`], [`Consumers::handoff`].
+type HandoffReply = oneshot::Sender<Result<Option<QueueHandoff>, HandoffPending>>;
+
 enum MoveQueue {
-    Hold(CursorKey),
-    Adopt(CursorKey, Option<QueueHandoff>),
-    Handoff(CallId, CursorKey, oneshot::Sender<Option<QueueHandoff>>),
+    Hold(CursorKey, u64),
+    Adopt(CursorKey, u64, Option<QueueHandoff>),
+    Handoff(CallId, CursorKey, HandoffReply),
 }
 
 /// What comes back to the host.
@@ -374,23 +377,29 @@ impl Consumers {
         answer.await.unwrap_or(Err(HandleError::Stale))
     }
 
-    /// A partition is moving here: its records are not served until [`Consumers::adopt`].
-    pub async fn hold(&self, key: CursorKey) {
-        let _ = crate::mailbox::send(&self.commands, Command::Move(MoveQueue::Hold(key))).await;
-    }
-
-    /// A partition moved here: its queue resumes from `state` (`None`: from what this node holds).
-    pub async fn adopt(&self, key: CursorKey, state: Option<QueueHandoff>) {
-        let command = Command::Move(MoveQueue::Adopt(key, state));
+    /// A partition is moving here by the move of placement `epoch`: its records are not served
+    /// until [`Consumers::adopt`] of that epoch.
+    pub async fn hold(&self, key: CursorKey, epoch: u64) {
+        let command = Command::Move(MoveQueue::Hold(key, epoch));
         let _ = crate::mailbox::send(&self.commands, command).await;
     }
 
-    /// A partition moved away: its queue is let go; what it held (`None`: nothing, or stopped).
-    pub async fn handoff(&self, key: CursorKey) -> Option<QueueHandoff> {
+    /// A partition moved here by the move of `epoch`: its queue resumes from `state` (`None`:
+    /// from what this node holds). Nothing happens unless the partition is held for `epoch`.
+    pub async fn adopt(&self, key: CursorKey, epoch: u64, state: Option<QueueHandoff>) {
+        let command = Command::Move(MoveQueue::Adopt(key, epoch, state));
+        let _ = crate::mailbox::send(&self.commands, command).await;
+    }
+
+    /// A partition moved away: its queue is let go; what it held (`None`: nothing, or stopped;
+    /// `Err` while its own queue state has not arrived here: ask again).
+    pub async fn handoff(&self, key: CursorKey) -> Result<Option<QueueHandoff>, HandoffPending> {
         let (reply, answer) = oneshot::channel();
         let command = Command::Move(MoveQueue::Handoff(self.call_id(), key, reply));
-        crate::mailbox::send(&self.commands, command).await.ok()?;
-        answer.await.ok().flatten()
+        if crate::mailbox::send(&self.commands, command).await.is_err() {
+            return Ok(None);
+        }
+        answer.await.unwrap_or(Ok(None))
     }
 
     /// The clock leases are timed on.
@@ -469,7 +478,7 @@ struct Host {
     >,
     settles: HashMap<CallId, oneshot::Sender<Result<(), HandleError>>>,
     flushes: HashMap<CallId, oneshot::Sender<Result<(), IoFault>>>,
-    handoffs: HashMap<CallId, oneshot::Sender<Option<QueueHandoff>>>,
+    handoffs: HashMap<CallId, HandoffReply>,
     /// Commit watches that fired in the current call, until the actor asks for them again.
     fired: HashMap<Arc<str>, watch::Receiver<u64>>,
     /// Every handle on the mailbox is gone.
@@ -528,8 +537,10 @@ impl Hosted for Host {
                     self.feed_live_topics_if_changed(turn);
                     ConsumeInput::Flush { call }
                 }
-                Command::Move(MoveQueue::Hold(key)) => ConsumeInput::Hold { key },
-                Command::Move(MoveQueue::Adopt(key, state)) => ConsumeInput::Adopt { key, state },
+                Command::Move(MoveQueue::Hold(key, epoch)) => ConsumeInput::Hold { key, epoch },
+                Command::Move(MoveQueue::Adopt(key, epoch, state)) => {
+                    ConsumeInput::Adopt { key, epoch, state }
+                }
                 Command::Move(MoveQueue::Handoff(call, key, reply)) => {
                     self.handoffs.insert(call, reply);
                     ConsumeInput::Handoff { call, key }

@@ -53,6 +53,12 @@ pub struct Consumption {
     foreign: Vec<String>,
     /// Where each delivered record was served from (offset stability, with the final reads').
     served_at: Vec<crate::ledger::offsets::ServedAt>,
+    /// When each acked copy (incarnation, partition, offset: a record may have several copies)
+    /// first answered 204, in ns of the run.
+    acked_at: BTreeMap<(narad_core::TopicId, narad_core::PartitionId, narad_core::Offset), u64>,
+    /// Deliveries of a copy acked before: `(id, where, acked at, delivered at)`, in ns of the
+    /// run.
+    after_ack: Vec<(u64, String, u64, u64)>,
 }
 
 impl Consumption {
@@ -71,6 +77,11 @@ impl Consumption {
         match ledger.record(id) {
             Some(entry) if &*entry.topic == topic => {
                 *self.delivered.entry(id).or_default() += 1;
+                let copy = (entry.topic_id, leased.partition, leased.offset);
+                if let Some(&acked_at) = self.acked_at.get(&copy) {
+                    let at = format!("{topic}/{}@{}", leased.partition, leased.offset);
+                    self.after_ack.push((id, at, acked_at, sim_now_ns()));
+                }
                 self.served_at
                     .push((entry.topic_id, leased.partition, leased.offset, id));
                 Some(id)
@@ -92,11 +103,19 @@ impl Consumption {
         }
     }
 
-    /// Notes an ack's answer for record `id`.
-    fn answered(&mut self, id: u64, answer: &Call<Result<AckAnswer, NodeError>>) {
+    /// Notes an ack's answer for record `id`, leased from `copy`.
+    fn answered(
+        &mut self,
+        id: u64,
+        copy: Option<(narad_core::TopicId, narad_core::PartitionId, narad_core::Offset)>,
+        answer: &Call<Result<AckAnswer, NodeError>>,
+    ) {
         match answer {
             Call::Done(Ok(AckAnswer::Done)) => {
                 self.acked.insert(id);
+                if let Some(copy) = copy {
+                    self.acked_at.entry(copy).or_insert_with(sim_now_ns);
+                }
             }
             // Not acked: the lease was gone, the ack refused, or never sent.
             Call::Done(Ok(AckAnswer::Stale))
@@ -115,6 +134,33 @@ impl Consumption {
             .iter()
             .flat_map(|observation| crate::ledger::served_at(observation));
         crate::ledger::offsets::offset_conflicts(self.served_at.iter().copied().chain(reads))
+    }
+
+    /// Deliveries of an acked record that nothing excuses: an ack is forgotten only by a crash (the
+    /// cursor table holds the cursor, not the offsets acked past it) or, through a move's fallback,
+    /// when the leader marks the source dead. So a record acked and delivered again with no fault in
+    /// force anywhere in between, before `deadline_ns` (the end of the safety phase: the final power
+    /// loss of the whole cluster may follow at once, and is not in the fault log),
+    /// broke the queue's promise: a move, for one, hands the acked offsets over.
+    pub fn acked_redelivered(
+        &self,
+        faults: &[super::faults::FaultWindow],
+        reboots: &[u64],
+        deadline_ns: u64,
+    ) -> Vec<String> {
+        self.after_ack
+            .iter()
+            .filter(|&&(_, _, acked_ns, at_ns)| {
+                at_ns < deadline_ns
+                    && !faults
+                        .iter()
+                        .any(|window| window.start_ns <= at_ns && window.end_ns >= acked_ns)
+                    && !reboots.iter().any(|&at| acked_ns <= at && at <= at_ns)
+            })
+            .map(|(id, at, acked_ns, at_ns)| {
+                format!("record {id} at {at} acked at {acked_ns} ns was delivered again at {at_ns} ns, no fault in between")
+            })
+            .collect()
     }
 
     /// Holds the deliveries to the final read: every record it serves was acked by a consumer.
@@ -137,6 +183,7 @@ impl Consumption {
             acked: self.acked.len() as u64,
             unacked,
             foreign: self.foreign.clone(),
+            acked_redelivered: Vec::new(),
         }
     }
 }
@@ -196,7 +243,10 @@ impl<N: SimNode> World<N> {
             })
             .await;
         if let (Some(id), false) = (id, nack) {
-            lock(&self.consumption).answered(id, &answer);
+            let copy = lock(&self.ledger)
+                .record(id)
+                .map(|entry| (entry.topic_id, leased.partition, leased.offset));
+            lock(&self.consumption).answered(id, copy, &answer);
         }
         match answer {
             Call::Done(Ok(AckAnswer::Done)) => Ok(()),

@@ -43,7 +43,7 @@ const ATTRIBUTION_WINDOW: Duration = Duration::from_secs(10);
 
 /// A fault as it was applied: its kind and when it was in force.
 #[derive(Clone, Debug)]
-pub(super) struct FaultWindow {
+pub struct FaultWindow {
     pub(super) kind: &'static str,
     pub(super) start_ns: u64,
     pub(super) end_ns: u64,

@@ -268,7 +268,7 @@ impl<N: SimNode> World<N> {
             }
         }
         if !self.spec.scenario.moves.is_default() {
-            tasks.push(tokio::spawn(self.clone().operator()));
+            tasks.push(tokio::spawn(self.clone().shape_operator()));
         }
         tasks
     }
@@ -587,7 +587,19 @@ async fn verdict<N: SimNode>(
             owed
         };
         let consumption = lock(&world.consumption);
-        report.consumed = Some(consumption.judge(&owed));
+        let mut consumed = consumption.judge(&owed);
+        // The whole cluster's power loss may come as the safety phase ends (it is not in the
+        // fault log): deliveries after it are not judged.
+        let reboots: Vec<u64> = servers
+            .iter()
+            .flat_map(|server| lock(&server.reboots).clone())
+            .collect();
+        consumed.acked_redelivered = consumption.acked_redelivered(
+            &lock(&world.fault_log),
+            &reboots,
+            world.safety_end_ns,
+        );
+        report.consumed = Some(consumed);
         // The deliveries against the reads (the reads against each other were checked above).
         let conflicts = consumption.offset_conflicts(&[&at_deadline, &after_final]);
         drop(consumption);

@@ -17,7 +17,7 @@ use crate::seam::{derive_seed, ClusterOp, SimNode};
 
 impl<N: SimNode> World<N> {
     /// Runs the operator until the end of the safety phase.
-    pub(super) async fn operator(self: Arc<Self>) {
+    pub(super) async fn shape_operator(self: Arc<Self>) {
         let spec = self.spec.scenario.moves;
         let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(self.spec.seed, "operator"));
         let every_ms = spec.every_ms.draw(&mut rng);

@@ -61,6 +61,9 @@ pub(super) struct Server<N: SimNode> {
     observer: Observer,
     /// Crashes so far (the final one included).
     pub(super) crashes: AtomicU32,
+    /// When each boot after the first began, in ns of the run: every restart (a crash's, an
+    /// operator's process restart, a failed boot's), each of which forgets what memory held.
+    pub(super) reboots: Arc<Mutex<Vec<u64>>>,
     /// The node's view hold ([`NodeContext::view_hold`]), set while any lag fault holds it.
     view_hold: Arc<AtomicBool>,
     /// Lag faults in force on the node (they may overlap; the last to end releases the view), and
@@ -105,6 +108,8 @@ impl<N: SimNode> Server<N> {
     ) -> Arc<Self> {
         let slot: Arc<Mutex<Option<Booted<N>>>> = Arc::new(Mutex::new(None));
         let boots = Arc::new(AtomicU32::new(0));
+        let reboots = Arc::new(Mutex::new(Vec::new()));
+        let init_reboots = reboots.clone();
         let init_slot = slot.clone();
         let init_observer = observer.clone();
         let init_disk = disk.clone();
@@ -120,10 +125,14 @@ impl<N: SimNode> Server<N> {
             .name(format!("narad-{index}"))
             .ip(ip)
             .init(move || {
+                let boot = boots.fetch_add(1, Ordering::Relaxed);
+                if boot > 0 {
+                    lock(&init_reboots).push(super::sim_now_ns());
+                }
                 let ctx = NodeContext {
                     node_id: NodeId(index as u32),
                     seed: node_seed,
-                    boot: boots.fetch_add(1, Ordering::Relaxed),
+                    boot,
                     disk: init_disk.clone(),
                     io: init_io.clone(),
                     plant_bug,
@@ -189,6 +198,7 @@ impl<N: SimNode> Server<N> {
             io,
             observer,
             crashes: AtomicU32::new(0),
+            reboots,
             view_hold,
             view_holds: Mutex::new((0, 0)),
         })

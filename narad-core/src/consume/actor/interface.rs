@@ -27,6 +27,10 @@ pub struct QueueTopic {
     pub id: TopicId,
 }
 
+/// A handoff asked of a partition whose own queue state has not arrived here yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandoffPending;
+
 /// Settings of a [`ConsumeActor`].
 #[derive(Clone, Copy, Debug)]
 pub struct ConsumeConfig {
@@ -116,12 +120,17 @@ pub enum ConsumeInput {
     Hold {
         /// The partition.
         key: CursorKey,
+        /// The move's placement epoch (its `planned_at`): a later hold replaces an earlier one.
+        epoch: u64,
     },
     /// A partition moved here: its queue resumes from the source's state (`None`: from the cursor
-    /// this node holds, or 0: redelivered, never skipped). Ends a hold.
+    /// this node holds, or 0: redelivered, never skipped). Ends the hold of `epoch`; ignored when
+    /// the partition is not held for that epoch (a later move's hold stands).
     Adopt {
         /// The partition.
         key: CursorKey,
+        /// The move's placement epoch.
+        epoch: u64,
         /// The source's queue, as it let it go.
         state: Option<QueueHandoff>,
     },
@@ -227,11 +236,12 @@ pub enum ConsumeOutput {
     },
     /// Something to count or log.
     Event(ConsumeEvent),
-    /// Answer a handoff: the queue let go (`None`: none was held here).
+    /// Answer a handoff: the queue let go (`None`: none was held here), or `Err` while the
+    /// partition is still held here (it moved on before this node adopted its queue: ask again).
     HandedOff {
         /// The call.
         call: CallId,
         /// Its cursor and acked-ahead offsets.
-        state: Option<QueueHandoff>,
+        state: Result<Option<QueueHandoff>, HandoffPending>,
     },
 }

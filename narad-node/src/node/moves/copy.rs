@@ -117,10 +117,7 @@ impl Moves {
                 }
             }
         }
-        self.inner
-            .consumers
-            .adopt((planned.topic_id, partition), None)
-            .await;
+        self.release_queue(planned, partition).await;
         self.inner.metrics.moves.ended("aborted");
         tracing::info!(topic, partition = partition.0, "partition move aborted; removing the copy");
         if let Err(error) = self.wipe(&dir).await {
@@ -169,7 +166,7 @@ impl Moves {
         writer.verify(&replies).map_err(|error| error.to_string())?;
         // From before the switch can apply here: no record of the partition is served by this
         // node's queue until the source's queue state is adopted.
-        self.hold_queue(planned.topic_id, partition).await;
+        self.hold_queue(planned, partition).await;
         self.switch(topic, partition, planned, final_hw).await
     }
 

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use narad_core::codec::cluster::{Control, ControlAnswer, QueueHandoff};
+use narad_core::codec::cluster::{Control, ControlAnswer};
 use narad_core::ids::{NodeId, PartitionId, TopicId};
 use narad_core::metastore::Move;
 
@@ -22,8 +22,18 @@ const HANDOFF_RETRY: Duration = Duration::from_millis(500);
 
 impl Moves {
     /// Holds the partition's queue here until [`Moves::take_queue`] adopts the source's.
-    pub(super) async fn hold_queue(&self, topic_id: TopicId, partition: PartitionId) {
-        self.inner.consumers.hold((topic_id, partition)).await;
+    pub(super) async fn hold_queue(&self, planned: &Move, partition: PartitionId) {
+        let key = (planned.topic_id, partition);
+        self.inner.consumers.hold(key, planned.planned_at).await;
+    }
+
+    /// Ends the hold of an aborted move (a later move's hold stands).
+    pub(super) async fn release_queue(&self, planned: &Move, partition: PartitionId) {
+        let key = (planned.topic_id, partition);
+        self.inner
+            .consumers
+            .adopt(key, planned.planned_at, None)
+            .await;
     }
 
     /// Takes the partition's queue state from the move's source (see the module documentation).
@@ -44,20 +54,36 @@ impl Moves {
             if let Ok(Ok(ControlAnswer::MoveQueue(state))) =
                 answer.as_deref().map(ControlAnswer::decode)
             {
-                self.inner.consumers.adopt(key, state).await;
+                tracing::debug!(topic, partition = partition.0, node = self.inner.node.0, from = planned.from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue adopted");
+                self.inner
+                    .consumers
+                    .adopt(key, planned.planned_at, state)
+                    .await;
                 return;
             }
             let view = self.inner.metastore.view();
+            // Asked even once the partition moved on from here: the next owner waits for it.
             let source_gone = !view.state.is_alive(planned.from);
-            let still_here = view
+            let topic_gone = view
                 .state
                 .topic(topic)
-                .filter(|record| record.id == planned.topic_id)
-                .and_then(|record| record.owner_of(partition))
-                == Some(self.inner.node);
-            if source_gone || !still_here || self.inner.metastore.is_stopped() {
+                .is_none_or(|record| record.id != planned.topic_id);
+            // A later move brought the partition here again: its own hold supersedes this one.
+            let superseded = view.state.placement(planned.topic_id, partition) > planned.planned_at
+                && view
+                    .state
+                    .topic(topic)
+                    .and_then(|record| record.owner_of(partition))
+                    == Some(self.inner.node);
+            if superseded {
+                return;
+            }
+            if source_gone || topic_gone || self.inner.metastore.is_stopped() {
                 tracing::warn!(topic, partition = partition.0, "the move's source did not hand its queue over: its unacked records are delivered again");
-                self.inner.consumers.adopt(key, None).await;
+                self.inner
+                    .consumers
+                    .adopt(key, planned.planned_at, None)
+                    .await;
                 return;
             }
             tokio::time::sleep(HANDOFF_RETRY).await;
@@ -83,7 +109,14 @@ impl Moves {
         if !switched {
             return ControlAnswer::Unavailable("the switch has not applied here yet".to_string());
         }
-        let state: Option<QueueHandoff> = self.inner.consumers.handoff((topic_id, partition)).await;
-        ControlAnswer::MoveQueue(state)
+        match self.inner.consumers.handoff((topic_id, partition)).await {
+            Ok(state) => {
+                tracing::debug!(topic, partition = partition.0, node = self.inner.node.0, to = from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue handed off");
+                ControlAnswer::MoveQueue(state)
+            }
+            Err(_) => ControlAnswer::Unavailable(
+                "the partition's queue has not arrived here from its previous owner yet".into(),
+            ),
+        }
     }
 }
