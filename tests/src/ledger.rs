@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use narad_core::TopicId;
 use narad_sim::ledger::{Anomaly, AttemptId, Ledger, Report};
-pub use narad_sim::ledger::{Observation, Outcome, Served};
+pub use narad_sim::ledger::offsets::offset_conflicts;
+pub use narad_sim::ledger::{served_at, Observation, Outcome, Served};
 use narad_sim::payload;
 
 use crate::conn::ConnError;

@@ -494,10 +494,14 @@ impl ConsumeActor {
             self.begin_round(id);
             return true;
         }
+        // Held and handed-off partitions are passed over by the rounds (their leases never expire
+        // here), so their deadlines wake nobody.
         let lease_end = call
             .candidates
             .iter()
-            .filter_map(|partition| self.queues.get(&(call.topic.id, *partition)))
+            .map(|partition| (call.topic.id, *partition))
+            .filter(|key| !self.held.contains_key(key) && !self.handed_off.contains(key))
+            .filter_map(|key| self.queues.get(&key))
             .filter_map(|queue| queue.queue.next_deadline())
             .min();
         let until = lease_end.map_or(call.deadline, |end| end.min(call.deadline));
@@ -886,6 +890,8 @@ impl Actor for ConsumeActor {
             }
             ConsumeInput::Tick => self.on_tick(now),
             ConsumeInput::Hold { key, epoch } => {
+                // A queue left from an earlier stay is stale: the adopted state replaces it.
+                self.queues.remove(&key);
                 self.handed_off.remove(&key);
                 self.held.insert(key, epoch);
             }

@@ -228,6 +228,10 @@ pub enum Command {
         partition: PartitionId,
         /// The move's target.
         to: NodeId,
+        /// The move's `planned_at` (`None`: whichever move of the partition matches the rest; the
+        /// nodes always name it): a freeze decided for one move never freezes a later one of the
+        /// same partition, whose source went on committing after the first was aborted.
+        move_id: Option<u64>,
         /// The partition's high watermark when it froze.
         final_hw: Offset,
     },
@@ -245,6 +249,9 @@ pub enum Command {
         from: NodeId,
         /// The move's target, the owner after it.
         to: NodeId,
+        /// The move's `planned_at` (`None`: whichever move matches the rest; the nodes always
+        /// name it).
+        move_id: Option<u64>,
         /// The watermark the move froze at.
         final_hw: Offset,
     },
@@ -256,6 +263,8 @@ pub enum Command {
         partition: PartitionId,
         /// Only a move to this target, when given.
         to: Option<NodeId>,
+        /// Only the move of this `planned_at`, when given.
+        move_id: Option<u64>,
     },
     /// Mark a member draining (it gets no new partition and takes no move; the planner moves its
     /// partitions away) or not.
@@ -446,21 +455,30 @@ impl MetaState {
                 topic_id,
                 partition,
                 to,
+                move_id,
                 final_hw,
-            } => self.move_frozen(topic, *topic_id, *partition, *to, *final_hw),
+            } => self.move_frozen(topic, *topic_id, *partition, (*to, *move_id), *final_hw),
             Command::SwitchOwner {
                 topic,
                 topic_id,
                 partition,
                 from,
                 to,
+                move_id,
                 final_hw,
-            } => self.switch_owner(topic, *topic_id, *partition, *from, *to, *final_hw),
+            } => self.switch_owner(
+                topic,
+                *topic_id,
+                *partition,
+                (*from, *to, *move_id),
+                *final_hw,
+            ),
             Command::AbortMove {
                 topic,
                 partition,
                 to,
-            } => self.abort_move(topic, *partition, *to),
+                move_id,
+            } => self.abort_move(topic, *partition, *to, *move_id),
             Command::SetDraining { node, draining } => self.set_draining(*node, *draining),
         };
         self.check_invariants();

@@ -180,13 +180,14 @@ impl MetaState {
         topic: &str,
         topic_id: TopicId,
         partition: PartitionId,
-        to: NodeId,
+        (to, move_id): (NodeId, Option<u64>),
         final_hw: Offset,
     ) -> Result<Applied, TopicError> {
         let found = match self.moves.get_mut(&(topic.to_string(), partition)) {
             Some(found)
                 if found.topic_id == topic_id
                     && found.to == to
+                    && move_id.is_none_or(|id| found.planned_at == id)
                     && found.final_hw.is_none_or(|hw| hw == final_hw) =>
             {
                 found
@@ -208,8 +209,7 @@ impl MetaState {
         name: &str,
         topic_id: TopicId,
         partition: PartitionId,
-        from: NodeId,
-        to: NodeId,
+        (from, to, move_id): (NodeId, NodeId, Option<u64>),
         final_hw: Offset,
     ) -> Result<Applied, TopicError> {
         let key = (name.to_string(), partition);
@@ -220,6 +220,7 @@ impl MetaState {
                 found.topic_id == topic_id
                     && found.from == from
                     && found.to == to
+                    && move_id.is_none_or(|id| found.planned_at == id)
                     && found.state == MoveState::Frozen
                     && found.final_hw == Some(final_hw)
             })
@@ -254,10 +255,13 @@ impl MetaState {
         topic: &str,
         partition: PartitionId,
         to: Option<NodeId>,
+        move_id: Option<u64>,
     ) -> Result<Applied, TopicError> {
         let key = (topic.to_string(), partition);
         match self.moves.get(&key) {
-            Some(found) if to.is_none_or(|to| found.to == to) => {}
+            Some(found)
+                if to.is_none_or(|to| found.to == to)
+                    && move_id.is_none_or(|id| found.planned_at == id) => {}
             _ => return Err(TopicError::MoveNotFound),
         }
         let aborted = self.moves.remove(&key).ok_or(TopicError::MoveNotFound)?;

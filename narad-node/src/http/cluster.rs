@@ -162,6 +162,7 @@ pub async fn abort_move(app: &App, topic: &str, partition: &str) -> Reply {
         topic: topic.to_string(),
         partition: PartitionId(partition),
         to: None,
+        move_id: None,
     };
     match app.metastore.propose(command).await {
         Ok(_) => Reply::empty(204),
@@ -252,20 +253,23 @@ async fn cancel_decommission(app: &App, node: NodeId) -> Reply {
     if let Err(error) = app.metastore.propose(command).await {
         return propose_error(error);
     }
-    let moves: Vec<(String, PartitionId, NodeId)> = app
+    let moves: Vec<(String, PartitionId, NodeId, u64)> = app
         .metastore
         .view()
         .state
         .moves()
         .iter()
         .filter(|(_, moving)| moving.from == node)
-        .map(|((topic, partition), moving)| (topic.clone(), *partition, moving.to))
+        .map(|((topic, partition), moving)| {
+            (topic.clone(), *partition, moving.to, moving.planned_at)
+        })
         .collect();
-    for (topic, partition, to) in moves {
+    for (topic, partition, to, move_id) in moves {
         let abort = Command::AbortMove {
             topic,
             partition,
             to: Some(to),
+            move_id: Some(move_id),
         };
         match app.metastore.propose(abort).await {
             Ok(_) | Err(crate::metastore::ProposeError::Refused(TopicError::MoveNotFound)) => {}

@@ -34,6 +34,7 @@ fn frozen(order: &MoveOrder, final_hw: u64) -> Command {
         topic_id: order.topic_id,
         partition: order.partition,
         to: order.to,
+        move_id: None,
         final_hw: Offset(final_hw),
     }
 }
@@ -45,6 +46,7 @@ fn switch(order: &MoveOrder, final_hw: u64) -> Command {
         partition: order.partition,
         from: order.from,
         to: order.to,
+        move_id: None,
         final_hw: Offset(final_hw),
     }
 }
@@ -54,6 +56,7 @@ fn abort(order: &MoveOrder, to: Option<u32>) -> Command {
         topic: order.topic.clone(),
         partition: order.partition,
         to: to.map(NodeId),
+        move_id: None,
     }
 }
 
@@ -776,4 +779,72 @@ fn replicas_applying_moves_agree_and_snapshots_resume_them() {
         assert_eq!(first, resumed, "seed {seed}");
     }
     assert!(switched > 0, "no switch applied: the generator is too weak");
+}
+
+/// A freeze, switch or abort naming an earlier (aborted) move of the partition never applies to
+/// a later one: the source committed on between the two, so the first freeze's watermark is not
+/// the second's.
+#[test]
+fn a_freeze_switch_or_abort_of_an_aborted_move_is_refused_on_the_next_one() {
+    let (mut state, topic) = cluster();
+    let order = order(&topic, 0, 1);
+    state.apply(&plan(&order)).unwrap();
+    let first = state.version();
+    state.apply(&abort(&order, None)).unwrap();
+    state.apply(&plan(&order)).unwrap();
+    let second = state.version();
+    let named = |command: Command, id: u64| match command {
+        Command::MoveFrozen {
+            topic,
+            topic_id,
+            partition,
+            to,
+            final_hw,
+            ..
+        } => Command::MoveFrozen {
+            topic,
+            topic_id,
+            partition,
+            to,
+            move_id: Some(id),
+            final_hw,
+        },
+        Command::SwitchOwner {
+            topic,
+            topic_id,
+            partition,
+            from,
+            to,
+            final_hw,
+            ..
+        } => Command::SwitchOwner {
+            topic,
+            topic_id,
+            partition,
+            from,
+            to,
+            move_id: Some(id),
+            final_hw,
+        },
+        Command::AbortMove {
+            topic,
+            partition,
+            to,
+            ..
+        } => Command::AbortMove {
+            topic,
+            partition,
+            to,
+            move_id: Some(id),
+        },
+        other => other,
+    };
+    refused(&mut state, &named(frozen(&order, 10), first), TopicError::MoveNotFound);
+    refused(&mut state, &named(abort(&order, None), first), TopicError::MoveNotFound);
+    state.apply(&named(frozen(&order, 12), second)).unwrap();
+    refused(&mut state, &named(switch(&order, 12), first), TopicError::MoveNotFound);
+    assert!(matches!(
+        state.apply(&named(switch(&order, 12), second)),
+        Ok(Applied::MoveSwitched { .. })
+    ));
 }

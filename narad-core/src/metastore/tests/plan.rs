@@ -46,6 +46,7 @@ fn complete(state: &mut MetaState, topic: &str, partition: PartitionId) {
             topic_id: found.topic_id,
             partition,
             to: found.to,
+            move_id: None,
             final_hw,
         })
         .unwrap();
@@ -55,6 +56,7 @@ fn complete(state: &mut MetaState, topic: &str, partition: PartitionId) {
         partition,
         from: found.from,
         to: found.to,
+        move_id: None,
         final_hw,
     };
     assert!(matches!(
@@ -501,6 +503,7 @@ fn budgeted_plans_with_moves_in_flight_converge_over_random_states() {
                             topic,
                             partition,
                             to: None,
+                            move_id: None,
                         })
                         .unwrap();
                 } else if rng.random_bool(0.5) {

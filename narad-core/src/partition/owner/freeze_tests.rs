@@ -75,6 +75,7 @@ fn a_freeze_refuses_commits_under_the_lock_until_the_move_is_aborted() {
         topic_id: id,
         partition,
         to: NodeId(2),
+        move_id: None,
         final_hw: Offset(1),
     });
     h.replica(&commands);
@@ -96,6 +97,7 @@ fn a_freeze_refuses_commits_under_the_lock_until_the_move_is_aborted() {
         topic: "t".into(),
         partition,
         to: Some(NodeId(2)),
+        move_id: None,
     });
     h.replica(&commands);
     h.commit(4, id, partition, "after");
@@ -136,6 +138,7 @@ fn an_armed_freeze_is_lifted_when_its_move_goes_before_it_is_recorded() {
         topic: "t".into(),
         partition,
         to: None,
+        move_id: None,
     });
     h.replica(&commands);
     h.commit(2, id, partition, "resumed");
@@ -157,6 +160,7 @@ fn a_switch_lets_the_source_s_log_go_and_reads_there_are_not_live() {
             topic_id: id,
             partition,
             to: NodeId(2),
+            move_id: None,
             final_hw: Offset(0),
         },
         Command::SwitchOwner {
@@ -165,6 +169,7 @@ fn a_switch_lets_the_source_s_log_go_and_reads_there_are_not_live() {
             partition,
             from: HERE,
             to: NodeId(2),
+            move_id: None,
             final_hw: Offset(0),
         },
     ] {

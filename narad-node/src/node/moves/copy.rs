@@ -32,6 +32,7 @@ use narad_core::ids::{Offset, PartitionId};
 use narad_core::metastore::{Command, Move};
 use narad_core::partition::copy::CopyWriter;
 use narad_core::partition::owner::partition_dir_at;
+use narad_core::partition::segment::{parse_segment_name, scan_segment, segment_name};
 use narad_core::planted::PlantedBug;
 
 use super::Moves;
@@ -61,6 +62,12 @@ impl Moves {
     pub(super) fn start_destination(&self, topic: String, partition: PartitionId, planned: Move) {
         let key = (topic.clone(), partition, planned.planned_at);
         {
+            // A move this process ended is never started again (the replica may still list it for
+            // a moment after this node's switch applied at the leader).
+            let ended = self.inner.ended.lock().unwrap_or_else(|p| p.into_inner());
+            if ended.contains(&key) {
+                return;
+            }
             let mut running = self.inner.running.lock().unwrap_or_else(|p| p.into_inner());
             if !running.insert(key.clone()) {
                 return;
@@ -69,6 +76,12 @@ impl Moves {
         let moves = self.clone();
         tokio::spawn(async move {
             moves.destination(&topic, partition, &planned).await;
+            moves
+                .inner
+                .ended
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone());
             moves
                 .inner
                 .running
@@ -95,7 +108,11 @@ impl Moves {
             if self.inner.metastore.is_stopped() {
                 return;
             }
-            match self.attempt(topic, partition, planned, &dir).await {
+            let attempt = match self.settled_if_gone(topic, partition, planned).await {
+                Some(ended) => Ok(ended),
+                None => self.attempt(topic, partition, planned, &dir).await,
+            };
+            match attempt {
                 Ok(Ended::Switched) => {
                     let metrics = &self.inner.metrics.moves;
                     metrics.ended("completed");
@@ -109,7 +126,13 @@ impl Moves {
                 Ok(Ended::Gone) => break,
                 Err(error) => {
                     if !self.still_moving(topic, partition, planned) {
-                        break;
+                        // Gone, or switched by a proposal whose answer was lost: the replica
+                        // says which, once it caught up with the leader.
+                        match self.settled(topic, partition, planned).await {
+                            Some(Ended::Switched) => continue,
+                            Some(Ended::Gone) => break,
+                            None => return,
+                        }
                     }
                     tracing::warn!(topic, partition = partition.0, %error, "partition move attempt failed; retrying");
                     tokio::time::sleep(backoff).await;
@@ -132,6 +155,33 @@ impl Moves {
         planned: &Move,
         dir: &str,
     ) -> Result<Ended, String> {
+        // Once the move is frozen, an earlier attempt (of this process, or of one that crashed)
+        // may have proposed the switch over a complete copy, and that proposal may still apply:
+        // such a copy is kept and the switch proposed again, never wiped. An attempt proposes
+        // only over a complete copy, so anything else may go.
+        self.inner
+            .metastore
+            .read_index()
+            .await
+            .map_err(|error| error.to_string())?;
+        let view = self.inner.metastore.view();
+        // Switched already (a lagging replica restarted this task): the copy is the live log.
+        if view.state.placement(planned.topic_id, partition) == planned.planned_at {
+            return Ok(Ended::Switched);
+        }
+        let Some(moving) = view
+            .state
+            .move_of(topic, partition)
+            .filter(|moving| moving.planned_at == planned.planned_at)
+        else {
+            return Ok(Ended::Gone);
+        };
+        if let Some(final_hw) = moving.final_hw {
+            if self.copy_ends_at(dir).await? == Some(final_hw) {
+                self.hold_queue(planned, partition).await;
+                return self.switch(topic, partition, planned, final_hw).await;
+            }
+        }
         self.wipe(dir).await?;
         self.run(vec![IoOp::CreateDirAll {
             dir: dir.to_string(),
@@ -276,44 +326,120 @@ impl Moves {
             partition,
             from: planned.from,
             to: self.inner.node,
+            move_id: Some(planned.planned_at),
             final_hw,
         };
         loop {
             match self.inner.metastore.propose(command.clone()).await {
                 Ok(_) => return Ok(Ended::Switched),
                 Err(ProposeError::Refused(_)) => {
-                    // Refused, or applied by an earlier proposal whose answer was lost.
-                    let view = self.inner.metastore.view();
-                    let owner = view
-                        .state
-                        .topic(topic)
-                        .filter(|record| record.id == planned.topic_id)
-                        .and_then(|record| record.owner_of(partition));
-                    let placed = view.state.placement(planned.topic_id, partition);
-                    return Ok(
-                        if owner == Some(self.inner.node) && placed == planned.planned_at {
-                            Ended::Switched
-                        } else {
-                            Ended::Gone
-                        },
-                    );
+                    // Refused, or applied by an earlier proposal whose answer was lost (this
+                    // replica may not have applied it yet): asked after a read barrier.
+                    return self
+                        .settled(topic, partition, planned)
+                        .await
+                        .ok_or_else(|| "the node is stopping".to_string());
                 }
                 Err(error) => {
                     if !self.still_moving(topic, partition, planned) {
-                        // Applied meanwhile, or aborted: the replica says which.
-                        let view = self.inner.metastore.view();
-                        let placed = view.state.placement(planned.topic_id, partition);
-                        return Ok(if placed == planned.planned_at {
-                            Ended::Switched
-                        } else {
-                            Ended::Gone
-                        });
+                        return self
+                            .settled(topic, partition, planned)
+                            .await
+                            .ok_or_else(|| "the node is stopping".to_string());
                     }
                     tracing::warn!(topic, partition = partition.0, %error, "proposing a move's switch failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
         }
+    }
+
+    /// How the move `planned` ended, once this replica has applied everything the leader had
+    /// committed (a read barrier, retried until it passes): switched when the partition's
+    /// placement is the move's, gone when the replica no longer records the move otherwise, `None`
+    /// while it still records it (or the node stops). A copy is removed only on this answer: a
+    /// switch that applied while this node's proposal timed out is never mistaken for an abort.
+    async fn settled(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        planned: &Move,
+    ) -> Option<Ended> {
+        loop {
+            if self.inner.metastore.is_stopped() {
+                return None;
+            }
+            if self.inner.metastore.read_index().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let view = self.inner.metastore.view();
+        if view.state.placement(planned.topic_id, partition) == planned.planned_at {
+            return Some(Ended::Switched);
+        }
+        (!self.still_moving(topic, partition, planned)).then_some(Ended::Gone)
+    }
+
+    /// [`Moves::settled`] when the local replica no longer records the move; `None` while it does.
+    async fn settled_if_gone(
+        &self,
+        topic: &str,
+        partition: PartitionId,
+        planned: &Move,
+    ) -> Option<Ended> {
+        if self.still_moving(topic, partition, planned) {
+            return None;
+        }
+        self.settled(topic, partition, planned).await
+    }
+
+    /// Where the copy in `dir` ends, when it is one run of verified frames over contiguous
+    /// segments (`None`: no segment, or anything else).
+    async fn copy_ends_at(&self, dir: &str) -> Result<Option<Offset>, String> {
+        let replies = self
+            .run(vec![IoOp::List {
+                dir: dir.to_string(),
+            }])
+            .await?;
+        let mut bases: Vec<Offset> = match replies.into_iter().next() {
+            Some(IoReply::Names(names)) => names
+                .iter()
+                .filter_map(|name| parse_segment_name(name))
+                .collect(),
+            _ => Vec::new(),
+        };
+        bases.sort();
+        let mut end: Option<Offset> = None;
+        for base in bases {
+            if end.is_some_and(|end| end != base) {
+                return Ok(None);
+            }
+            let path = narad_core::disk::join(dir, &segment_name(base));
+            let len = match self.run(vec![IoOp::Len { path: path.clone() }]).await?[..] {
+                [IoReply::Len(len)] => len,
+                _ => return Ok(None),
+            };
+            let bytes = match self
+                .run(vec![IoOp::ReadAt {
+                    path,
+                    offset: 0,
+                    len: usize::try_from(len).unwrap_or(usize::MAX),
+                }])
+                .await?
+                .into_iter()
+                .next()
+            {
+                Some(IoReply::Data(bytes)) => bytes,
+                _ => return Ok(None),
+            };
+            let scan = scan_segment(base, &bytes, 1 << 30);
+            if scan.verified_bytes != bytes.len() as u64 {
+                return Ok(None);
+            }
+            end = Some(scan.end_offset);
+        }
+        Ok(end)
     }
 
     /// Removes every file of `dir` (it may not exist).

@@ -83,6 +83,9 @@ struct Inner {
     plant: Plant,
     /// Copy tasks running: (topic, partition, planned_at).
     running: Mutex<BTreeSet<(String, PartitionId, u64)>>,
+    /// Copy tasks ended (switched or gone), never started again; pruned of moves the replica no
+    /// longer lists.
+    ended: Mutex<BTreeSet<(String, PartitionId, u64)>>,
     /// Lapse watches running: (topic, partition, planned_at).
     lapse_watched: Mutex<BTreeSet<(String, PartitionId, u64)>>,
     /// A leader pass is running.
@@ -120,6 +123,7 @@ impl Moves {
                 progress: setup.progress,
                 plant: setup.plant,
                 running: Mutex::new(BTreeSet::new()),
+                ended: Mutex::new(BTreeSet::new()),
                 lapse_watched: Mutex::new(BTreeSet::new()),
                 passing: AtomicBool::new(false),
             }),
@@ -149,6 +153,15 @@ impl Moves {
                 .moves
                 .in_flight
                 .set(i64::try_from(state.moves().len()).unwrap_or(i64::MAX));
+            self.inner
+                .ended
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|(topic, partition, planned_at)| {
+                    state
+                        .move_of(topic, *partition)
+                        .is_some_and(|moving| moving.planned_at == *planned_at)
+                });
             for ((topic, partition), moving) in state.moves() {
                 if moving.to == self.inner.node {
                     self.start_destination(topic.clone(), *partition, moving.clone());
@@ -180,6 +193,7 @@ impl Moves {
                     topic: topic.clone(),
                     partition: *partition,
                     to: Some(moving.to),
+                    move_id: Some(moving.planned_at),
                 };
                 let _ = self.inner.metastore.propose(abort).await;
             }

@@ -145,6 +145,7 @@ impl Moves {
             topic_id,
             partition,
             to: from,
+            move_id: Some(move_id),
             final_hw,
         };
         match self.inner.metastore.propose(command).await {
@@ -182,6 +183,7 @@ impl Moves {
                     topic: topic.clone(),
                     partition,
                     to: Some(to),
+                    move_id: Some(move_id),
                 };
                 match moves.inner.metastore.propose(abort).await {
                     Ok(_) | Err(ProposeError::Refused(_)) => break,
