@@ -155,7 +155,7 @@ fn an_operator_move_under_load_keeps_every_record_and_offset() {
     for producers in &groups {
         wait_acked(producers, 300);
     }
-    cluster.wait_backlogs_drained();
+    // Read while the load goes on: whatever it serves, the same offsets serve after the moves.
     let before = replay(&cluster, 1, "moving");
     // Every partition to the next member, under load.
     for partition in 0..PARTITIONS {
@@ -283,7 +283,6 @@ fn kill_mid_copy(kill_source: bool) {
     let ledger = SharedLedger::new();
     let load = producers(&cluster, to % 3 + 1, "big", &ledger);
     wait_acked(&load, 200);
-    cluster.wait_backlogs_drained();
     let before = replay(&cluster, to % 3 + 1, "big");
     let body = format!(r#"{{"topic":"big","partition":0,"to":{to}}}"#);
     let (status, text) = call(cluster.node(from), "POST", "/v1/cluster/moves", &body);
