@@ -82,7 +82,12 @@ fn wait_owner(cluster: &Cluster, topic: &str, partition: u32, owner: u64) {
 
 fn producers(cluster: &Cluster, id: u64, topic: &str, ledger: &SharedLedger) -> Producers {
     let target = Target::new(cluster.node(id).addr());
-    Producers::start(topic, &target, ledger, ProducerSpec::all_kinds(&format!("n{id}"), 8))
+    Producers::start(
+        topic,
+        &target,
+        ledger,
+        ProducerSpec::all_kinds(&format!("n{id}"), 8),
+    )
 }
 
 fn wait_acked(producers: &Producers, at_least: u64) {
@@ -102,18 +107,29 @@ fn assert_clean(ledger: &SharedLedger, replays: &[&Observation], what: &str) {
     let last = replays.last().expect("a replay");
     ledger.check(last).assert_clean(what);
     let conflicts = offset_conflicts(replays.iter().flat_map(|replay| served_at(replay)));
-    assert!(conflicts.is_empty(), "{what}: offsets reused: {conflicts:?}");
+    assert!(
+        conflicts.is_empty(),
+        "{what}: offsets reused: {conflicts:?}"
+    );
 }
 
 /// Fills `partition` of `topic` through `node` with `batches` batches of 100 records of 1 KiB.
 fn fill(node: &Node, topic: &str, partition: u32, batches: usize) {
-    let message = format!(r#"{{"partition":{partition},"payload":"{}"}}"#, "m".repeat(1000));
+    let message = format!(
+        r#"{{"partition":{partition},"payload":"{}"}}"#,
+        "m".repeat(1000)
+    );
     let body = format!(
         r#"{{"messages":[{}]}}"#,
         vec![message.as_str(); 100].join(",")
     );
     for _ in 0..batches {
-        let (status, text) = call(node, "POST", &format!("/v1/topics/{topic}/produce/batch"), &body);
+        let (status, text) = call(
+            node,
+            "POST",
+            &format!("/v1/topics/{topic}/produce/batch"),
+            &body,
+        );
         assert_eq!(status, 202, "{text}");
     }
 }
@@ -184,7 +200,12 @@ fn an_operator_move_under_load_keeps_every_record_and_offset() {
     }
     wait_no_moves(&cluster, 1);
     for partition in 0..PARTITIONS {
-        wait_owner(&cluster, "moving", partition, owners[partition as usize] % 3 + 1);
+        wait_owner(
+            &cluster,
+            "moving",
+            partition,
+            owners[partition as usize] % 3 + 1,
+        );
     }
     for producers in &groups {
         let acked = producers.progress().counts().acked;
@@ -220,23 +241,49 @@ fn rebalance_gives_every_member_its_fair_share_and_a_draining_learner_ends_empty
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"planned\":"), "{body}");
     let deadline = Instant::now() + SETTLE;
-    while shares(&cluster, 1, "spread").values().any(|&count| count != 3) {
-        assert!(Instant::now() < deadline, "{:?}", shares(&cluster, 1, "spread"));
+    while shares(&cluster, 1, "spread")
+        .values()
+        .any(|&count| count != 3)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            shares(&cluster, 1, "spread")
+        );
         // More than the in-flight budget may be needed: ask again.
         let _ = call(cluster.node(3), "POST", "/v1/cluster/rebalance", "");
         std::thread::sleep(Duration::from_millis(500));
     }
     // A voter cannot leave (no learner takes its vote here); the learner can.
-    let (status, body) = call(cluster.node(1), "POST", "/v1/cluster/members/2/decommission", "");
+    let (status, body) = call(
+        cluster.node(1),
+        "POST",
+        "/v1/cluster/members/2/decommission",
+        "",
+    );
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("below_min_voters"), "{body}");
-    let (status, _) = call(cluster.node(1), "POST", "/v1/cluster/members/9/decommission", "");
+    let (status, _) = call(
+        cluster.node(1),
+        "POST",
+        "/v1/cluster/members/9/decommission",
+        "",
+    );
     assert_eq!(status, 404);
-    let (status, body) = call(cluster.node(1), "POST", "/v1/cluster/members/4/decommission", "");
+    let (status, body) = call(
+        cluster.node(1),
+        "POST",
+        "/v1/cluster/members/4/decommission",
+        "",
+    );
     assert_eq!(status, 204, "{body}");
     let deadline = Instant::now() + SETTLE;
     while shares(&cluster, 1, "spread")[&4] != 0 {
-        assert!(Instant::now() < deadline, "{:?}", shares(&cluster, 1, "spread"));
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            shares(&cluster, 1, "spread")
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     wait_no_moves(&cluster, 1);
@@ -255,7 +302,12 @@ fn rebalance_gives_every_member_its_fair_share_and_a_draining_learner_ends_empty
     assert_eq!(fourth["owned_partitions"], 0, "{members}");
     assert_eq!(fourth["outbound_moves"], 0, "{members}");
     // Cancelled: it takes produce again.
-    let (status, _) = call(cluster.node(1), "DELETE", "/v1/cluster/members/4/decommission", "");
+    let (status, _) = call(
+        cluster.node(1),
+        "DELETE",
+        "/v1/cluster/members/4/decommission",
+        "",
+    );
     assert_eq!(status, 204);
     let deadline = Instant::now() + SETTLE;
     loop {
@@ -308,7 +360,10 @@ fn kill_mid_copy(kill_source: bool) {
         }
         // Empty before the destination's replica has the plan; empty after it: too late.
         seen |= !listed.is_empty();
-        assert!(!(seen && listed.is_empty()), "the move ended before it could be cut");
+        assert!(
+            !(seen && listed.is_empty()),
+            "the move ended before it could be cut"
+        );
         assert!(Instant::now() < deadline, "the copy never started");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -329,7 +384,10 @@ fn kill_mid_copy(kill_source: bool) {
     // load's records lie above them, so theirs keeping their offsets says the filled ones did too.
     let filled = |served: &narad_tests::ledger::Served| served.payload().starts_with(b"mmmm");
     let kept = after.served.iter().filter(|served| filled(served)).count();
-    assert!(kept >= 20_000, "partition 0 serves {kept} of the records filled");
+    assert!(
+        kept >= 20_000,
+        "partition 0 serves {kept} of the records filled"
+    );
     let conflicts = offset_conflicts(served_at(&before).chain(served_at(&after)));
     assert!(conflicts.is_empty(), "offsets reused: {conflicts:?}");
     after.served.retain(|served| !filled(served));

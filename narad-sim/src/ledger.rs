@@ -286,7 +286,10 @@ impl Report {
             self.reroutes
         );
         if !self.offset_conflicts.is_empty() {
-            line.push_str(&format!(" offset_conflicts={}", self.offset_conflicts.len()));
+            line.push_str(&format!(
+                " offset_conflicts={}",
+                self.offset_conflicts.len()
+            ));
         }
         if let Some(consumed) = &self.consumed {
             line.push_str(&format!(
@@ -742,9 +745,8 @@ impl Ledger {
             .count() as u64;
         report.phantoms = anomalies_phantom.into_iter().collect();
         report.misplaced = anomalies_misplaced.into_iter().collect();
-        report.offset_conflicts = offsets::offset_conflicts(
-            served_at(at_deadline).chain(served_at(after_final)),
-        );
+        report.offset_conflicts =
+            offsets::offset_conflicts(served_at(at_deadline).chain(served_at(after_final)));
         report
     }
 

@@ -43,8 +43,8 @@ use narad_node::node::{self, ClusterSetup, Node, NodeOptions};
 use narad_node::observer::{Invariant, NodeObserver};
 
 use crate::seam::{
-    derive_seed, AckAnswer, ClusterOp, DiskLayout, Leased, NodeContext, NodeError, NodeStatus, Observer,
-    PlantedBug, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
+    derive_seed, AckAnswer, ClusterOp, DiskLayout, Leased, NodeContext, NodeError, NodeStatus,
+    Observer, PlantedBug, ProduceRecord, ReadBatch, ReadRecord, SimIo, SimNode, TopicInfo,
 };
 
 /// The cluster secret every simulated member shares.

@@ -317,7 +317,9 @@ pub trait SimNode: Clone + Send + Sync + 'static {
 
     /// An operator's change of the cluster's shape (`/v1/cluster/...`): `Ok` is its 2xx.
     fn cluster_op(&self, _op: ClusterOp) -> impl Future<Output = Result<(), NodeError>> + Send {
-        std::future::ready(Err(NodeError::Refused("cluster operations are not served".into())))
+        std::future::ready(Err(NodeError::Refused(
+            "cluster operations are not served".into(),
+        )))
     }
 }
 

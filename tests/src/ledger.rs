@@ -29,9 +29,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use narad_core::TopicId;
-use narad_sim::ledger::{Anomaly, AttemptId, Ledger, Report};
 pub use narad_sim::ledger::offsets::offset_conflicts;
 pub use narad_sim::ledger::{served_at, Observation, Outcome, Served};
+use narad_sim::ledger::{Anomaly, AttemptId, Ledger, Report};
 use narad_sim::payload;
 
 use crate::conn::ConnError;

@@ -275,15 +275,12 @@ impl ConsumeActor {
         }
         let state = match self.queues.remove(&key) {
             Some(queue) => Some(queue.queue.handoff()),
-            None => self
-                .adopted
-                .remove(&key)
-                .or_else(|| {
-                    self.loaded.remove(&key).map(|cursor| QueueHandoff {
-                        cursor,
-                        acked_ahead: Vec::new(),
-                    })
-                }),
+            None => self.adopted.remove(&key).or_else(|| {
+                self.loaded.remove(&key).map(|cursor| QueueHandoff {
+                    cursor,
+                    acked_ahead: Vec::new(),
+                })
+            }),
         };
         self.handed_off.insert(key);
         self.emit(ConsumeOutput::HandedOff {
@@ -325,19 +322,21 @@ impl ConsumeActor {
             rng,
             ..
         } = self;
-        let queue = queues.entry(key).or_insert_with(|| match adopted.remove(&key) {
-            Some(state) => Queue {
-                queue: PartitionQueue::resume(limits, &state, rng.random()),
-                high_watermark: state.cursor,
-            },
-            None => {
-                let cursor = loaded.remove(&key).unwrap_or_default();
-                Queue {
-                    queue: PartitionQueue::new(limits, cursor, rng.random()),
-                    high_watermark: cursor,
+        let queue = queues
+            .entry(key)
+            .or_insert_with(|| match adopted.remove(&key) {
+                Some(state) => Queue {
+                    queue: PartitionQueue::resume(limits, &state, rng.random()),
+                    high_watermark: state.cursor,
+                },
+                None => {
+                    let cursor = loaded.remove(&key).unwrap_or_default();
+                    Queue {
+                        queue: PartitionQueue::new(limits, cursor, rng.random()),
+                        high_watermark: cursor,
+                    }
                 }
-            }
-        });
+            });
         if queue.queue.limits() != limits {
             queue.queue.set_limits(limits);
         }

@@ -197,7 +197,11 @@ impl PartitionQueue {
     pub fn handoff(&self) -> QueueHandoff {
         QueueHandoff {
             cursor: Offset(self.cursor),
-            acked_ahead: self.acked_ahead.iter().map(|offset| Offset(*offset)).collect(),
+            acked_ahead: self
+                .acked_ahead
+                .iter()
+                .map(|offset| Offset(*offset))
+                .collect(),
         }
     }
 

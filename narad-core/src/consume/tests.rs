@@ -398,7 +398,8 @@ fn flushes_alternate_slots_only_after_success() {
 }
 
 #[test]
-fn a_handed_off_queue_resumes_elsewhere_without_its_acked_records_and_with_its_leases_redelivered() {
+fn a_handed_off_queue_resumes_elsewhere_without_its_acked_records_and_with_its_leases_redelivered()
+{
     let mut source = PartitionQueue::new(limits(8, 8), Offset(10), 0);
     let leases: Vec<(Offset, u64)> = (0..4)
         .map(|_| lease(source.reserve(ms(0), Offset(20))))

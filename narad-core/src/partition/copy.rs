@@ -99,7 +99,8 @@ impl CopyWriter {
         let mut offset = first;
         let mut rest = records;
         // A frame never larger than a segment (one record aside), so segments keep their size.
-        let frame_max = COPY_FRAME_BYTES_MAX.min(usize::try_from(self.segment_bytes).unwrap_or(usize::MAX));
+        let frame_max =
+            COPY_FRAME_BYTES_MAX.min(usize::try_from(self.segment_bytes).unwrap_or(usize::MAX));
         while !rest.is_empty() {
             let mut take = 0;
             let mut bytes = 0;
@@ -123,10 +124,9 @@ impl CopyWriter {
     }
 
     fn write_frame(&mut self, base: Offset, frame: Vec<u8>, ops: &mut Vec<IoOp>) {
-        let roll = self
-            .segments
-            .last()
-            .is_none_or(|segment| segment.len > 0 && segment.len + frame.len() as u64 > self.segment_bytes);
+        let roll = self.segments.last().is_none_or(|segment| {
+            segment.len > 0 && segment.len + frame.len() as u64 > self.segment_bytes
+        });
         if roll {
             if let Some(last) = self.segments.last_mut() {
                 last.synced = true;
@@ -144,7 +144,10 @@ impl CopyWriter {
                 synced: false,
             });
         }
-        let segment = self.segments.last_mut().expect("a segment exists after a roll");
+        let segment = self
+            .segments
+            .last_mut()
+            .expect("a segment exists after a roll");
         segment.crc.update(&frame);
         let position = segment.len;
         segment.len += frame.len() as u64;
@@ -200,7 +203,7 @@ impl CopyWriter {
             .iter()
             .filter_map(|reply| match reply {
                 IoReply::Crc(crc, len) => Some((*crc, *len)),
-                _ => None,
+                IoReply::Done | IoReply::Data(_) | IoReply::Len(_) | IoReply::Names(_) => None,
             })
             .collect();
         for (index, segment) in self.segments.iter().enumerate() {
@@ -273,7 +276,11 @@ mod tests {
             let bytes = disk.read_at(&join("p", &name), 0, 1 << 20).unwrap();
             assert!(bytes.len() as u64 <= 4096 + 400);
             let scan = scan_segment(base, &bytes, 1024);
-            assert_eq!(scan.verified_bytes, bytes.len() as u64, "every frame verifies");
+            assert_eq!(
+                scan.verified_bytes,
+                bytes.len() as u64,
+                "every frame verifies"
+            );
             next = scan.end_offset;
         }
         assert_eq!(next, Offset(160));

@@ -81,7 +81,10 @@ pub fn partition_dir_at(
 ) -> String {
     match placement {
         0 => partition_dir(topic, topic_id, partition),
-        epoch => format!("{TOPICS_DIR}/{topic}/{topic_id}/p{:05}.m{epoch}", partition.0),
+        epoch => format!(
+            "{TOPICS_DIR}/{topic}/{topic_id}/p{:05}.m{epoch}",
+            partition.0
+        ),
     }
 }
 

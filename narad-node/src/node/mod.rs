@@ -230,45 +230,37 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     })
     .await
     .map_err(|error| StartError::Partitions(error.to_string()))?;
+    let queue = queue_seam(&consumers, cluster.as_ref(), &metastore);
     let app = Arc::new(
         App::new(
             metastore.clone(),
             sink.clone(),
             reader,
             stats,
-            queue_seam(&consumers, cluster.as_ref(), &metastore),
+            queue,
             metrics.clone(),
             seed,
         )
         .with_auth(config.security.enabled)
         .with_min_retention_ms(config.topic.min_retention_ms)
-        .with_moves(crate::http::MoveSettings {
-            node: node_id,
-            clustered: cluster.is_some(),
-            max_in_flight: config.cluster.max_moves_in_flight,
-        }),
+        .with_moves(move_settings(&config, cluster.is_some())),
     );
     disk_guard::spawn(Arc::clone(&disk), &app, &config.storage);
-    let moves = cluster.as_ref().map(|cluster| {
-        spawn_moves(&config, &hooks, node_id, &disk, &metastore, &partitions, &consumers, cluster, &app)
-    });
     let inbound = cluster.as_ref().map(|cluster| {
+        let parts = (&disk, &metastore, &partitions, &consumers);
+        let moves = spawn_moves(&config, &hooks, parts, cluster, &app);
         serve_peers(
             cluster,
             peers::NodeInbound {
                 partitions: partitions.clone(),
                 metastore: metastore.clone(),
                 clock: clock.clone(),
-                ids: if hooks.legacy_owner {
-                    narad_core::codec::cluster::IdSection::Refuse
-                } else {
-                    narad_core::codec::cluster::IdSection::Accept
-                },
+                ids: id_section(&hooks),
                 sync: Some(sync_produce(node_id, &app, cluster)),
                 metrics: metrics.clone(),
                 plant: hooks.plant,
                 consumers: Some(consumers.clone()),
-                moves: moves.clone(),
+                moves: Some(moves),
             },
         )
     });
@@ -301,21 +293,42 @@ pub async fn start(options: NodeOptions) -> Result<Node, StartError> {
     Ok(Node { inner })
 }
 
+/// What the move routes need of this node's settings.
+fn move_settings(config: &Config, clustered: bool) -> crate::http::MoveSettings {
+    crate::http::MoveSettings {
+        node: NodeId(config.cluster.node_id),
+        clustered,
+        max_in_flight: config.cluster.max_moves_in_flight,
+    }
+}
+
+/// How this node reads a peer's incarnation section (`Refuse`: as an owner from before it).
+fn id_section(hooks: &NodeHooks) -> narad_core::codec::cluster::IdSection {
+    if hooks.legacy_owner {
+        narad_core::codec::cluster::IdSection::Refuse
+    } else {
+        narad_core::codec::cluster::IdSection::Accept
+    }
+}
+
+/// The node's parts a move touches: its disk, metastore, partition host and queues.
+type MoveParts<'a> = (
+    &'a Arc<dyn Disk>,
+    &'a Metastore,
+    &'a PartitionHost,
+    &'a consumers::Consumers,
+);
+
 /// Starts the node's move duties (a cluster member only).
-#[allow(clippy::too_many_arguments)] // The parts of the node a move touches, each once.
 fn spawn_moves(
     config: &Config,
     hooks: &NodeHooks,
-    node_id: NodeId,
-    disk: &Arc<dyn Disk>,
-    metastore: &Metastore,
-    partitions: &PartitionHost,
-    consumers: &consumers::Consumers,
+    (disk, metastore, partitions, consumers): MoveParts<'_>,
     cluster: &crate::cluster::Cluster,
     app: &Arc<App>,
 ) -> moves::Moves {
     moves::Moves::spawn(moves::MovesSetup {
-        node: node_id,
+        node: NodeId(config.cluster.node_id),
         metastore: metastore.clone(),
         partitions: partitions.clone(),
         consumers: consumers.clone(),

@@ -507,6 +507,7 @@ async fn a_remote_batch_is_answered_on_the_wire_with_offsets_412_or_400() {
         metrics: node.metrics().clone(),
         plant: narad_core::planted::Plant::NONE,
         consumers: None,
+        moves: None,
     };
     let batch = |topic_id: Option<TopicId>| {
         CommitProduceBatch {
@@ -654,6 +655,7 @@ async fn a_synchronous_produce_skips_partitions_of_dead_owners_and_answers_its_o
         metrics: node.metrics().clone(),
         plant: narad_core::planted::Plant::NONE,
         consumers: None,
+        moves: None,
     };
     let produce = |key: Option<&str>, partition: Option<u32>, payload: &str| {
         let request = Control::Produce {

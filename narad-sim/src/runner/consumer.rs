@@ -55,7 +55,14 @@ pub struct Consumption {
     served_at: Vec<crate::ledger::offsets::ServedAt>,
     /// When each acked copy (incarnation, partition, offset: a record may have several copies)
     /// first answered 204, in ns of the run.
-    acked_at: BTreeMap<(narad_core::TopicId, narad_core::PartitionId, narad_core::Offset), u64>,
+    acked_at: BTreeMap<
+        (
+            narad_core::TopicId,
+            narad_core::PartitionId,
+            narad_core::Offset,
+        ),
+        u64,
+    >,
     /// Deliveries of a copy acked before: `(id, where, acked at, delivered at)`, in ns of the
     /// run.
     after_ack: Vec<(u64, String, u64, u64)>,
@@ -107,7 +114,11 @@ impl Consumption {
     fn answered(
         &mut self,
         id: u64,
-        copy: Option<(narad_core::TopicId, narad_core::PartitionId, narad_core::Offset)>,
+        copy: Option<(
+            narad_core::TopicId,
+            narad_core::PartitionId,
+            narad_core::Offset,
+        )>,
         answer: &Call<Result<AckAnswer, NodeError>>,
     ) {
         match answer {

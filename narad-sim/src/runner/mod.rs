@@ -24,9 +24,9 @@
 //! the heal) and `observe` (the reads the ledger judges, and a failed run's details).
 
 mod consumer;
-mod operator;
 mod faults;
 mod observe;
+mod operator;
 mod server;
 mod timeline;
 mod watchdog;
@@ -594,11 +594,8 @@ async fn verdict<N: SimNode>(
             .iter()
             .flat_map(|server| lock(&server.reboots).clone())
             .collect();
-        consumed.acked_redelivered = consumption.acked_redelivered(
-            &lock(&world.fault_log),
-            &reboots,
-            world.safety_end_ns,
-        );
+        consumed.acked_redelivered =
+            consumption.acked_redelivered(&lock(&world.fault_log), &reboots, world.safety_end_ns);
         report.consumed = Some(consumed);
         // The deliveries against the reads (the reads against each other were checked above).
         let conflicts = consumption.offset_conflicts(&[&at_deadline, &after_final]);

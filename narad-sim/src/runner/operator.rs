@@ -55,7 +55,12 @@ impl<N: SimNode> World<N> {
         }
     }
 
-    fn draw_op(&self, rng: &mut ChaCha8Rng, members: usize, decommission_percent: u64) -> ClusterOp {
+    fn draw_op(
+        &self,
+        rng: &mut ChaCha8Rng,
+        members: usize,
+        decommission_percent: u64,
+    ) -> ClusterOp {
         if rng.random_range(0..100) < decommission_percent {
             let member = rng.random_range(0..members);
             return if rng.random_bool(0.5) {
@@ -64,7 +69,11 @@ impl<N: SimNode> World<N> {
                 ClusterOp::CancelDecommission { member }
             };
         }
-        let topics: Vec<_> = self.topics.iter().filter(|topic| !topic.spec.churn).collect();
+        let topics: Vec<_> = self
+            .topics
+            .iter()
+            .filter(|topic| !topic.spec.churn)
+            .collect();
         if topics.is_empty() {
             return ClusterOp::Rebalance;
         }

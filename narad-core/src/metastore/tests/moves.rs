@@ -839,10 +839,22 @@ fn a_freeze_switch_or_abort_of_an_aborted_move_is_refused_on_the_next_one() {
         },
         other => other,
     };
-    refused(&mut state, &named(frozen(&order, 10), first), TopicError::MoveNotFound);
-    refused(&mut state, &named(abort(&order, None), first), TopicError::MoveNotFound);
+    refused(
+        &mut state,
+        &named(frozen(&order, 10), first),
+        TopicError::MoveNotFound,
+    );
+    refused(
+        &mut state,
+        &named(abort(&order, None), first),
+        TopicError::MoveNotFound,
+    );
     state.apply(&named(frozen(&order, 12), second)).unwrap();
-    refused(&mut state, &named(switch(&order, 12), first), TopicError::MoveNotFound);
+    refused(
+        &mut state,
+        &named(switch(&order, 12), first),
+        TopicError::MoveNotFound,
+    );
     assert!(matches!(
         state.apply(&named(switch(&order, 12), second)),
         Ok(Applied::MoveSwitched { .. })

@@ -111,10 +111,8 @@ impl Owner {
             .move_of(&request.topic, request.partition)
             .is_some_and(|moving| moving.final_hw.is_some());
         if !frozen_already {
-            self.arming.insert(
-                (request.topic.clone(), request.partition),
-                request.move_id,
-            );
+            self.arming
+                .insert((request.topic.clone(), request.partition), request.move_id);
         }
         let key = self.ensure(&request.topic, request.partition);
         let view = self.view_of(&request.topic, request.partition);

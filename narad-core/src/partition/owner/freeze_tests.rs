@@ -46,7 +46,10 @@ fn freeze(h: &mut Harness, partition: PartitionId, move_id: u64) -> Result<Offse
     h.take()
         .into_iter()
         .find_map(|output| match output {
-            OwnerOutput::FreezeArmed { query, result } if query == QueryId(9) => Some(result),
+            OwnerOutput::FreezeArmed {
+                query: QueryId(9),
+                result,
+            } => Some(result),
             _ => None,
         })
         .expect("the freeze is answered")
@@ -133,7 +136,10 @@ fn an_armed_freeze_is_lifted_when_its_move_goes_before_it_is_recorded() {
     let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
     assert_eq!(freeze(&mut h, partition, move_id), Ok(Offset(0)));
     h.commit(1, id, partition, "frozen");
-    assert_eq!(committed(&mut h), [(BatchId(1), Err(CommitError::NotOwner))]);
+    assert_eq!(
+        committed(&mut h),
+        [(BatchId(1), Err(CommitError::NotOwner))]
+    );
     commands.push(Command::AbortMove {
         topic: "t".into(),
         partition,
@@ -186,7 +192,13 @@ fn a_switch_lets_the_source_s_log_go_and_reads_there_are_not_live() {
             }
         )
     });
-    assert!(retired, "the source's copy is reclaimed once the switch applied");
+    assert!(
+        retired,
+        "the source's copy is reclaimed once the switch applied"
+    );
     h.commit(1, id, partition, "late");
-    assert_eq!(committed(&mut h), [(BatchId(1), Err(CommitError::NotOwner))]);
+    assert_eq!(
+        committed(&mut h),
+        [(BatchId(1), Err(CommitError::NotOwner))]
+    );
 }

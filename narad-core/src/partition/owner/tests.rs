@@ -95,7 +95,13 @@ impl Harness {
         }));
     }
 
-    pub(super) fn commit(&mut self, id: u64, topic_id: TopicId, partition: PartitionId, payload: &str) {
+    pub(super) fn commit(
+        &mut self,
+        id: u64,
+        topic_id: TopicId,
+        partition: PartitionId,
+        payload: &str,
+    ) {
         self.input(OwnerInput::Commit {
             topic: Arc::from("t"),
             partition,

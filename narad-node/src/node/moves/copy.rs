@@ -119,7 +119,12 @@ impl Moves {
                     metrics
                         .duration_seconds
                         .observe(started.elapsed().as_secs_f64());
-                    tracing::info!(topic, partition = partition.0, from = planned.from.0, "partition moved here");
+                    tracing::info!(
+                        topic,
+                        partition = partition.0,
+                        from = planned.from.0,
+                        "partition moved here"
+                    );
                     self.take_queue(topic, partition, planned).await;
                     return;
                 }
@@ -142,7 +147,11 @@ impl Moves {
         }
         self.release_queue(planned, partition).await;
         self.inner.metrics.moves.ended("aborted");
-        tracing::info!(topic, partition = partition.0, "partition move aborted; removing the copy");
+        tracing::info!(
+            topic,
+            partition = partition.0,
+            "partition move aborted; removing the copy"
+        );
         if let Err(error) = self.wipe(&dir).await {
             tracing::warn!(dir, %error, "removing an aborted move's copy failed");
         }
@@ -255,7 +264,11 @@ impl Moves {
             .append(chunk.first, &records)
             .map_err(|error| error.to_string())?;
         self.run(ops).await?;
-        self.inner.metrics.moves.bytes.inc_by(writer.bytes() - before);
+        self.inner
+            .metrics
+            .moves
+            .bytes
+            .inc_by(writer.bytes() - before);
         Ok(writer.next_offset().unwrap_or(next))
     }
 
@@ -359,12 +372,7 @@ impl Moves {
     /// placement is the move's, gone when the replica no longer records the move otherwise, `None`
     /// while it still records it (or the node stops). A copy is removed only on this answer: a
     /// switch that applied while this node's proposal timed out is never mistaken for an abort.
-    async fn settled(
-        &self,
-        topic: &str,
-        partition: PartitionId,
-        planned: &Move,
-    ) -> Option<Ended> {
+    async fn settled(&self, topic: &str, partition: PartitionId, planned: &Move) -> Option<Ended> {
         loop {
             if self.inner.metastore.is_stopped() {
                 return None;

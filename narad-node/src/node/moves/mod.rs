@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use narad_core::codec::cluster::{Control, ControlAnswer};
 use narad_core::disk::Disk;
 use narad_core::ids::{NodeId, PartitionId};
 use narad_core::metastore::{plan_rebalance, Command, MetaState};
@@ -188,7 +189,13 @@ impl Moves {
         for ((topic, partition), moving) in state.moves() {
             let stuck = !state.is_alive(moving.from) || !state.is_alive(moving.to);
             if stuck {
-                tracing::warn!(topic, partition = partition.0, from = moving.from.0, to = moving.to.0, "aborting a move whose source or destination is dead");
+                tracing::warn!(
+                    topic,
+                    partition = partition.0,
+                    from = moving.from.0,
+                    to = moving.to.0,
+                    "aborting a move whose source or destination is dead"
+                );
                 let abort = Command::AbortMove {
                     topic: topic.clone(),
                     partition: *partition,
@@ -221,6 +228,46 @@ impl Moves {
                 state.is_draining(order.from) || !state.members().contains_key(&order.from)
             })
             .collect()
+    }
+
+    /// Answers a move's request from peer `from` (copy reads, the freeze, the queue handoff).
+    pub async fn answer(&self, from: NodeId, control: Control) -> ControlAnswer {
+        match control {
+            Control::MoveRead {
+                topic,
+                topic_id,
+                partition,
+                offset,
+            } => {
+                self.move_read(from, topic, topic_id, partition, offset)
+                    .await
+            }
+            Control::MoveFreeze {
+                topic,
+                topic_id,
+                partition,
+                move_id,
+            } => {
+                self.move_freeze(from, topic, topic_id, partition, move_id)
+                    .await
+            }
+            Control::MoveQueue {
+                topic,
+                topic_id,
+                partition,
+            } => self.move_queue(from, topic, topic_id, partition).await,
+            Control::Raft { .. }
+            | Control::Heartbeat { .. }
+            | Control::Propose { .. }
+            | Control::ReadIndex
+            | Control::Replay { .. }
+            | Control::Stat { .. }
+            | Control::Produce { .. }
+            | Control::QueueConsume { .. }
+            | Control::QueueSettle { .. } => {
+                ControlAnswer::BadRequest("not a partition move's request".into())
+            }
+        }
     }
 
     fn set_progress(&self, topic: &str, partition: PartitionId, bytes: Option<u64>) {

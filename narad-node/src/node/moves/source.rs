@@ -157,10 +157,20 @@ impl Moves {
 
     /// Ends the freeze of `move_id` by an abort if its switch has not applied within
     /// [`FREEZE_TTL`]; retried while the abort cannot be proposed. One watch per move.
-    pub(super) fn watch_lapse(&self, topic: String, partition: PartitionId, move_id: u64, to: NodeId) {
+    pub(super) fn watch_lapse(
+        &self,
+        topic: String,
+        partition: PartitionId,
+        move_id: u64,
+        to: NodeId,
+    ) {
         let key = (topic.clone(), partition, move_id);
         {
-            let mut watched = self.inner.lapse_watched.lock().unwrap_or_else(|p| p.into_inner());
+            let mut watched = self
+                .inner
+                .lapse_watched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if !watched.insert(key.clone()) {
                 return;
             }
@@ -178,7 +188,12 @@ impl Moves {
                 if !still || moves.inner.metastore.is_stopped() {
                     break;
                 }
-                tracing::warn!(topic, partition = partition.0, move_id, "move freeze lapsed: aborting the move");
+                tracing::warn!(
+                    topic,
+                    partition = partition.0,
+                    move_id,
+                    "move freeze lapsed: aborting the move"
+                );
                 let abort = Command::AbortMove {
                     topic: topic.clone(),
                     partition,

@@ -222,14 +222,16 @@ impl Inbound for NodeInbound {
                     commit_answer(outcome, &metrics).encode()
                 }
                 Ok(Request::Control(control)) => {
-                    let control = match move_answer(from, control, moves.as_ref()).await {
-                        Ok(answer) => return answer.encode(),
-                        Err(control) => control,
-                    };
                     let queue = consumers.as_ref();
-                    control_answer(from, control, &partitions, &metastore, &clock, sync, queue)
-                        .await
-                        .encode()
+                    let sides = Sides {
+                        partitions: &partitions,
+                        metastore: &metastore,
+                        clock: &clock,
+                        sync,
+                        consumers: queue,
+                        moves: moves.as_ref(),
+                    };
+                    control_answer(from, control, sides).await.encode()
                 }
                 // The 400 an older owner gives a newer sender's trailing data.
                 Err(error) => {
@@ -257,62 +259,25 @@ fn batch_record(record: WireRecord) -> BatchRecord {
     }
 }
 
-/// A move's request ([`Control::MoveRead`], [`Control::MoveFreeze`], [`Control::MoveQueue`]),
-/// answered by the node's move duties; every other request comes back.
-async fn move_answer(
-    from: NodeId,
-    control: Control,
-    moves: Option<&crate::node::moves::Moves>,
-) -> Result<ControlAnswer, Control> {
-    let refused = || ControlAnswer::BadRequest("partition moves are not served here".into());
-    Ok(match control {
-        Control::MoveRead {
-            topic,
-            topic_id,
-            partition,
-            offset,
-        } => match moves {
-            Some(moves) => {
-                moves
-                    .move_read(from, topic, topic_id, partition, offset)
-                    .await
-            }
-            None => refused(),
-        },
-        Control::MoveFreeze {
-            topic,
-            topic_id,
-            partition,
-            move_id,
-        } => match moves {
-            Some(moves) => {
-                moves
-                    .move_freeze(from, topic, topic_id, partition, move_id)
-                    .await
-            }
-            None => refused(),
-        },
-        Control::MoveQueue {
-            topic,
-            topic_id,
-            partition,
-        } => match moves {
-            Some(moves) => moves.move_queue(from, topic, topic_id, partition).await,
-            None => refused(),
-        },
-        other => return Err(other),
-    })
+/// What answers a [`Control`] request on this node.
+struct Sides<'a> {
+    partitions: &'a PartitionHost,
+    metastore: &'a Metastore,
+    clock: &'a Clock,
+    sync: Option<Arc<SyncProduce>>,
+    consumers: Option<&'a crate::node::consumers::Consumers>,
+    moves: Option<&'a crate::node::moves::Moves>,
 }
 
-async fn control_answer(
-    from: NodeId,
-    control: Control,
-    partitions: &PartitionHost,
-    metastore: &Metastore,
-    clock: &Clock,
-    sync: Option<Arc<SyncProduce>>,
-    consumers: Option<&crate::node::consumers::Consumers>,
-) -> ControlAnswer {
+async fn control_answer(from: NodeId, control: Control, sides: Sides<'_>) -> ControlAnswer {
+    let Sides {
+        partitions,
+        metastore,
+        clock,
+        sync,
+        consumers,
+        moves,
+    } = sides;
     match control {
         Control::Raft { messages } => raft_answer(metastore, &messages),
         Control::Heartbeat { from: said } => {
@@ -404,10 +369,12 @@ async fn control_answer(
             };
             ControlAnswer::Settled(consumers.settle(&key, handle, action).await)
         }
-        // Answered by `move_answer` before this is reached.
-        Control::MoveRead { .. } | Control::MoveFreeze { .. } | Control::MoveQueue { .. } => {
-            ControlAnswer::BadRequest("partition moves are not served here".into())
-        }
+        control @ (Control::MoveRead { .. }
+        | Control::MoveFreeze { .. }
+        | Control::MoveQueue { .. }) => match moves {
+            Some(moves) => moves.answer(from, control).await,
+            None => ControlAnswer::BadRequest("partition moves are not served here".into()),
+        },
     }
 }
 
