@@ -405,3 +405,63 @@ fn kill_9_of_the_source_mid_copy_loses_nothing() {
 fn kill_9_of_the_destination_mid_copy_loses_nothing() {
     kill_mid_copy(false);
 }
+
+/// The move benchmark (`ci/bench-move`, release build): fills partition 0 of a three-node cluster
+/// with `MOVE_BENCH_MIB` MiB (default 1024) of 1 KiB records, then moves it while one client
+/// produces single records to another partition through the source, and prints the time the move
+/// took and the produce latency (median, p99) before and during it. Not run by `ci/test`.
+#[test]
+#[ignore]
+fn bench_a_large_partition_moves_under_produce_load() {
+    let mib: usize = std::env::var("MOVE_BENCH_MIB")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(1024);
+    let cluster = start(3);
+    cluster.create_topic_retrying(1, "bench", PARTITIONS);
+    let owners = cluster.wait_topic("bench", PARTITIONS);
+    let from = owners[0];
+    let to = from % 3 + 1;
+    let started = Instant::now();
+    fill(cluster.node(from), "bench", 0, mib * 10);
+    cluster.wait_backlogs_drained();
+    eprintln!("filled {mib} MiB in {:.1} s", started.elapsed().as_secs_f64());
+    // A produce target on the source, on a partition the source owns and keeps.
+    let kept = (1..PARTITIONS)
+        .find(|partition| owners[*partition as usize] == from)
+        .unwrap_or(1);
+    let latencies = |until: &dyn Fn() -> bool| -> Vec<Duration> {
+        let mut conn = narad_tests::conn::Conn::new(cluster.node(from).addr());
+        let path = format!("/v1/topics/bench/produce?partition={kept}");
+        let mut seen = Vec::new();
+        while !until() {
+            let sent = Instant::now();
+            let response = conn.post(&path, b"latency probe").expect("produce");
+            assert_eq!(response.status, 202);
+            seen.push(sent.elapsed());
+        }
+        seen.sort();
+        seen
+    };
+    let quiet_until = Instant::now() + Duration::from_secs(5);
+    let before = latencies(&|| Instant::now() >= quiet_until);
+    let body = format!(r#"{{"topic":"bench","partition":0,"to":{to}}}"#);
+    let (status, text) = call(cluster.node(from), "POST", "/v1/cluster/moves", &body);
+    assert_eq!(status, 202, "{text}");
+    let moving = Instant::now();
+    let during = latencies(&|| moves(cluster.node(from)).is_empty() && moving.elapsed() > Duration::from_secs(1));
+    let took = moving.elapsed();
+    wait_owner(&cluster, "bench", 0, to);
+    let pct = |seen: &[Duration], p: usize| seen[(seen.len() * p / 100).min(seen.len() - 1)];
+    eprintln!(
+        "moved {mib} MiB in {:.1} s ({:.0} MiB/s); produce before: {} calls, median {:?}, p99 {:?}; during: {} calls, median {:?}, p99 {:?}",
+        took.as_secs_f64(),
+        mib as f64 / took.as_secs_f64(),
+        before.len(),
+        pct(&before, 50),
+        pct(&before, 99),
+        during.len(),
+        pct(&during, 50),
+        pct(&during, 99),
+    );
+}

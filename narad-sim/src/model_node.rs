@@ -685,6 +685,11 @@ impl SimNode for ModelNode {
             PlantedBug::RetentionDeletesUnexpired | PlantedBug::RetentionDeletesJournalNeeded => {
                 false
             }
+            // Nor partition moves.
+            PlantedBug::FreezeNotRecheckedUnderLock
+            | PlantedBug::SwitchBeforeTailCopied
+            | PlantedBug::ReclaimBeforeSwitchConfirmed
+            | PlantedBug::MoveDropsAckedAhead => false,
         }
     }
 
