@@ -85,7 +85,7 @@ pub enum ClientCommand {
     Replay(ReplayArgs),
     /// Create, list, inspect, alter and delete topics.
     Topic(TopicArgs),
-    /// Inspect the cluster.
+    /// Inspect the cluster; move partitions, rebalance, decommission members (admin).
     Cluster(ClusterArgs),
     /// Manage users and their grants (admin).
     User(UserArgs),
@@ -406,10 +406,35 @@ pub fn parse_grant(text: &str) -> Result<GrantArg, String> {
 }
 
 /// `narad cluster` subcommands.
-#[derive(Debug, Subcommand, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Subcommand, Clone, PartialEq, Eq)]
 pub enum ClusterCommand {
     /// List the cluster's members.
     Members,
+    /// List the partition moves in flight.
+    Moves,
+    /// Move a partition to another member (`narad cluster moves` follows it).
+    Move {
+        /// Topic name.
+        topic: String,
+        /// Partition index.
+        partition: u32,
+        /// The member to move it to (alive, not draining, not its owner).
+        #[arg(long, value_name = "ID")]
+        to: u32,
+    },
+    /// Plan the moves that even out the partitions over the members, and print how many.
+    Rebalance,
+    /// Decommission a member: it drains, its partitions moving to the others.
+    Decommission {
+        /// Member id.
+        id: u32,
+        /// Stop draining instead (its moves not yet switched are aborted).
+        #[arg(long, conflicts_with = "force")]
+        cancel: bool,
+        /// Decommission a member marked dead anyway.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// A duration flag in milliseconds: digits with an optional unit (`ms`, `s`, `m`, `h`, `d`); bare
@@ -720,6 +745,72 @@ mod tests {
             panic!("parsed cluster")
         };
         assert_eq!(cluster.command, ClusterCommand::Members);
+    }
+
+    #[test]
+    fn cluster_subcommands_parse_and_refuse_what_they_cannot_send() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(args.iter().copied()).map(|cli| {
+                let ClientCommand::Cluster(cluster) = client(cli) else {
+                    panic!("parsed cluster")
+                };
+                (cluster.client.json, cluster.command)
+            })
+        };
+        assert_eq!(
+            parse(&["narad", "cluster", "moves", "--json"]).unwrap(),
+            (true, ClusterCommand::Moves)
+        );
+        assert_eq!(
+            parse(&["narad", "cluster", "rebalance"]).unwrap(),
+            (false, ClusterCommand::Rebalance)
+        );
+        assert_eq!(
+            parse(&["narad", "cluster", "move", "orders", "2", "--to", "3"])
+                .unwrap()
+                .1,
+            ClusterCommand::Move {
+                topic: "orders".to_string(),
+                partition: 2,
+                to: 3
+            }
+        );
+        let decommission = |id, cancel, force| ClusterCommand::Decommission { id, cancel, force };
+        assert_eq!(
+            parse(&["narad", "cluster", "decommission", "4"]).unwrap().1,
+            decommission(4, false, false)
+        );
+        assert_eq!(
+            parse(&["narad", "cluster", "decommission", "4", "--cancel"])
+                .unwrap()
+                .1,
+            decommission(4, true, false)
+        );
+        assert_eq!(
+            parse(&["narad", "cluster", "decommission", "--force", "4"])
+                .unwrap()
+                .1,
+            decommission(4, false, true)
+        );
+        // A move names its destination; ids and partitions are numbers; cancelling forces nothing.
+        for bad in [
+            &["narad", "cluster", "move", "orders", "2"][..],
+            &["narad", "cluster", "move", "orders", "x", "--to", "3"],
+            &["narad", "cluster", "move", "orders", "2", "--to", "-1"],
+            &["narad", "cluster", "decommission"],
+            &["narad", "cluster", "decommission", "four"],
+            &[
+                "narad",
+                "cluster",
+                "decommission",
+                "4",
+                "--cancel",
+                "--force",
+            ],
+            &["narad", "cluster", "rebalance", "now"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

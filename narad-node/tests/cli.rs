@@ -643,6 +643,59 @@ fn cluster_members_lists_the_dev_node() {
 }
 
 #[test]
+fn a_single_node_has_no_moves_and_refuses_to_rebalance() {
+    let node = Node::start(binary());
+    let cli = Cli::new(&node);
+    assert_eq!(
+        cli.ok(&["cluster", "moves"]).lines(),
+        ["TOPIC  PARTITION  FROM  TO  STATE  COPIED_BYTES"]
+    );
+    assert_eq!(
+        cli.ok(&["cluster", "moves", "--json"]).json_lines(),
+        [serde_json::json!({"moves": []})]
+    );
+    // A node without peers is no cluster: there is nowhere to move a partition to.
+    let refused = cli.fails(
+        &["cluster", "rebalance"],
+        "narad: partition moves need a cluster: this node runs alone (cluster.peers is empty) (HTTP 409)",
+    );
+    assert_eq!(refused.stdout(), "");
+    // Its only member is a metastore voter, which never leaves; once it owns partitions, nobody
+    // could take them either.
+    cli.fails(
+        &["cluster", "decommission", "1"],
+        "narad: member 1 cannot be decommissioned: below_min_voters (HTTP 409)",
+    );
+    cli.ok(&["topic", "add", "orders"]);
+    cli.fails(
+        &["cluster", "move", "orders", "0", "--to", "2"],
+        "partition moves need a cluster",
+    );
+    cli.fails(
+        &["cluster", "decommission", "1"],
+        "member 1 cannot be decommissioned: no_receivers, below_min_voters (HTTP 409)",
+    );
+    cli.fails(
+        &["cluster", "decommission", "9"],
+        "narad: member not found (HTTP 404)",
+    );
+    // Cancelling a decommission that never began changes nothing, and says so as JSON too.
+    assert_eq!(
+        cli.ok(&["cluster", "decommission", "1", "--cancel", "--json"])
+            .json_lines(),
+        [serde_json::json!({"id": 1, "draining": false})]
+    );
+    let members = cli.ok(&["cluster", "members", "--json"]).json_lines();
+    assert_eq!(
+        (
+            &members[0]["members"][0]["draining"],
+            &members[0]["members"][0]["outbound_moves"]
+        ),
+        (&Value::from(false), &Value::from(0))
+    );
+}
+
+#[test]
 fn queue_mode_sub_receives_and_acks_every_message() {
     let node = Node::start(binary());
     let cli = Cli::new(&node);

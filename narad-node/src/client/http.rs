@@ -42,7 +42,8 @@ pub struct Reply {
 pub struct ApiError {
     /// Status code.
     pub status: u16,
-    /// The `error` of a `{"error":…}` body, else the body's text, else the status's reason.
+    /// The `error` of a `{"error":…}` body (with the codes of its `reasons`, when it has some),
+    /// else the body's text, else the status's reason.
     pub message: String,
 }
 
@@ -60,9 +61,20 @@ impl Reply {
         #[derive(serde::Deserialize)]
         struct ErrorBody {
             error: String,
+            /// Why, as codes (a refused decommission's `below_min_voters`, `no_receivers`, …).
+            #[serde(default)]
+            reasons: Vec<Reason>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Reason {
+            code: String,
         }
         if let Ok(body) = serde_json::from_slice::<ErrorBody>(&self.body) {
-            return body.error;
+            if body.reasons.is_empty() {
+                return body.error;
+            }
+            let codes: Vec<&str> = body.reasons.iter().map(|r| r.code.as_str()).collect();
+            return format!("{}: {}", body.error, codes.join(", "));
         }
         // Cluster-forward failures (502, 503) and unmatched routes answer plain text.
         let text = String::from_utf8_lossy(&self.body);
@@ -276,6 +288,15 @@ mod tests {
             "topic not found (HTTP 404)"
         );
         assert_eq!(reply(202, "").expect(202), Ok(reply(202, "")));
+        assert_eq!(
+            reply(
+                409,
+                r#"{"error":"member 1 cannot be decommissioned","reasons":[{"code":"below_min_voters"},{"code":"no_receivers"}]}"#
+            )
+            .error()
+            .to_string(),
+            "member 1 cannot be decommissioned: below_min_voters, no_receivers (HTTP 409)"
+        );
     }
 
     #[test]

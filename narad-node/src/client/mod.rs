@@ -3,8 +3,8 @@
 //!
 //! - [`http`]: the HTTP client (ureq), Basic auth, and the server's `{"error":…}` answers as errors.
 //! - [`pubsub`]: `pub`, `sub` (queue mode and `--peek`) and `replay`.
-//! - [`topic`]: `topic add|ls|info|edit|rm`; [`cluster`]: `cluster members`; [`user`]:
-//!   `user add|grant|ls|rm|passwd`.
+//! - [`topic`]: `topic add|ls|info|edit|rm`; [`cluster`]:
+//!   `cluster members|moves|move|rebalance|decommission`; [`user`]: `user add|grant|ls|rm|passwd`.
 //! - [`output`]: how results are printed (human tables and lines, `--json`, `--raw` payloads).
 //!
 //! Exit codes: 0 when every request succeeded, 1 when one failed (the server's message, or why the

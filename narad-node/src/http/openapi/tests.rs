@@ -10,8 +10,9 @@ const METHODS: [&str; 8] = [
 ];
 
 /// Every status code each operation documents, by hand from the route functions (`topics.rs`,
-/// `produce.rs`, `consume.rs`, `ops.rs`, `users.rs`, `router.rs`) and the surface. A code removed from the
-/// document, or added to it without a line here, fails `documented_status_codes_match_the_table`.
+/// `produce.rs`, `consume.rs`, `ops.rs`, `cluster.rs`, `users.rs`, `router.rs`) and the surface. A
+/// code removed from the document, or added to it without a line here, fails
+/// `documented_status_codes_match_the_table`.
 const STATUS_CODES: &[(&str, &str, &[u16])] = &[
     (
         "POST",
@@ -51,6 +52,32 @@ const STATUS_CODES: &[(&str, &str, &[u16])] = &[
         &[204, 400, 401, 403, 404, 410, 429, 502, 503],
     ),
     ("GET", "/v1/cluster/members", &[200, 401, 403, 429]),
+    (
+        "POST",
+        "/v1/cluster/members/{id}/decommission",
+        &[204, 401, 403, 404, 409, 429, 503],
+    ),
+    (
+        "DELETE",
+        "/v1/cluster/members/{id}/decommission",
+        &[204, 401, 403, 404, 429, 503],
+    ),
+    ("GET", "/v1/cluster/moves", &[200, 401, 403, 429]),
+    (
+        "POST",
+        "/v1/cluster/moves",
+        &[202, 400, 401, 403, 404, 409, 413, 429, 503],
+    ),
+    (
+        "DELETE",
+        "/v1/cluster/moves/{topic}/{partition}",
+        &[204, 400, 401, 403, 404, 429, 503],
+    ),
+    (
+        "POST",
+        "/v1/cluster/rebalance",
+        &[200, 401, 403, 409, 429, 503],
+    ),
     ("GET", "/healthz", &[200, 503]),
     ("GET", "/readyz", &[200, 503]),
     ("GET", "/metrics", &[200]),
@@ -123,6 +150,18 @@ const ROUTE_SOURCES: &[(&str, &str, &[Route])] = &[
         ],
     ),
     (
+        "cluster.rs",
+        include_str!("../cluster.rs"),
+        &[
+            ("POST", "/v1/cluster/members/{id}/decommission"),
+            ("DELETE", "/v1/cluster/members/{id}/decommission"),
+            ("GET", "/v1/cluster/moves"),
+            ("POST", "/v1/cluster/moves"),
+            ("DELETE", "/v1/cluster/moves/{topic}/{partition}"),
+            ("POST", "/v1/cluster/rebalance"),
+        ],
+    ),
+    (
         "users.rs",
         include_str!("../users.rs"),
         &[
@@ -142,6 +181,7 @@ const ROUTE_SOURCES: &[(&str, &str, &[Route])] = &[
             ("PATCH", "/v1/topics/{topic}"),
             ("POST", "/v1/topics/{topic}/produce"),
             ("POST", "/v1/topics/{topic}/produce/batch"),
+            ("POST", "/v1/cluster/moves"),
         ],
     ),
 ];
@@ -451,25 +491,59 @@ fn documented_status_codes_match_the_table() {
                 202 | 414 | 431 if path.ends_with("/produce") => {
                     assert!(content.is_none(), "{method} {path} {code} has no body")
                 }
+                // A planned move has nothing to say yet: `GET /v1/cluster/moves` follows it.
+                202 if *path == "/v1/cluster/moves" => {
+                    assert!(content.is_none(), "{method} {path} {code} has no body")
+                }
                 _ => assert!(content.is_some(), "{method} {path} {code} has a body"),
             }
             let Some(content) = content else { continue };
             if code < 400 || (*path == "/healthz" && code == 503) {
                 continue;
             }
-            // Errors: `{"error": …}` in JSON, or plain text (cluster forwarding).
+            // Errors: `{"error": …}` in JSON (a decommission refusal adds its reasons), or plain
+            // text (cluster forwarding).
+            let error = if (*method, *path, code) == DECOMMISSION_REFUSED {
+                "#/components/schemas/DecommissionRefused"
+            } else {
+                "#/components/schemas/Error"
+            };
             for (media, body) in content.as_object().unwrap() {
                 match media.as_str() {
-                    "application/json" => assert_eq!(
-                        body["schema"]["$ref"], "#/components/schemas/Error",
-                        "{method} {path} {code}"
-                    ),
+                    "application/json" => {
+                        assert_eq!(body["schema"]["$ref"], error, "{method} {path} {code}")
+                    }
                     "text/plain" => {}
                     other => panic!("{method} {path} {code}: error media type {other}"),
                 }
             }
         }
     }
+}
+
+/// The one error answer whose JSON carries more than `error`: the reasons a member cannot be
+/// decommissioned.
+const DECOMMISSION_REFUSED: (&str, &str, u16) =
+    ("POST", "/v1/cluster/members/{id}/decommission", 409);
+
+#[test]
+fn a_decommission_refusal_is_an_error_with_reasons() {
+    let doc = document();
+    let error = &doc["components"]["schemas"]["Error"];
+    let refused = &doc["components"]["schemas"]["DecommissionRefused"];
+    // A client that reads any error's `error` reads this one's too.
+    assert_eq!(refused["properties"]["error"], error["properties"]["error"]);
+    let required = refused["required"].as_array().expect("required");
+    assert!(required.contains(&json!("error")) && required.contains(&json!("reasons")));
+    let validator = compile(&doc, refused);
+    let body = json!({"error": "member 1 cannot be decommissioned",
+                      "reasons": [{"code": "below_min_voters"}, {"code": "no_receivers"}]});
+    assert!(violations(&validator, &body).is_empty());
+    assert!(!violations(
+        &validator,
+        &json!({"error": "x", "reasons": [{"code": "tired"}]})
+    )
+    .is_empty());
 }
 
 /// Status literals in `Reply::…(` calls and `Reply { status: … }` literals of a source file.

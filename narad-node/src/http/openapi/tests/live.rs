@@ -15,7 +15,7 @@ use crate::http::{
     QueueConsumer, QueueLimits, QueueOutcome, ReadOutcome, ReceiptHandle, ReplayError, Settle,
     SettleOutcome, StoredRecord, TopicKey,
 };
-use crate::http::{App, BODY_BYTES_MAX};
+use crate::http::{App, MoveSettings, BODY_BYTES_MAX};
 use crate::metastore::{Metastore, MetastoreOptions};
 use crate::metrics::Metrics;
 
@@ -146,7 +146,12 @@ async fn app() -> Arc<App> {
             Arc::new(Metrics::new()),
             7,
         )
-        .with_auth(true),
+        .with_auth(true)
+        // A cluster member, so that the move routes answer (the other members are added below).
+        .with_moves(MoveSettings {
+            clustered: true,
+            ..MoveSettings::default()
+        }),
     )
 }
 
@@ -168,6 +173,19 @@ async fn seed_root(app: &App) {
         at_ms: 1,
     });
     app.metastore.propose(command).await.unwrap();
+}
+
+/// Members 2, 3 and 4: with the node, three voters and one learner (4), the only member that may be
+/// decommissioned.
+async fn seed_members(app: &App) {
+    use narad_core::metastore::Command;
+    for id in 2..=4 {
+        let command = Command::AddMember {
+            node: NodeId(id),
+            addr: format!("127.0.0.{id}:7943"),
+        };
+        app.metastore.propose(command).await.unwrap();
+    }
 }
 
 struct Answer {
@@ -366,6 +384,93 @@ const CASES: &[Case] = &[
             ("DELETE", "/v1/topics/{topic}", "/v1/topics/orders", &[], b"", 404),
         ];
 
+/// Sends every case, checking each answer's status and that the document allows it; notes the
+/// operations exercised.
+async fn run(
+    addr: std::net::SocketAddr,
+    doc: &Value,
+    cases: &[Case],
+    exercised: &mut BTreeSet<(String, String)>,
+) {
+    for (method, path, target, headers, body, expected) in cases {
+        let request = format!("{method} {target}");
+        let answer = send(addr, method, target, headers, body).await;
+        assert_eq!(
+            answer.status,
+            *expected,
+            "{request}: {}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        check(doc, method, path, &request, &answer);
+        exercised.insert((method.to_string(), path.to_string()));
+    }
+}
+
+/// The cluster's routes, once `orders` (3 partitions, all the node's) was created alone and members
+/// 2 to 4 joined.
+#[rustfmt::skip] // One case a line, as `CASES` above (too wide for rustfmt to touch).
+const CLUSTER_CASES: &[Case] = &[
+            ("GET", "/v1/cluster/moves", "/v1/cluster/moves", &[], b"", 200),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":0,"to":2}"#, 202),
+            ("GET", "/v1/cluster/moves", "/v1/cluster/moves", &[], b"", 200),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":0,"to":3}"#, 409),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":1,"to":1}"#, 409),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":1,"to":9}"#, 400),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":3,"to":2}"#, 400),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"orders","partition":1,"to":2,"x":1}"#, 400),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], br#"{"topic":"nope","partition":0,"to":2}"#, 404),
+            ("POST", "/v1/cluster/moves", "/v1/cluster/moves", &[], b"", 400),
+            ("DELETE", "/v1/cluster/moves/{topic}/{partition}", "/v1/cluster/moves/orders/0", &[], b"", 204),
+            ("DELETE", "/v1/cluster/moves/{topic}/{partition}", "/v1/cluster/moves/orders/0", &[], b"", 404),
+            ("DELETE", "/v1/cluster/moves/{topic}/{partition}", "/v1/cluster/moves/orders/x", &[], b"", 400),
+            ("POST", "/v1/cluster/rebalance", "/v1/cluster/rebalance", &[], b"", 200),
+            ("POST", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/1/decommission", &[], b"", 409),
+            ("POST", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/9/decommission", &[], b"", 404),
+            ("POST", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/x/decommission", &[], b"", 404),
+            ("POST", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/4/decommission", &[], b"", 204),
+            ("GET", "/v1/cluster/members", "/v1/cluster/members", &[], b"", 200),
+            ("DELETE", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/4/decommission", &[], b"", 204),
+            ("DELETE", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/9/decommission", &[], b"", 404),
+            ("POST", "/v1/cluster/members/{id}/decommission", "/v1/cluster/members/4/decommission", &[], b"", 204),
+        ];
+
+/// `GET path`'s JSON body.
+async fn get_json(addr: std::net::SocketAddr, path: &str) -> Value {
+    let answer = send(addr, "GET", path, &[], b"").await;
+    assert_eq!(answer.status, 200, "GET {path}");
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
+/// What the cluster cases leave: the rebalance's moves, all from the node that owned everything,
+/// and member 4 draining.
+async fn check_cluster_state(addr: std::net::SocketAddr) {
+    let moves = get_json(addr, "/v1/cluster/moves").await["moves"].clone();
+    let moves = moves.as_array().unwrap();
+    assert!(!moves.is_empty(), "the rebalance planned no move");
+    for moving in moves {
+        assert_eq!(
+            (&moving["from"], &moving["state"], &moving["copied_bytes"]),
+            (&json!(1), &json!("copying"), &json!(0)),
+            "{moving}"
+        );
+    }
+    // Planned moves count where they go: the load is even already.
+    let again = send(addr, "POST", "/v1/cluster/rebalance", &[], b"").await;
+    assert_eq!(again.body, b"{\"planned\":0}\n");
+    let members = get_json(addr, "/v1/cluster/members").await["members"].clone();
+    let members = members.as_array().unwrap();
+    let flags: Vec<(&Value, &Value)> = members
+        .iter()
+        .map(|member| (&member["draining"], &member["outbound_moves"]))
+        .collect();
+    let (no, yes, none) = (&json!(false), &json!(true), &json!(0));
+    let outbound = json!(moves.len());
+    assert_eq!(
+        flags,
+        [(no, &outbound), (no, none), (no, none), (yes, none)]
+    );
+}
+
 #[tokio::test]
 async fn a_node_answers_every_operation_as_documented() {
     let doc = document();
@@ -383,19 +488,7 @@ async fn a_node_answers_every_operation_as_documented() {
     seed_root(&app).await;
 
     let mut exercised = BTreeSet::new();
-    for (method, path, target, headers, body, expected) in CASES {
-        let request = format!("{method} {target}");
-        let answer = send(addr, method, target, headers, body).await;
-        assert_eq!(
-            answer.status,
-            *expected,
-            "{request}: {}",
-            String::from_utf8_lossy(&answer.body)
-        );
-        check(&doc, method, path, &request, &answer);
-        exercised.insert((method.to_string(), path.to_string()));
-    }
-    assert_eq!(exercised, operations(&doc), "a case for every operation");
+    run(addr, &doc, CASES, &mut exercised).await;
 
     // The ghost's bucket had one failure above: four more empty it, then 429. A slow machine may
     // have refilled one token (one per 12 s) since, which takes one 401 more.
@@ -461,6 +554,13 @@ async fn a_node_answers_every_operation_as_documented() {
         );
     }
     app.set_insufficient_storage(false);
+
+    // The node owns every partition of `orders` (recreated above while it was alone): the
+    // cluster's routes move them to the members that join now.
+    seed_members(&app).await;
+    run(addr, &doc, CLUSTER_CASES, &mut exercised).await;
+    check_cluster_state(addr).await;
+    assert_eq!(exercised, operations(&doc), "a case for every operation");
 
     // The route serves the document itself.
     let answer = send(addr, "GET", "/v1/openapi.json", &[], b"").await;
