@@ -425,7 +425,10 @@ fn bench_a_large_partition_moves_under_produce_load() {
     let started = Instant::now();
     fill(cluster.node(from), "bench", 0, mib * 10);
     cluster.wait_backlogs_drained();
-    eprintln!("filled {mib} MiB in {:.1} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "filled {mib} MiB in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     // A produce target on the source, on a partition the source owns and keeps.
     let kept = (1..PARTITIONS)
         .find(|partition| owners[*partition as usize] == from)
@@ -449,7 +452,9 @@ fn bench_a_large_partition_moves_under_produce_load() {
     let (status, text) = call(cluster.node(from), "POST", "/v1/cluster/moves", &body);
     assert_eq!(status, 202, "{text}");
     let moving = Instant::now();
-    let during = latencies(&|| moves(cluster.node(from)).is_empty() && moving.elapsed() > Duration::from_secs(1));
+    let during = latencies(&|| {
+        moves(cluster.node(from)).is_empty() && moving.elapsed() > Duration::from_secs(1)
+    });
     let took = moving.elapsed();
     wait_owner(&cluster, "bench", 0, to);
     let pct = |seen: &[Duration], p: usize| seen[(seen.len() * p / 100).min(seen.len() - 1)];
