@@ -157,8 +157,8 @@ pub struct ClusterConfig {
     /// Partition moves the cluster runs at once, at most (`NARAD_CLUSTER_MAX_MOVES_IN_FLIGHT`,
     /// at least 1).
     pub max_moves_in_flight: u32,
-    /// Whether the leader plans moves by itself whenever an alive, non-draining member holds fewer
-    /// or more partitions than its fair share (a member joined or stopped draining)
+    /// Whether the leader rebalances by itself once a member joins or stops draining (as
+    /// `POST /v1/cluster/rebalance` does, until nothing is left to plan)
     /// (`NARAD_CLUSTER_AUTO_REBALANCE`).
     pub auto_rebalance: bool,
     /// How long a member must have been dead before `decommission?force=true` reassigns its

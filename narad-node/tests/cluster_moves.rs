@@ -255,27 +255,15 @@ fn rebalance_gives_every_member_its_fair_share_and_a_draining_learner_ends_empty
         std::thread::sleep(Duration::from_millis(500));
     }
     // A voter cannot leave (no learner takes its vote here); the learner can.
-    let (status, body) = call(
-        cluster.node(1),
-        "POST",
-        "/v1/cluster/members/2/decommission",
-        "",
-    );
+    let decommission = |id: u64| {
+        let path = format!("/v1/cluster/members/{id}/decommission");
+        call(cluster.node(1), "POST", &path, "")
+    };
+    let (status, body) = decommission(2);
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("below_min_voters"), "{body}");
-    let (status, _) = call(
-        cluster.node(1),
-        "POST",
-        "/v1/cluster/members/9/decommission",
-        "",
-    );
-    assert_eq!(status, 404);
-    let (status, body) = call(
-        cluster.node(1),
-        "POST",
-        "/v1/cluster/members/4/decommission",
-        "",
-    );
+    assert_eq!(decommission(9).0, 404);
+    let (status, body) = decommission(4);
     assert_eq!(status, 204, "{body}");
     let deadline = Instant::now() + SETTLE;
     while shares(&cluster, 1, "spread")[&4] != 0 {

@@ -24,6 +24,18 @@ fn plan(commands: &mut Vec<Command>) -> (TopicId, PartitionId) {
     (topic.id, partition)
 }
 
+/// A topic with a move of a partition owned here planned, its logs open: the commands, the
+/// incarnation, the partition, the harness and the move's id.
+fn opened_with_a_move() -> (Vec<Command>, TopicId, PartitionId, Harness, u64) {
+    let mut commands = vec![create("t", 3)];
+    let (id, partition) = plan(&mut commands);
+    let mut h = Harness::new();
+    h.replica(&commands);
+    h.run_all();
+    let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
+    (commands, id, partition, h, move_id)
+}
+
 fn committed(h: &mut Harness) -> Vec<(BatchId, Result<CommittedRange, CommitError>)> {
     h.run_all();
     h.take()
@@ -57,14 +69,9 @@ fn freeze(h: &mut Harness, partition: PartitionId, move_id: u64) -> Result<Offse
 
 #[test]
 fn a_freeze_refuses_commits_under_the_lock_until_the_move_is_aborted() {
-    let mut commands = vec![create("t", 3)];
-    let (id, partition) = plan(&mut commands);
-    let mut h = Harness::new();
-    h.replica(&commands);
-    h.run_all();
+    let (mut commands, id, partition, mut h, move_id) = opened_with_a_move();
     h.commit(1, id, partition, "before");
     assert!(matches!(committed(&mut h)[..], [(BatchId(1), Ok(_))]));
-    let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
     assert_eq!(freeze(&mut h, partition, move_id), Ok(Offset(1)));
     h.commit(2, id, partition, "frozen");
     assert_eq!(
@@ -112,12 +119,7 @@ fn a_freeze_refuses_commits_under_the_lock_until_the_move_is_aborted() {
 
 #[test]
 fn a_freeze_without_its_move_is_refused_and_arms_nothing() {
-    let mut commands = vec![create("t", 3)];
-    let (id, partition) = plan(&mut commands);
-    let mut h = Harness::new();
-    h.replica(&commands);
-    h.run_all();
-    let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
+    let (mut commands, id, partition, mut h, move_id) = opened_with_a_move();
     assert_eq!(
         freeze(&mut h, partition, move_id + 1),
         Err(FreezeRefused::NoMove)
@@ -128,12 +130,7 @@ fn a_freeze_without_its_move_is_refused_and_arms_nothing() {
 
 #[test]
 fn an_armed_freeze_is_lifted_when_its_move_goes_before_it_is_recorded() {
-    let mut commands = vec![create("t", 3)];
-    let (id, partition) = plan(&mut commands);
-    let mut h = Harness::new();
-    h.replica(&commands);
-    h.run_all();
-    let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
+    let (mut commands, id, partition, mut h, move_id) = opened_with_a_move();
     assert_eq!(freeze(&mut h, partition, move_id), Ok(Offset(0)));
     h.commit(1, id, partition, "frozen");
     assert_eq!(
@@ -153,12 +150,7 @@ fn an_armed_freeze_is_lifted_when_its_move_goes_before_it_is_recorded() {
 
 #[test]
 fn a_switch_lets_the_source_s_log_go_and_reads_there_are_not_live() {
-    let mut commands = vec![create("t", 3)];
-    let (id, partition) = plan(&mut commands);
-    let mut h = Harness::new();
-    h.replica(&commands);
-    h.run_all();
-    let move_id = state(&commands).move_of("t", partition).unwrap().planned_at;
+    let (mut commands, id, partition, mut h, move_id) = opened_with_a_move();
     assert_eq!(freeze(&mut h, partition, move_id), Ok(Offset(0)));
     for command in [
         Command::MoveFrozen {

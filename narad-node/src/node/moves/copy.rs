@@ -286,17 +286,30 @@ impl Moves {
             offset,
         }
         .encode();
+        match self
+            .ask(planned, "move_read", &body, MOVE_READ_TIMEOUT)
+            .await?
+        {
+            ControlAnswer::MoveChunk(chunk) => Ok(chunk),
+            other => Err(format!("the source answered {other:?}")),
+        }
+    }
+
+    /// Sends `body` to the move's source; its decoded answer.
+    async fn ask(
+        &self,
+        planned: &Move,
+        op: &'static str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<ControlAnswer, String> {
         let answer = self
             .inner
             .cluster
-            .call(planned.from, "move_read", &body, MOVE_READ_TIMEOUT)
+            .call(planned.from, op, body, timeout)
             .await
             .map_err(|error| error.to_string())?;
-        match ControlAnswer::decode(&answer) {
-            Ok(ControlAnswer::MoveChunk(chunk)) => Ok(chunk),
-            Ok(other) => Err(format!("the source answered {other:?}")),
-            Err(error) => Err(error.to_string()),
-        }
+        ControlAnswer::decode(&answer).map_err(|error| error.to_string())
     }
 
     async fn freeze(
@@ -312,16 +325,12 @@ impl Moves {
             move_id: planned.planned_at,
         }
         .encode();
-        let answer = self
-            .inner
-            .cluster
-            .call(planned.from, "move_freeze", &body, MOVE_FREEZE_TIMEOUT)
-            .await
-            .map_err(|error| error.to_string())?;
-        match ControlAnswer::decode(&answer) {
-            Ok(ControlAnswer::MoveFrozen { final_hw }) => Ok(final_hw),
-            Ok(other) => Err(format!("the source answered the freeze with {other:?}")),
-            Err(error) => Err(error.to_string()),
+        match self
+            .ask(planned, "move_freeze", &body, MOVE_FREEZE_TIMEOUT)
+            .await?
+        {
+            ControlAnswer::MoveFrozen { final_hw } => Ok(final_hw),
+            other => Err(format!("the source answered the freeze with {other:?}")),
         }
     }
 

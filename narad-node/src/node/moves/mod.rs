@@ -9,8 +9,9 @@
 //! - **Source.** A frozen move from this node (after a restart too) gets its lapse watch.
 //! - **Leader.** The leader aborts moves whose source or destination it marked dead (a dead source
 //!   cannot be copied from, a dead destination would hold a move slot for ever), and plans moves:
-//!   always off draining members, and, with `cluster.auto_rebalance`, towards every alive,
-//!   non-draining member's fair share (`narad_core::metastore::plan_rebalance`), at most
+//!   always off draining members, and, with `cluster.auto_rebalance`, once a member joined or
+//!   stopped draining, towards every alive, non-draining member's fair share
+//!   (`narad_core::metastore::plan_rebalance`) until nothing is left to plan; at most
 //!   `cluster.max_moves_in_flight` at a time. A pass runs on every replica change and every second;
 //!   passes never overlap.
 
@@ -91,6 +92,8 @@ struct Inner {
     lapse_watched: Mutex<BTreeSet<(String, PartitionId, u64)>>,
     /// A leader pass is running.
     passing: AtomicBool,
+    /// A member joined or stopped draining since the last balanced plan (`auto_rebalance`).
+    rebalancing: AtomicBool,
 }
 
 /// The node's move duties; see the module documentation.
@@ -127,6 +130,7 @@ impl Moves {
                 ended: Mutex::new(BTreeSet::new()),
                 lapse_watched: Mutex::new(BTreeSet::new()),
                 passing: AtomicBool::new(false),
+                rebalancing: AtomicBool::new(false),
             }),
         };
         let watching = moves.clone();
@@ -136,6 +140,9 @@ impl Moves {
 
     async fn watch(&self) {
         let mut views = self.inner.metastore.subscribe();
+        // The members and the draining ones last seen: a member that joins or stops draining
+        // starts a rebalance (with `auto_rebalance`), which goes on until nothing is left to plan.
+        let mut seen: Option<(BTreeSet<NodeId>, BTreeSet<NodeId>)> = None;
         let mut tick = tokio::time::interval(PASS_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -171,6 +178,16 @@ impl Moves {
                     self.watch_lapse(topic.clone(), *partition, moving.planned_at, moving.to);
                 }
             }
+            let members: BTreeSet<NodeId> = state.members().keys().copied().collect();
+            let draining = state.draining().clone();
+            if let Some((before, was_draining)) = &seen {
+                let joined = members.difference(before).next().is_some();
+                let undrained = was_draining.difference(&draining).next().is_some();
+                if joined || undrained {
+                    self.inner.rebalancing.store(true, Ordering::Release);
+                }
+            }
+            seen = Some((members, draining));
             if view.leader == Some(self.inner.node)
                 && !self.inner.passing.swap(true, Ordering::AcqRel)
             {
@@ -220,7 +237,10 @@ impl Moves {
     /// with `auto_rebalance`.
     fn orders(&self, state: &MetaState) -> Vec<narad_core::metastore::MoveOrder> {
         let plan = plan_rebalance(state, self.inner.max_in_flight as usize);
-        if self.inner.auto_rebalance {
+        if self.inner.auto_rebalance && self.inner.rebalancing.load(Ordering::Acquire) {
+            if plan.is_empty() && state.moves().is_empty() {
+                self.inner.rebalancing.store(false, Ordering::Release);
+            }
             return plan;
         }
         plan.into_iter()
