@@ -119,7 +119,7 @@ fn a_freeze_refuses_commits_under_the_lock_until_the_move_is_aborted() {
 
 #[test]
 fn a_freeze_without_its_move_is_refused_and_arms_nothing() {
-    let (mut commands, id, partition, mut h, move_id) = opened_with_a_move();
+    let (_, id, partition, mut h, move_id) = opened_with_a_move();
     assert_eq!(
         freeze(&mut h, partition, move_id + 1),
         Err(FreezeRefused::NoMove)

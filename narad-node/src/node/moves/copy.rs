@@ -286,12 +286,13 @@ impl Moves {
             offset,
         }
         .encode();
-        match self
+        let answer = self
             .ask(planned, "move_read", &body, MOVE_READ_TIMEOUT)
-            .await?
-        {
-            ControlAnswer::MoveChunk(chunk) => Ok(chunk),
-            other => Err(format!("the source answered {other:?}")),
+            .await?;
+        if let ControlAnswer::MoveChunk(chunk) = answer {
+            Ok(chunk)
+        } else {
+            Err(format!("the source answered {answer:?}"))
         }
     }
 
@@ -325,12 +326,13 @@ impl Moves {
             move_id: planned.planned_at,
         }
         .encode();
-        match self
+        let answer = self
             .ask(planned, "move_freeze", &body, MOVE_FREEZE_TIMEOUT)
-            .await?
-        {
-            ControlAnswer::MoveFrozen { final_hw } => Ok(final_hw),
-            other => Err(format!("the source answered the freeze with {other:?}")),
+            .await?;
+        if let ControlAnswer::MoveFrozen { final_hw } = answer {
+            Ok(final_hw)
+        } else {
+            Err(format!("the source answered the freeze with {answer:?}"))
         }
     }
 
