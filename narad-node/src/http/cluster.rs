@@ -10,7 +10,7 @@
 //!   non-draining member's fair share, at most `cluster.max_moves_in_flight` in flight.
 //! - `POST /v1/cluster/members/{id}/decommission` → 204: the member drains (the leader moves its
 //!   partitions away, and its produce answers 503); 404 for an unknown member; 409 with `reasons`
-//!   (`below_min_voters`, `no_receivers`, `owner_dead`) when it cannot complete; 501 with
+//!   (`below_min_voters`, `no_receivers`, `owner_dead`) when it cannot complete; 400 with
 //!   `?force=true` (a dead member's partitions are not reassigned by this release). `DELETE` → 204:
 //!   draining ends, and its moves not yet switched are aborted.
 //!
@@ -215,8 +215,8 @@ pub async fn decommission(app: &App, id: &str, query: Option<&str>, draining: bo
         // Reassigning a dead member's partitions needs the offsets it may have served recorded in
         // the metastore, which this release does not keep: refused, never half done.
         return Reply::error(
-            501,
-            "forced reassignment of a dead member's partitions is not supported by this release",
+            400,
+            "invalid argument: force (reassigning a dead member's partitions) is not supported by this release",
         );
     }
     let mut reasons: Vec<&'static str> = decommission_blockers(&state, node)

@@ -55,7 +55,7 @@ const STATUS_CODES: &[(&str, &str, &[u16])] = &[
     (
         "POST",
         "/v1/cluster/members/{id}/decommission",
-        &[204, 401, 403, 404, 409, 429, 501, 503],
+        &[204, 400, 401, 403, 404, 409, 429, 503],
     ),
     (
         "DELETE",
