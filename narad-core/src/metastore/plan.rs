@@ -66,13 +66,7 @@ pub fn plan_rebalance(state: &MetaState, max_in_flight: usize) -> Vec<MoveOrder>
             return orders;
         };
         ledger.receive(to);
-        orders.push(MoveOrder {
-            topic: topic.to_string(),
-            topic_id,
-            partition,
-            from,
-            to,
-        });
+        orders.push(order(topic, topic_id, partition, from, to));
     }
     while orders.len() < budget {
         let (Some(to), Some(from)) = (ledger.emptiest(), ledger.fullest_donor()) else {
@@ -86,15 +80,25 @@ pub fn plan_rebalance(state: &MetaState, max_in_flight: usize) -> Vec<MoveOrder>
             break;
         };
         ledger.receive(to);
-        orders.push(MoveOrder {
-            topic: topic.to_string(),
-            topic_id,
-            partition,
-            from,
-            to,
-        });
+        orders.push(order(topic, topic_id, partition, from, to));
     }
     orders
+}
+
+fn order(
+    topic: &str,
+    topic_id: TopicId,
+    partition: PartitionId,
+    from: NodeId,
+    to: NodeId,
+) -> MoveOrder {
+    MoveOrder {
+        topic: topic.to_string(),
+        topic_id,
+        partition,
+        from,
+        to,
+    }
 }
 
 /// What keeps `node` from being decommissioned: [`DecommissionBlocker::NoReceivers`] when it owns

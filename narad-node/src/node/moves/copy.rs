@@ -94,7 +94,7 @@ impl Moves {
 
     /// Whether the replica still records `planned`.
     fn still_moving(&self, topic: &str, partition: PartitionId, planned: &Move) -> bool {
-        let view = self.inner.metastore.view();
+        let view = self.inner.setup.metastore.view();
         view.state
             .move_of(topic, partition)
             .is_some_and(|moving| moving.planned_at == planned.planned_at)
@@ -105,7 +105,7 @@ impl Moves {
         let dir = partition_dir_at(topic, planned.topic_id, partition, planned.planned_at);
         let mut backoff = BACKOFF_MIN;
         loop {
-            if self.inner.metastore.is_stopped() {
+            if self.inner.setup.metastore.is_stopped() {
                 return;
             }
             let attempt = match self.settled_if_gone(topic, partition, planned).await {
@@ -114,7 +114,7 @@ impl Moves {
             };
             match attempt {
                 Ok(Ended::Switched) => {
-                    let metrics = &self.inner.metrics.moves;
+                    let metrics = &self.inner.setup.metrics.moves;
                     metrics.ended("completed");
                     metrics
                         .duration_seconds
@@ -146,7 +146,7 @@ impl Moves {
             }
         }
         self.release_queue(planned, partition).await;
-        self.inner.metrics.moves.ended("aborted");
+        self.inner.setup.metrics.moves.ended("aborted");
         tracing::info!(
             topic,
             partition = partition.0,
@@ -169,11 +169,12 @@ impl Moves {
         // such a copy is kept and the switch proposed again, never wiped. An attempt proposes
         // only over a complete copy, so anything else may go.
         self.inner
+            .setup
             .metastore
             .read_index()
             .await
             .map_err(|error| error.to_string())?;
-        let view = self.inner.metastore.view();
+        let view = self.inner.setup.metastore.view();
         // Switched already (a lagging replica restarted this task): the copy is the live log.
         if view.state.placement(planned.topic_id, partition) == planned.planned_at {
             return Ok(Ended::Switched);
@@ -196,7 +197,7 @@ impl Moves {
             dir: dir.to_string(),
         }])
         .await?;
-        let mut writer = CopyWriter::new(dir.to_string(), self.inner.segment_bytes);
+        let mut writer = CopyWriter::new(dir.to_string(), self.inner.setup.segment_bytes);
         let mut next = Offset(0);
         loop {
             if !self.still_moving(topic, partition, planned) {
@@ -211,7 +212,11 @@ impl Moves {
             }
         }
         let final_hw = self.freeze(topic, partition, planned).await?;
-        let skip_tail = self.inner.plant.is(PlantedBug::SwitchBeforeTailCopied);
+        let skip_tail = self
+            .inner
+            .setup
+            .plant
+            .is(PlantedBug::SwitchBeforeTailCopied);
         while next < final_hw && !skip_tail {
             let chunk = self.read_chunk(topic, partition, planned, next).await?;
             if chunk.records.is_empty() {
@@ -265,6 +270,7 @@ impl Moves {
             .map_err(|error| error.to_string())?;
         self.run(ops).await?;
         self.inner
+            .setup
             .metrics
             .moves
             .bytes
@@ -306,6 +312,7 @@ impl Moves {
     ) -> Result<ControlAnswer, String> {
         let answer = self
             .inner
+            .setup
             .cluster
             .call(planned.from, op, body, timeout)
             .await
@@ -349,12 +356,12 @@ impl Moves {
             topic_id: planned.topic_id,
             partition,
             from: planned.from,
-            to: self.inner.node,
+            to: self.inner.setup.node,
             move_id: Some(planned.planned_at),
             final_hw,
         };
         loop {
-            match self.inner.metastore.propose(command.clone()).await {
+            match self.inner.setup.metastore.propose(command.clone()).await {
                 Ok(_) => return Ok(Ended::Switched),
                 Err(ProposeError::Refused(_)) => {
                     // Refused, or applied by an earlier proposal whose answer was lost (this
@@ -385,15 +392,15 @@ impl Moves {
     /// switch that applied while this node's proposal timed out is never mistaken for an abort.
     async fn settled(&self, topic: &str, partition: PartitionId, planned: &Move) -> Option<Ended> {
         loop {
-            if self.inner.metastore.is_stopped() {
+            if self.inner.setup.metastore.is_stopped() {
                 return None;
             }
-            if self.inner.metastore.read_index().await.is_ok() {
+            if self.inner.setup.metastore.read_index().await.is_ok() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let view = self.inner.metastore.view();
+        let view = self.inner.setup.metastore.view();
         if view.state.placement(planned.topic_id, partition) == planned.planned_at {
             return Some(Ended::Switched);
         }
@@ -494,7 +501,8 @@ impl Moves {
             lane: IoLane(0),
             ops,
         };
-        let (_, completion) = crate::io::run_request(Arc::clone(&self.inner.disk), request).await;
+        let (_, completion) =
+            crate::io::run_request(Arc::clone(&self.inner.setup.disk), request).await;
         completion
             .result
             .map_err(|(op, fault)| format!("copy I/O failed at op {op}: {fault}"))

@@ -71,18 +71,7 @@ pub struct MovesSetup {
 }
 
 struct Inner {
-    node: NodeId,
-    metastore: Metastore,
-    partitions: PartitionHost,
-    consumers: Consumers,
-    cluster: Cluster,
-    disk: Arc<dyn Disk>,
-    segment_bytes: u64,
-    metrics: Arc<Metrics>,
-    max_in_flight: u32,
-    auto_rebalance: bool,
-    progress: Arc<crate::http::MoveProgress>,
-    plant: Plant,
+    setup: MovesSetup,
     /// Copy tasks running: (topic, partition, planned_at).
     running: Mutex<BTreeSet<(String, PartitionId, u64)>>,
     /// Copy tasks ended (switched or gone), never started again; pruned of moves the replica no
@@ -97,6 +86,7 @@ struct Inner {
 }
 
 /// The node's move duties; see the module documentation.
+#[derive(Clone)]
 pub struct Moves {
     inner: Arc<Inner>,
 }
@@ -104,28 +94,18 @@ pub struct Moves {
 impl std::fmt::Debug for Moves {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Moves")
-            .field("node", &self.inner.node)
+            .field("node", &self.inner.setup.node)
             .finish_non_exhaustive()
     }
 }
 
 impl Moves {
     /// Starts the duties; they end when the cluster transport closes.
-    pub fn spawn(setup: MovesSetup) -> Moves {
+    pub fn spawn(mut setup: MovesSetup) -> Moves {
+        setup.max_in_flight = setup.max_in_flight.max(1);
         let moves = Moves {
             inner: Arc::new(Inner {
-                node: setup.node,
-                metastore: setup.metastore,
-                partitions: setup.partitions,
-                consumers: setup.consumers,
-                cluster: setup.cluster,
-                disk: setup.disk,
-                segment_bytes: setup.segment_bytes,
-                metrics: setup.metrics,
-                max_in_flight: setup.max_in_flight.max(1),
-                auto_rebalance: setup.auto_rebalance,
-                progress: setup.progress,
-                plant: setup.plant,
+                setup,
                 running: Mutex::new(BTreeSet::new()),
                 ended: Mutex::new(BTreeSet::new()),
                 lapse_watched: Mutex::new(BTreeSet::new()),
@@ -139,7 +119,7 @@ impl Moves {
     }
 
     async fn watch(&self) {
-        let mut views = self.inner.metastore.subscribe();
+        let mut views = self.inner.setup.metastore.subscribe();
         // The members and the draining ones last seen: a member that joins or stops draining
         // starts a rebalance (with `auto_rebalance`), which goes on until nothing is left to plan.
         let mut seen: Option<(BTreeSet<NodeId>, BTreeSet<NodeId>)> = None;
@@ -149,14 +129,15 @@ impl Moves {
             tokio::select! {
                 changed = views.changed() => if changed.is_err() { return },
                 _ = tick.tick() => {}
-                () = self.inner.cluster.closed() => return,
+                () = self.inner.setup.cluster.closed() => return,
             }
-            let view = self.inner.metastore.view();
+            let view = self.inner.setup.metastore.view();
             if !view.caught_up {
                 continue;
             }
             let state = &view.state;
             self.inner
+                .setup
                 .metrics
                 .moves
                 .in_flight
@@ -171,10 +152,10 @@ impl Moves {
                         .is_some_and(|moving| moving.planned_at == *planned_at)
                 });
             for ((topic, partition), moving) in state.moves() {
-                if moving.to == self.inner.node {
+                if moving.to == self.inner.setup.node {
                     self.start_destination(topic.clone(), *partition, moving.clone());
                 }
-                if moving.from == self.inner.node && moving.final_hw.is_some() {
+                if moving.from == self.inner.setup.node && moving.final_hw.is_some() {
                     self.watch_lapse(topic.clone(), *partition, moving.planned_at, moving.to);
                 }
             }
@@ -188,7 +169,7 @@ impl Moves {
                 }
             }
             seen = Some((members, draining));
-            if view.leader == Some(self.inner.node)
+            if view.leader == Some(self.inner.setup.node)
                 && !self.inner.passing.swap(true, Ordering::AcqRel)
             {
                 let leader = self.clone();
@@ -219,15 +200,15 @@ impl Moves {
                     to: Some(moving.to),
                     move_id: Some(moving.planned_at),
                 };
-                let _ = self.inner.metastore.propose(abort).await;
+                let _ = self.inner.setup.metastore.propose(abort).await;
             }
         }
         for order in self.orders(state) {
             let command = Command::PlanMove {
                 order,
-                max_in_flight: self.inner.max_in_flight,
+                max_in_flight: self.inner.setup.max_in_flight,
             };
-            if self.inner.metastore.propose(command).await.is_err() {
+            if self.inner.setup.metastore.propose(command).await.is_err() {
                 break;
             }
         }
@@ -236,8 +217,8 @@ impl Moves {
     /// The moves the leader plans on its own: off draining members always; towards the fair shares
     /// with `auto_rebalance`.
     fn orders(&self, state: &MetaState) -> Vec<narad_core::metastore::MoveOrder> {
-        let plan = plan_rebalance(state, self.inner.max_in_flight as usize);
-        if self.inner.auto_rebalance && self.inner.rebalancing.load(Ordering::Acquire) {
+        let plan = plan_rebalance(state, self.inner.setup.max_in_flight as usize);
+        if self.inner.setup.auto_rebalance && self.inner.rebalancing.load(Ordering::Acquire) {
             if plan.is_empty() && state.moves().is_empty() {
                 self.inner.rebalancing.store(false, Ordering::Release);
             }
@@ -291,6 +272,6 @@ impl Moves {
     }
 
     fn set_progress(&self, topic: &str, partition: PartitionId, bytes: Option<u64>) {
-        self.inner.progress.set(topic, partition, bytes);
+        self.inner.setup.progress.set(topic, partition, bytes);
     }
 }

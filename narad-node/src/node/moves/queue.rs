@@ -24,13 +24,18 @@ impl Moves {
     /// Holds the partition's queue here until [`Moves::take_queue`] adopts the source's.
     pub(super) async fn hold_queue(&self, planned: &Move, partition: PartitionId) {
         let key = (planned.topic_id, partition);
-        self.inner.consumers.hold(key, planned.planned_at).await;
+        self.inner
+            .setup
+            .consumers
+            .hold(key, planned.planned_at)
+            .await;
     }
 
     /// Ends the hold of an aborted move (a later move's hold stands).
     pub(super) async fn release_queue(&self, planned: &Move, partition: PartitionId) {
         let key = (planned.topic_id, partition);
         self.inner
+            .setup
             .consumers
             .adopt(key, planned.planned_at, None)
             .await;
@@ -48,20 +53,22 @@ impl Moves {
         loop {
             let answer = self
                 .inner
+                .setup
                 .cluster
                 .call(planned.from, "move_queue", &body, HANDOFF_TIMEOUT)
                 .await;
             if let Ok(Ok(ControlAnswer::MoveQueue(state))) =
                 answer.as_deref().map(ControlAnswer::decode)
             {
-                tracing::debug!(topic, partition = partition.0, node = self.inner.node.0, from = planned.from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue adopted");
+                tracing::debug!(topic, partition = partition.0, node = self.inner.setup.node.0, from = planned.from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue adopted");
                 self.inner
+                    .setup
                     .consumers
                     .adopt(key, planned.planned_at, state)
                     .await;
                 return;
             }
-            let view = self.inner.metastore.view();
+            let view = self.inner.setup.metastore.view();
             // Asked even once the partition moved on from here: the next owner waits for it.
             let source_gone = !view.state.is_alive(planned.from);
             let topic_gone = view
@@ -74,13 +81,14 @@ impl Moves {
                     .state
                     .topic(topic)
                     .and_then(|record| record.owner_of(partition))
-                    == Some(self.inner.node);
+                    == Some(self.inner.setup.node);
             if superseded {
                 return;
             }
-            if source_gone || topic_gone || self.inner.metastore.is_stopped() {
+            if source_gone || topic_gone || self.inner.setup.metastore.is_stopped() {
                 tracing::warn!(topic, partition = partition.0, "the move's source did not hand its queue over: its unacked records are delivered again");
                 self.inner
+                    .setup
                     .consumers
                     .adopt(key, planned.planned_at, None)
                     .await;
@@ -99,7 +107,7 @@ impl Moves {
         partition: PartitionId,
     ) -> ControlAnswer {
         let switched = {
-            let view = self.inner.metastore.view();
+            let view = self.inner.setup.metastore.view();
             view.state
                 .topic(&topic)
                 .filter(|record| record.id == topic_id)
@@ -109,9 +117,15 @@ impl Moves {
         if !switched {
             return ControlAnswer::Unavailable("the switch has not applied here yet".to_string());
         }
-        match self.inner.consumers.handoff((topic_id, partition)).await {
+        match self
+            .inner
+            .setup
+            .consumers
+            .handoff((topic_id, partition))
+            .await
+        {
             Ok(state) => {
-                tracing::debug!(topic, partition = partition.0, node = self.inner.node.0, to = from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue handed off");
+                tracing::debug!(topic, partition = partition.0, node = self.inner.setup.node.0, to = from.0, cursor = ?state.as_ref().map(|state| state.cursor), "queue handed off");
                 ControlAnswer::MoveQueue(state)
             }
             Err(_) => ControlAnswer::Unavailable(

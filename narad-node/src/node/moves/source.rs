@@ -13,7 +13,6 @@
 //!   owner lifts a freeze when the replica no longer records its move), so a late switch can never
 //!   apply over records committed after the final watermark.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use narad_core::codec::cluster::{ControlAnswer, MoveChunk, MoveRecord};
@@ -41,12 +40,12 @@ impl Moves {
         to: NodeId,
         move_id: Option<u64>,
     ) -> Option<narad_core::metastore::Move> {
-        let view = self.inner.metastore.view();
+        let view = self.inner.setup.metastore.view();
         view.state
             .move_of(topic, partition)
             .filter(|moving| {
                 moving.topic_id == topic_id
-                    && moving.from == self.inner.node
+                    && moving.from == self.inner.setup.node
                     && moving.to == to
                     && move_id.is_none_or(|id| moving.planned_at == id)
             })
@@ -77,6 +76,7 @@ impl Moves {
         for _ in 0..2 {
             match self
                 .inner
+                .setup
                 .partitions
                 .read(&key, partition, offset, MOVE_READ_RECORDS_MAX)
                 .await
@@ -132,6 +132,7 @@ impl Moves {
         }
         let final_hw = match self
             .inner
+            .setup
             .partitions
             .freeze(&topic, partition, move_id)
             .await
@@ -148,7 +149,7 @@ impl Moves {
             move_id: Some(move_id),
             final_hw,
         };
-        match self.inner.metastore.propose(command).await {
+        match self.inner.setup.metastore.propose(command).await {
             Ok(_) => ControlAnswer::MoveFrozen { final_hw },
             Err(ProposeError::Refused(refused)) => ControlAnswer::BadRequest(refused.to_string()),
             Err(error) => ControlAnswer::Unavailable(error.to_string()),
@@ -180,12 +181,12 @@ impl Moves {
             tokio::time::sleep(FREEZE_TTL).await;
             loop {
                 let still = {
-                    let view = moves.inner.metastore.view();
+                    let view = moves.inner.setup.metastore.view();
                     view.state
                         .move_of(&topic, partition)
                         .is_some_and(|moving| moving.planned_at == move_id)
                 };
-                if !still || moves.inner.metastore.is_stopped() {
+                if !still || moves.inner.setup.metastore.is_stopped() {
                     break;
                 }
                 tracing::warn!(
@@ -200,7 +201,7 @@ impl Moves {
                     to: Some(to),
                     move_id: Some(move_id),
                 };
-                match moves.inner.metastore.propose(abort).await {
+                match moves.inner.setup.metastore.propose(abort).await {
                     Ok(_) | Err(ProposeError::Refused(_)) => break,
                     Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
                 }
@@ -212,14 +213,5 @@ impl Moves {
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&key);
         });
-    }
-}
-
-/// The shared handle's clone for spawned tasks.
-impl Clone for Moves {
-    fn clone(&self) -> Self {
-        Moves {
-            inner: Arc::clone(&self.inner),
-        }
     }
 }
